@@ -1,0 +1,41 @@
+"""Names shared by the operator (which sets them) and the trainer (which reads them).
+
+One source: the operator's builders import these constants, and a contract test pins that every
+env var the builders set for the trainer is declared here.
+"""
+
+from __future__ import annotations
+
+#: Name of the TrainiumJob this process belongs to.
+ENV_JOB_NAME = "TRAINIUM_JOB_NAME"
+#: Stage of the job: ``precompile`` or ``train``.
+ENV_STAGE = "TRAINIUM_STAGE"
+#: Where checkpoints, metrics and summary.json go (per job on the shared volume, so resume works).
+ENV_OUTPUT_DIR = "TRAINIUM_OUTPUT_DIR"
+#: The Neuron compile-cache directory of this node (also passed in NEURON_CC_FLAGS --cache_dir).
+ENV_CACHE_DIR = "TRAINIUM_CACHE_DIR"
+#: Set by neuron_parallel_compile (and by the local precompile stage): graph extraction only,
+#: outputs are invalid, so nothing may be checkpointed.
+ENV_EXTRACT_GRAPHS_ONLY = "NEURON_EXTRACT_GRAPHS_ONLY"
+#: Hugging Face home on the shared volume, pre-seeded with models and tokenizers.
+ENV_HF_HOME = "HF_HOME"
+#: "1" forbids hub downloads at run time (the default the operator sets).
+ENV_HF_OFFLINE = "HF_HUB_OFFLINE"
+
+STAGE_PRECOMPILE = "precompile"
+STAGE_TRAIN = "train"
+
+#: The trainer flag that limits optimizer steps; the precompile stage appends it.
+MAX_STEPS_FLAG = "--max-steps"
+#: The default module the operator launches under torchrun.
+DEFAULT_MODULE = "trainium_trainer"
+
+TRAINER_ENV = (
+    ENV_JOB_NAME,
+    ENV_STAGE,
+    ENV_OUTPUT_DIR,
+    ENV_CACHE_DIR,
+    ENV_EXTRACT_GRAPHS_ONLY,
+    ENV_HF_HOME,
+    ENV_HF_OFFLINE,
+)
