@@ -17,6 +17,8 @@ ENV_CACHE_DIR = "TRAINIUM_CACHE_DIR"
 #: Set by neuron_parallel_compile (and by the local precompile stage): graph extraction only,
 #: outputs are invalid, so nothing may be checkpointed.
 ENV_EXTRACT_GRAPHS_ONLY = "NEURON_EXTRACT_GRAPHS_ONLY"
+#: Training precision chosen in the TrainiumJob (bf16 or fp32); the trainer's --precision default.
+ENV_PRECISION = "TRAINIUM_PRECISION"
 #: Hugging Face home on the shared volume, pre-seeded with models and tokenizers.
 ENV_HF_HOME = "HF_HOME"
 #: "1" forbids hub downloads at run time (the default the operator sets).
@@ -35,6 +37,7 @@ TRAINER_ENV = (
     ENV_STAGE,
     ENV_OUTPUT_DIR,
     ENV_CACHE_DIR,
+    ENV_PRECISION,
     ENV_EXTRACT_GRAPHS_ONLY,
     ENV_HF_HOME,
     ENV_HF_OFFLINE,
