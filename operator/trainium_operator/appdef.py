@@ -1,0 +1,147 @@
+"""The TorchX AppDef of one stage: torchrun argv, env, Neuron/EFA devices and the shared volume.
+
+The cluster backend turns it into a Volcano Job with TorchX's Kubernetes scheduler; the local
+backend runs the very same AppDef with TorchX's local scheduler. Argv lists only: no `bash -c`,
+the c10d rendezvous endpoint is a plain element (Volcano's svc plugin gives pod 0 a stable name).
+"""
+
+from __future__ import annotations
+
+import posixpath
+from dataclasses import dataclass
+
+from torchx import specs
+
+from trainium_operator import naming
+from trainium_operator.instances import EFA_RESOURCE, INSTANCE_TYPE_LABEL
+from trainium_operator.spec import TrainiumJobSpec
+from trainium_trainer import contract
+
+RDZV_PORT = 29500
+PRECOMPILE = contract.STAGE_PRECOMPILE
+TRAIN = contract.STAGE_TRAIN
+
+#: Neuron/EFA env from AWS's EKS tutorial component (see README, "What the operator sets").
+BASE_ENV = {
+    "CCOM_SOCKET_IFNAME": "eth0",
+    "NEURON_RT_RESET_CORES": "1",
+    "XLA_TRANSFER_SEED_ASYNC": "1",
+}
+EFA_ENV = {
+    "FI_PROVIDER": "efa",
+    "FI_EFA_USE_DEVICE_RDMA": "1",
+    "FI_EFA_FORK_SAFE": "1",
+}
+#: The env var torch-neuronx reads compiler flags (and our cache dir) from.
+NEURON_CC_FLAGS = "NEURON_CC_FLAGS"
+
+
+@dataclass(frozen=True)
+class StageContext:
+    """Everything besides the spec that shapes one stage's AppDef."""
+
+    job_name: str
+    stage: str
+    cache_name: str
+    #: Volcano job name (cluster) or run name (local); the rendezvous id.
+    run_id: str
+    #: Host of the rendezvous store: pod 0's DNS name on a cluster, localhost locally.
+    rank0_host: str
+    #: Where the storage is mounted in the container (cluster) or lives on disk (local).
+    mount_root: str
+    #: PVC to mount at mount_root; None locally.
+    claim: str | None = None
+    python: str = "python3"
+    #: Prefix argv of the precompile stage; empty locally where there is no Neuron compiler.
+    compile_launcher: tuple[str, ...] = ("neuron_parallel_compile",)
+
+
+def cache_dir(spec: TrainiumJobSpec, ctx: StageContext, replica: str) -> str:
+    """Per-node cache directory `<mount>/<cache.path>/<cacheset>_<i>` (no write contention)."""
+    return posixpath.join(ctx.mount_root, spec.cache.path, f"{ctx.cache_name}_{replica}")
+
+
+def output_dir(spec: TrainiumJobSpec, ctx: StageContext) -> str:
+    """Per-job output directory on the shared volume, so a restarted gang resumes from it."""
+    return posixpath.join(ctx.mount_root, "output", ctx.job_name)
+
+
+def torchrun_argv(spec: TrainiumJobSpec, ctx: StageContext) -> list[str]:
+    """`python3 -m torch.distributed.run ... <module|script> <args>` for this stage."""
+    argv = [
+        ctx.python, "-m", "torch.distributed.run",
+        "--nnodes", str(spec.nodes),
+        "--nproc_per_node", str(spec.procs_per_node),
+        "--rdzv_backend", "c10d",
+        "--rdzv_endpoint", f"{ctx.rank0_host}:{RDZV_PORT}",
+        "--rdzv_id", ctx.run_id,
+        "--max_restarts", "0",
+    ]  # fmt: skip
+    module = spec.entry_module
+    argv += ["-m", module] if module else [spec.script or ""]
+    argv += list(spec.args)
+    if ctx.stage == PRECOMPILE:
+        argv += [spec.precompile.stepsArg, str(spec.precompile.steps)]
+    return argv
+
+
+def stage_env(spec: TrainiumJobSpec, ctx: StageContext) -> dict[str, str]:
+    """Operator defaults, then the user's env on top (the user wins), cache flags always ours."""
+    cdir = cache_dir(spec, ctx, "${replica_id}")
+    env = dict(BASE_ENV)
+    if spec.instance.efa_interfaces:
+        env.update(EFA_ENV)
+    if spec.precision == "bf16":
+        env["NEURON_RT_STOCHASTIC_ROUNDING_EN"] = "1"
+    env.update(
+        {
+            contract.ENV_JOB_NAME: ctx.job_name,
+            contract.ENV_STAGE: ctx.stage,
+            contract.ENV_OUTPUT_DIR: output_dir(spec, ctx),
+            contract.ENV_CACHE_DIR: cdir,
+            contract.ENV_PRECISION: spec.precision,
+            contract.ENV_HF_HOME: posixpath.join(ctx.mount_root, "hf_home"),
+            contract.ENV_HF_OFFLINE: "1",
+        }
+    )
+    if ctx.stage == PRECOMPILE and not ctx.compile_launcher:
+        # neuron_parallel_compile sets this itself; without it, say so for the trainer.
+        env[contract.ENV_EXTRACT_GRAPHS_ONLY] = "1"
+    env.update({e.name: e.value for e in spec.env})
+    env[NEURON_CC_FLAGS] = " ".join([f"--cache_dir={cdir}", *spec.compilerFlags])
+    return env
+
+
+def resource(spec: TrainiumJobSpec) -> specs.Resource:
+    """Whole Neuron devices and every EFA interface of the node, selected by instance type."""
+    inst = spec.instance
+    devices = {spec.scheduling.neuronResourceName: inst.neuron_devices}
+    if inst.efa_interfaces:
+        devices[EFA_RESOURCE] = inst.efa_interfaces
+    return specs.Resource(
+        cpu=0, gpu=0, memMB=0, devices=devices,
+        capabilities={INSTANCE_TYPE_LABEL: spec.instanceType},
+    )  # fmt: skip
+
+
+def build_appdef(spec: TrainiumJobSpec, ctx: StageContext) -> specs.AppDef:
+    """The AppDef of one stage: one role, one replica per node."""
+    argv = torchrun_argv(spec, ctx)
+    if ctx.stage == PRECOMPILE:
+        argv = [*ctx.compile_launcher, *argv]
+    mounts: list[specs.BindMount | specs.VolumeMount | specs.DeviceMount] = []
+    if ctx.claim:
+        mounts.append(specs.VolumeMount(src=ctx.claim, dst_path=spec.storage.mountPath))
+    role = specs.Role(
+        name=naming.ROLE,
+        image=spec.image,
+        entrypoint=argv[0],
+        args=argv[1:],
+        num_replicas=spec.nodes,
+        env=stage_env(spec, ctx),
+        resource=resource(spec),
+        mounts=mounts,
+        max_retries=spec.runPolicy.maxRetries,
+        retry_policy=specs.RetryPolicy.APPLICATION,
+    )
+    return specs.AppDef(name=ctx.run_id, roles=[role])

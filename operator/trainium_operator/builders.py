@@ -1,0 +1,225 @@
+"""Pure builders of every manifest the operator creates: PV/PVC, Volcano jobs, cache records.
+
+TorchX's Kubernetes scheduler (dry run, no API server) turns our AppDef into the Volcano Job;
+we overlay only what TorchX cannot express: deterministic names, gang size, labels, owner,
+user resources, tolerations and node selectors.
+"""
+
+from __future__ import annotations
+
+import copy
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes.client import ApiClient
+from torchx.schedulers.kubernetes_scheduler import KubernetesScheduler
+from torchx.specs.overlays import set_overlay
+
+from trainium_operator import appdef, naming
+from trainium_operator.appdef import StageContext
+from trainium_operator.cachekey import cache_key, cache_name
+from trainium_operator.crd import GROUP, KIND, VERSION
+from trainium_operator.instances import INSTANCE_TYPE_LABEL
+from trainium_operator.spec import TrainiumJobSpec
+
+Json = dict[str, Any]
+
+MANAGED_BY = "trainium-operator"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+LABEL_JOB = f"{GROUP}/job-name"
+LABEL_STAGE = f"{GROUP}/stage"
+LABEL_CACHE_KEY = f"{GROUP}/cache-key"
+LABEL_CACHE_NAME = f"{GROUP}/cache-name"
+FSX_DRIVER = "fsx.csi.aws.com"
+VOLCANO_JOB_API = "batch.volcano.sh/v1alpha1"
+
+
+@dataclass(frozen=True)
+class Owner:
+    """The TrainiumJob that owns the children: its name, namespace and uid."""
+
+    name: str
+    namespace: str
+    uid: str
+
+    def reference(self) -> Json:
+        """ownerReference so children go away with the job (and kopf/kubectl see the link)."""
+        return {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": KIND,
+            "name": self.name,
+            "uid": self.uid,
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+
+
+def labels(owner: Owner, stage: str | None = None) -> dict[str, str]:
+    """Labels every child carries, so children are found by selector, never by guessing."""
+    out = {
+        LABEL_MANAGED_BY: MANAGED_BY,
+        LABEL_JOB: owner.name,
+        "app.kubernetes.io/name": "trainiumjob",
+        "app.kubernetes.io/instance": owner.name,
+    }
+    if stage:
+        out[LABEL_STAGE] = stage
+    return out
+
+
+def claim_for(spec: TrainiumJobSpec, owner: Owner) -> str:
+    """The PVC every pod mounts: the user's, or the one we create for an FSx file system."""
+    return spec.storage.claimName or naming.claim_name(owner.name)
+
+
+def build_fsx_volume(spec: TrainiumJobSpec, owner: Owner, dns_name: str, mount_name: str) -> Json:
+    """Static PV for the FSx file system; flock because the Neuron cache uses file locks."""
+    fsx = spec.storage.fsx
+    assert fsx is not None
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {
+            "name": naming.volume_name(owner.namespace, owner.name),
+            "labels": labels(owner),
+        },
+        "spec": {
+            "capacity": {"storage": fsx.capacity},
+            "volumeMode": "Filesystem",
+            "accessModes": ["ReadWriteMany"],
+            "persistentVolumeReclaimPolicy": "Retain",
+            "storageClassName": "",
+            "mountOptions": ["flock"],
+            "claimRef": {"namespace": owner.namespace, "name": naming.claim_name(owner.name)},
+            "csi": {
+                "driver": FSX_DRIVER,
+                "volumeHandle": fsx.fileSystemId,
+                "volumeAttributes": {"dnsname": dns_name, "mountname": mount_name},
+            },
+        },
+    }
+
+
+def build_fsx_claim(spec: TrainiumJobSpec, owner: Owner) -> Json:
+    """PVC bound to the static PV by name, owned by the job."""
+    fsx = spec.storage.fsx
+    assert fsx is not None
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {
+            "name": naming.claim_name(owner.name),
+            "namespace": owner.namespace,
+            "labels": labels(owner),
+            "ownerReferences": [owner.reference()],
+        },
+        "spec": {
+            "accessModes": ["ReadWriteMany"],
+            "storageClassName": "",
+            "volumeName": naming.volume_name(owner.namespace, owner.name),
+            "resources": {"requests": {"storage": fsx.capacity}},
+        },
+    }
+
+
+def stage_context(spec: TrainiumJobSpec, owner: Owner, stage: str) -> StageContext:
+    """The cluster StageContext of one stage: pod 0's DNS name, the claim at mountPath."""
+    vcjob = naming.vcjob_name(owner.name, stage)
+    return StageContext(
+        job_name=owner.name,
+        stage=stage,
+        cache_name=cache_name(spec, cache_key(spec)),
+        run_id=vcjob,
+        rank0_host=naming.rank0_host(vcjob),
+        mount_root=spec.storage.mountPath,
+        claim=claim_for(spec, owner),
+    )
+
+
+def pod_overlay(spec: TrainiumJobSpec, owner: Owner, stage: str) -> Json:
+    """Pod fields TorchX cannot express, applied through its own overlay mechanism."""
+    sched = spec.scheduling
+    pod_spec: Json = {
+        "nodeSelector": {**sched.nodeSelector, INSTANCE_TYPE_LABEL: spec.instanceType}
+    }
+    if sched.tolerations:
+        pod_spec["tolerations"] = copy.deepcopy(sched.tolerations)
+    if sched.priorityClassName:
+        pod_spec["priorityClassName"] = sched.priorityClassName
+    return {"metadata": {"labels": labels(owner, stage)}, "spec": pod_spec}
+
+
+def build_vcjob(spec: TrainiumJobSpec, owner: Owner, stage: str) -> Json:
+    """The Volcano Job of one stage, built by TorchX and overlaid."""
+    ctx = stage_context(spec, owner, stage)
+    app = appdef.build_appdef(spec, ctx)
+    set_overlay(app.roles[0], "kubernetes", "V1Pod", pod_overlay(spec, owner, stage))
+    cfg = {"queue": spec.scheduling.queue, "namespace": owner.namespace, "validate_spec": False}
+    if spec.scheduling.priorityClassName:
+        cfg["priority_class"] = spec.scheduling.priorityClassName
+    with warnings.catch_warnings():
+        # TorchX warns on every build that Volcano < 1.4 mishandles retries; we need Volcano >= 1.6.
+        warnings.simplefilter("ignore", UserWarning)
+        info = KubernetesScheduler(session_name=naming.ROLE).submit_dryrun(app, cfg)
+    job: Json = ApiClient().sanitize_for_serialization(info.request.resource)
+    return _overlay_job(job, spec, owner, stage, ctx.run_id)
+
+
+def _overlay_job(job: Json, spec: TrainiumJobSpec, owner: Owner, stage: str, name: str) -> Json:
+    key = cache_key(spec)
+    job["metadata"] = {
+        "name": name,
+        "namespace": owner.namespace,
+        "labels": {
+            **labels(owner, stage),
+            LABEL_CACHE_KEY: key,
+            LABEL_CACHE_NAME: cache_name(spec, key),
+        },
+        "ownerReferences": [owner.reference()],
+    }
+    job["spec"]["minAvailable"] = spec.nodes
+    job["spec"]["maxRetry"] = spec.runPolicy.maxRetries
+    for task in job["spec"]["tasks"]:
+        _overlay_pod(task["template"], spec, owner, stage, name)
+    return job
+
+
+def _overlay_pod(pod: Json, spec: TrainiumJobSpec, owner: Owner, stage: str, vcjob: str) -> None:
+    """Fix TorchX's bookkeeping labels to our deterministic names; add user resources."""
+    pod["metadata"]["labels"].update(labels(owner, stage))
+    pod["metadata"]["labels"]["app.kubernetes.io/instance"] = vcjob
+    for container in pod["spec"]["containers"]:
+        res = container.setdefault("resources", {})
+        for kind in ("requests", "limits"):
+            wanted = getattr(spec.resources, kind)
+            if wanted:
+                res.setdefault(kind, {}).update({k: str(v) for k, v in wanted.items()})
+
+
+def build_cache_record(spec: TrainiumJobSpec, owner: Owner, completed_at: str) -> Json:
+    """ConfigMap saying one cache key is compiled into one cacheset; not owned, it outlives jobs."""
+    key = cache_key(spec)
+    cname = cache_name(spec, key)
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": naming.cache_record_name(cname, key),
+            "namespace": owner.namespace,
+            "labels": {
+                LABEL_MANAGED_BY: MANAGED_BY,
+                LABEL_CACHE_KEY: key,
+                LABEL_CACHE_NAME: cname,
+            },
+        },
+        "data": {
+            "key": key,
+            "cacheName": cname,
+            "cachePath": spec.storage.mountPath + "/" + spec.cache.path,
+            "compiledBy": f"{owner.namespace}/{owner.name}",
+            "completedAt": completed_at,
+            "instanceType": spec.instanceType,
+            "nodes": str(spec.nodes),
+        },
+    }

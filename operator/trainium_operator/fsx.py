@@ -1,0 +1,64 @@
+"""Look up an FSx for Lustre file system's DNS and mount names with boto3 (DescribeFileSystems)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import boto3
+from botocore.exceptions import BotoCoreError, ClientError
+
+
+@dataclass(frozen=True)
+class FsxNames:
+    """What the FSx CSI driver needs to mount a file system."""
+
+    dns_name: str
+    mount_name: str
+
+
+class FsxLookupError(Exception):
+    """The lookup failed; `reason` is a condition reason, the message says what to do."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+def describe(file_system_id: str, fsx_client: Any | None = None) -> FsxNames:
+    """DNS and mount names of one file system, or FsxLookupError with an actionable message."""
+    fsx = fsx_client or boto3.client("fsx")
+    try:
+        resp = fsx.describe_file_systems(FileSystemIds=[file_system_id])
+    except ClientError as exc:
+        raise _client_error(file_system_id, exc) from None
+    except BotoCoreError as exc:  # no credentials, no region, endpoint unreachable
+        raise FsxLookupError(
+            "FsxLookupFailed",
+            f"cannot describe FSx file system {file_system_id}: {exc}; "
+            "set spec.storage.fsx.dnsName and mountName, or give the operator AWS access",
+        ) from None
+    systems = resp.get("FileSystems", [])
+    if not systems:
+        raise FsxLookupError("FileSystemNotFound", f"FSx file system {file_system_id} not found")
+    fs = systems[0]
+    mount = fs.get("LustreConfiguration", {}).get("MountName")
+    if fs.get("FileSystemType") != "LUSTRE" or not mount:
+        kind = fs.get("FileSystemType")
+        msg = f"FSx file system {file_system_id} is {kind}, not Lustre"
+        raise FsxLookupError("FileSystemNotLustre", msg)
+    return FsxNames(dns_name=fs["DNSName"], mount_name=mount)
+
+
+def _client_error(file_system_id: str, exc: ClientError) -> FsxLookupError:
+    code = exc.response.get("Error", {}).get("Code", "")
+    if code == "FileSystemNotFound":
+        return FsxLookupError("FileSystemNotFound", f"FSx file system {file_system_id} not found")
+    if code in ("AccessDenied", "AccessDeniedException", "UnauthorizedOperation"):
+        return FsxLookupError(
+            "FsxAccessDenied",
+            f"not allowed to describe FSx file system {file_system_id}: grant "
+            "fsx:DescribeFileSystems to the operator's service account (IRSA / Pod Identity) "
+            "or set spec.storage.fsx.dnsName and mountName",
+        )
+    return FsxLookupError("FsxLookupFailed", f"describing {file_system_id} failed: {exc}")

@@ -1,0 +1,68 @@
+"""Deterministic child names that stay valid DNS labels for any valid TrainiumJob name.
+
+Volcano names pods `<job>-<task>-<index>` and uses them as hostnames (63 characters at most);
+TorchX names tasks `<role>-<replica>`. Long job names are cut and get a hash suffix, so two
+different long names never collide and nothing is rejected with a 422.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+DNS_LABEL_MAX = 63
+ROLE = "node"
+#: Characters a pod name adds after the Volcano job name: "-node-<replica>-0" for up to 3 digits.
+_POD_SUFFIX_MAX = len(f"-{ROLE}-999-0")
+STAGE_SUFFIX = {"precompile": "compile", "train": "train"}
+_HASH_LEN = 8
+
+
+def short_hash(text: str, length: int = _HASH_LEN) -> str:
+    """A stable lowercase hex digest prefix."""
+    return hashlib.sha256(text.encode()).hexdigest()[:length]
+
+
+def fit(base: str, suffix: str, limit: int) -> str:
+    """`base-suffix` within limit characters, shortening base with a hash when needed."""
+    name = f"{base}-{suffix}" if suffix else base
+    if len(name) <= limit:
+        return name
+    tag = short_hash(base)
+    keep = limit - len(suffix) - len(tag) - (2 if suffix else 1)
+    head = base[:keep].rstrip("-.")
+    return f"{head}-{tag}-{suffix}" if suffix else f"{head}-{tag}"
+
+
+def vcjob_name(job: str, stage: str) -> str:
+    """Name of the Volcano job of one stage; its pod hostnames stay within 63 characters."""
+    return fit(job, STAGE_SUFFIX[stage], DNS_LABEL_MAX - _POD_SUFFIX_MAX)
+
+
+def task_name(replica: int) -> str:
+    """Volcano task name TorchX gives replica i of our single role."""
+    return f"{ROLE}-{replica}"
+
+
+def pod_name(vcjob: str, replica: int) -> str:
+    """Pod (and hostname) Volcano derives for replica i: `<job>-<task>-0`."""
+    return f"{vcjob}-{task_name(replica)}-0"
+
+
+def rank0_host(vcjob: str) -> str:
+    """DNS name of the first pod via Volcano's svc plugin headless service `<job>`."""
+    return f"{pod_name(vcjob, 0)}.{vcjob}"
+
+
+def claim_name(job: str) -> str:
+    """PVC name for a job's static FSx volume."""
+    return fit(job, "fsx", DNS_LABEL_MAX)
+
+
+def volume_name(namespace: str, job: str) -> str:
+    """Cluster-scoped PV name; includes the namespace so two namespaces never collide."""
+    return fit(f"{namespace}-{job}", "fsx", DNS_LABEL_MAX)
+
+
+def cache_record_name(cache_name: str, key: str) -> str:
+    """ConfigMap recording that one cache key is compiled into one cacheset."""
+    return f"trainium-cache-{short_hash(cache_name)}-{key[:16]}"

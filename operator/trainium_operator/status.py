@@ -1,0 +1,69 @@
+"""Pure rendering of a lifecycle Decision into the TrainiumJob status subresource."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trainium_operator.lifecycle import TERMINAL, Decision
+
+Json = dict[str, Any]
+
+
+def conditions(decision: Decision, previous: list[Json], generation: int, now: str) -> list[Json]:
+    """Conditions in Kubernetes form; lastTransitionTime moves only when status changes."""
+    before = {c.get("type"): c for c in previous or []}
+    out = []
+    for cond in decision.conditions:
+        old = before.get(cond.type, {})
+        changed = old.get("status") != cond.status
+        out.append(
+            {
+                "type": cond.type,
+                "status": cond.status,
+                "reason": cond.reason,
+                "message": cond.message,
+                "lastTransitionTime": now if changed else old.get("lastTransitionTime", now),
+                "observedGeneration": generation,
+            }
+        )
+    return out
+
+
+def render(
+    decision: Decision,
+    previous: Json,
+    *,
+    generation: int,
+    now: str,
+    cache_key: str | None,
+    cache_name: str | None,
+    precompile_job: str | None,
+    training_job: str | None,
+) -> Json:
+    """The full status for this decision, keeping start/completion times once set."""
+    status: Json = {
+        "phase": decision.phase.value,
+        "message": decision.message,
+        "observedGeneration": generation,
+        "conditions": conditions(decision, previous.get("conditions", []), generation, now),
+        "restarts": decision.restarts,
+        "startTime": previous.get("startTime") or now,
+    }
+    if cache_key:
+        cache: Json = {"key": cache_key, "name": cache_name}
+        if decision.cache_hit is not None:
+            cache["hit"] = decision.cache_hit
+            cache["outcome"] = "hit" if decision.cache_hit else "miss"
+        status["cache"] = cache
+    if precompile_job:
+        status["precompileJob"] = precompile_job
+    if training_job:
+        status["trainingJob"] = training_job
+    if decision.phase in TERMINAL:
+        status["completionTime"] = previous.get("completionTime") or now
+    return status
+
+
+def changed(previous: Json, new: Json) -> bool:
+    """Whether new differs from previous in anything but timestamps that only move on change."""
+    return {k: v for k, v in previous.items() if k in new} != new or not previous
