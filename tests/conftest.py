@@ -1,0 +1,68 @@
+"""Shared test setup: KUBECONFIG pinned before any import of kubernetes; emulator fixtures."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+# The kubernetes client reads $KUBECONFIG at import time: set the path now (the file is written
+# once the emulator listens), so no test can ever reach a real cluster from ~/.kube/config.
+SESSION_DIR = Path(tempfile.mkdtemp(prefix="trainium-tests-"))
+os.environ["KUBECONFIG"] = str(SESSION_DIR / "kubeconfig")
+
+from emulator import ApiRequest  # noqa: E402
+from harness import OPERATORS, EmulatorServer, apply, kubectl, make_emulator, write_kubeconfig  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def k8s() -> Iterator[EmulatorServer]:
+    """The API emulator, serving over HTTP for kubectl, the python client and the operator."""
+    server = EmulatorServer(make_emulator())
+    server.start()
+    write_kubeconfig(Path(os.environ["KUBECONFIG"]), server.url)
+    yield server
+    requests = [dataclasses.asdict(r) for r in server.emulator.api_requests]
+    (SESSION_DIR / "api-requests.json").write_text(json.dumps(requests, indent=1))
+    server.stop()
+    shutil.rmtree(SESSION_DIR / "kube-cache", ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def api_requests(k8s: EmulatorServer) -> list[ApiRequest]:
+    """Every resource request the emulator served so far (live list; filter by .client)."""
+    return k8s.emulator.api_requests
+
+
+@pytest.fixture
+def ns(k8s: EmulatorServer, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh namespace per test, deleted (with its contents) afterwards."""
+    digest = hashlib.sha1(request.node.nodeid.encode()).hexdigest()[:6]
+    slug = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower()).strip("-")[:40].strip("-")
+    name = f"t-{slug}-{digest}"
+    apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    yield name
+    kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> object:
+    """Attach the logs of operators a failed test started to its report."""
+    report = yield
+    if report.failed:
+        for proc in item.stash.get(OPERATORS, []):
+            report.sections.append((f"operator log {proc.log_path}", proc.log()[-20000:]))
+    return report
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if (SESSION_DIR / "api-requests.json").exists():
+        terminalreporter.write_line(f"API emulator requests: {SESSION_DIR / 'api-requests.json'}")

@@ -1,0 +1,486 @@
+"""A Kubernetes API emulator for end-to-end tests: kmock 0.8's in-memory server, gaps closed.
+
+kmock stores objects and speaks the URL scheme, discovery and watch framing; this subclass takes
+over the state changes (create/patch/replace/delete) so that metadata, status isolation,
+selectors, resourceVersion-aware watches and ownerReference garbage collection behave like a
+real API server. Pinned to kmock==0.8: it uses kmock's private hooks (`_handle`, `_serve_*`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import dataclasses
+import datetime
+import re
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import aiohttp.web
+import jsonpatch
+import kmock
+import yaml
+from kmock._internal import apps, enums, parsing, references, rendering
+
+Obj = dict[str, Any]
+Key = tuple[references.resource, str | None, str]
+VERBS = {"create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"}
+
+# kmock's URL parser raises ValueError on /api/v1/namespaces (a 500 for `kubectl get ns`) and reads
+# /api/v1/namespaces/NAME as "namespace NAME, no resource": route both to the Namespace resource.
+_NAMESPACE_URL = re.compile(r"/api/v1/namespaces(?:/([^/]+)(?:/(status|finalize))?)?/?")
+_kmock_parse_path = parsing.parse_path
+
+
+def _parse_path(path: str) -> parsing.ParsedPath:
+    """Parse a request path like kmock, but understand Namespace URLs."""
+    if m := _NAMESPACE_URL.fullmatch(path):
+        return parsing.ParsedPath("", "v1", "namespaces", None, m[1], m[2])
+    return _kmock_parse_path(path)
+
+
+parsing.parse_path = _parse_path
+
+
+@dataclasses.dataclass
+class ApiRequest:
+    """One resource request as RBAC sees it, for checking the chart's ClusterRole."""
+
+    verb: str
+    api_group: str
+    resource: str
+    subresource: str | None
+    namespace: str | None
+    name: str | None
+    user_agent: str
+    code: int = 0
+
+    @property
+    def client(self) -> str:
+        """Who sent it: "kopf" (the operator), "kubectl", "python-client" or "other"."""
+        for prefix, client in (("kopf/", "kopf"), ("kubectl", "kubectl")):
+            if self.user_agent.startswith(prefix):
+                return client
+        return "python-client" if self.user_agent.startswith("OpenAPI-Generator") else "other"
+
+
+def _error(code: int, reason: str, message: str, **details: Any) -> kmock.KubernetesError:
+    """A Status error with the machine-readable reason client-go and kopf match on."""
+    return kmock.KubernetesError(status=code, reason=reason, message=message, details=details)
+
+
+def _merge(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch (kmock's own raises on dict-vs-scalar instead of replacing)."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    result = dict(target) if isinstance(target, dict) else {}
+    for k, v in patch.items():
+        if k.startswith("$"):
+            continue  # strategic-merge directives ($patch, $setElementOrder/...): lists replaced
+        if v is None:
+            result.pop(k, None)
+        else:
+            result[k] = _merge(result.get(k), v)
+    return result
+
+
+def _spec(obj: Obj) -> Obj:
+    """Everything whose change bumps metadata.generation."""
+    return {k: v for k, v in obj.items() if k not in ("metadata", "status")}
+
+
+def _split(selector: str) -> Iterator[str]:
+    """Split a selector on commas outside parentheses (`a in (x,y),b`)."""
+    yield from (p for p in re.split(r",(?![^()]*\))", selector) if p.strip())
+
+
+_REQUIREMENT = re.compile(
+    r"\s*(?P<neg>!)?\s*(?P<key>[^\s!=,()]+)\s*"
+    r"(?:(?P<op>==|!=|=)\s*(?P<val>[^\s,()]*)|\s(?P<set>in|notin)\s*\((?P<vals>[^)]*)\))?\s*"
+)
+
+
+def match_selector(selector: str, values: dict[str, str]) -> bool:
+    """Label-selector semantics (=, ==, !=, in, notin, exists, !exists) over a flat mapping."""
+    for req in _split(selector):
+        m = _REQUIREMENT.fullmatch(req)
+        if m is None:
+            raise _error(400, "BadRequest", f"unable to parse requirement: {req!r}")
+        present, value = m["key"] in values, values.get(m["key"])
+        if m["set"]:
+            wanted = {v.strip() for v in m["vals"].split(",")}
+            ok = (value in wanted) if m["set"] == "in" else (value not in wanted)
+        elif m["op"]:
+            ok = (value == m["val"]) if m["op"] != "!=" else (value != m["val"])
+        else:
+            ok = present != bool(m["neg"])
+        if not ok:
+            return False
+    return True
+
+
+def _fields(obj: Obj, selector: str) -> dict[str, str]:
+    """The dotted-path values a field selector asks about, as strings."""
+    out: dict[str, str] = {}
+    for req in _split(selector):
+        path = re.split(r"!=|==|=", req, maxsplit=1)[0].strip()
+        value: Any = obj
+        for part in path.split("."):
+            value = value.get(part) if isinstance(value, dict) else None
+        out[path] = "" if value is None else str(value)
+    return out
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class K8sEmulator(kmock.KubernetesEmulator):
+    """kmock's KubernetesEmulator made honest enough for kubectl, kopf and the python client."""
+
+    def __attrs_post_init__(self) -> None:
+        super().__attrs_post_init__()
+        self.api_requests: list[ApiRequest] = []
+        self._rv = 0
+        self._log: list[tuple[int, references.resource, Obj]] = []  # every event, for watch replay
+        self._outcomes: dict[rendering.Request, Obj] = {}
+        fallback = self.fallback**1  # outranks kmock's own fallbacks
+        # POST answers 201: the python client's CustomObjectsApi returns None on a 200.
+        fallback[enums.action.CREATE] << 201 << self._serve_outcome
+        fallback[enums.action.UPDATE] << self._serve_outcome
+        fallback[enums.action.DELETE] << self._serve_outcome
+        fallback[enums.method.PUT] << self._serve_outcome  # kmock 0.8 has no PUT (kubectl replace)
+        # client-go refuses watch streams served as application/octet-stream.
+        (
+            fallback[enums.action.WATCH]
+            << kmock.headers({"Content-Type": "application/json"})
+            << (self._serve_watch)
+        )
+
+    # ---- request entry: record, change state, answer -------------------------------------------
+
+    async def _handle(self, request: rendering.Request) -> aiohttp.web.StreamResponse:
+        record = self._record(request)
+        try:
+            if request.resource is not None and request.resource.plural:
+                async with self._lock:
+                    if (outcome := await self._change(request)) is not None:
+                        self._outcomes[request] = outcome
+            # Skip kmock's own _handle: it would apply the change a second time, naively.
+            response = await apps.RawHandler._handle(self, request)
+        except kmock.KubernetesError as e:
+            response = await self._render_error(e)
+        except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as e:
+            response = await self._render_error(_error(422, "Invalid", str(e)))  # k8s: not a 500
+        finally:
+            self._outcomes.pop(request, None)
+        if record is not None:
+            record.code = response.status
+        return response
+
+    def _record(self, request: rendering.Request) -> ApiRequest | None:
+        res = request.resource
+        if res is None or not res.plural:
+            return None  # discovery (/api, /apis/G/V): allowed to everyone by system:discovery
+        verb = {"POST": "create", "PATCH": "patch", "PUT": "update", "GET": "get"}.get(
+            request.method.value, "delete"
+        )
+        if request.action == enums.action.WATCH:
+            verb = "watch"
+        elif request.name is None:
+            verb = {"get": "list", "delete": "deletecollection"}.get(verb, verb)
+        record = ApiRequest(
+            verb, res.group or "", res.plural, request.subresource, request.namespace,
+            request.name, self._header(request, "user-agent"),
+        )  # fmt: skip
+        self.api_requests.append(record)
+        return record
+
+    async def _render_error(self, exc: Exception) -> aiohttp.web.StreamResponse:
+        # kmock 0.8 says 'Object Not Found'/'Object Already Exists'; client-go matches the reason.
+        if isinstance(exc, kmock.KubernetesNotFoundError):
+            exc = _error(404, "NotFound", exc.message)
+        elif isinstance(exc, kmock.KubernetesError) and exc.status == 409 and exc.details is None:
+            exc = _error(409, "AlreadyExists", exc.message or "already exists")
+        return await super()._render_error(exc)
+
+    # ---- state changes, under self._lock -------------------------------------------------------
+
+    async def _change(self, request: rendering.Request) -> Obj | None:
+        """Apply a create/patch/replace/delete to the store; return the object to answer with."""
+        res, method, sub = request.resource, request.method, request.subresource
+        assert res is not None
+        info = self._info(res)
+        key: Key = (res, request.namespace if info.namespaced else None, request.name or "")
+        if method == enums.method.POST and request.name is None:
+            return await self._create(res, request.namespace, self._body(request))
+        if request.name is None or sub not in (None, "status") or method == enums.method.GET:
+            return None
+        old = self._live(key)
+        if method == enums.method.DELETE:
+            if old is None:
+                raise self._not_found(key)
+            options = request.data if isinstance(request.data, dict) else {}
+            policy = request.params.get("propagationPolicy") or options.get("propagationPolicy")
+            orphan = policy == "Orphan"
+            return await self._delete(key, orphan=orphan)
+        body = self._body(request)
+        ctype = self._header(request, "content-type")
+        if old is None and "apply-patch" in ctype:  # server-side apply creates
+            return await self._create(res, request.namespace, body)
+        if old is None:
+            raise self._not_found(key)
+        if method == enums.method.PUT:
+            new = copy.deepcopy(body)
+        elif isinstance(body, list):
+            new = jsonpatch.apply_patch(old, body)
+        else:  # merge, strategic merge (approximated: lists replaced) and apply patches
+            new = _merge(old, body)
+        return await self._update(key, old, new, status_only=sub == "status")
+
+    async def _create(self, res: references.resource, ns: str | None, body: Any) -> Obj:
+        info = self._info(res)
+        obj: Obj = copy.deepcopy(body) if isinstance(body, dict) else {}
+        md = obj.setdefault("metadata", {})
+        if info.namespaced:  # the URL's namespace wins, as in the real API server
+            md["namespace"] = ns or md.get("namespace") or "default"
+        else:
+            md.pop("namespace", None)
+        if not md.get("name") and md.get("generateName"):
+            md["name"] = md["generateName"] + uuid.uuid4().hex[:5]
+        if not md.get("name"):
+            raise _error(422, "Invalid", "metadata.name: Required value: name or generateName")
+        key: Key = (res, md.get("namespace"), md["name"])
+        if self._live(key) is not None:
+            raise _error(409, "AlreadyExists", f'{self._what(res)} "{md["name"]}" already exists')
+        obj.setdefault("apiVersion", f"{res.group}/{res.version}".lstrip("/"))
+        obj.setdefault("kind", info.kind or res.plural)
+        if "status" in info.subresources:
+            obj.pop("status", None)  # status is written through /status only
+        md.pop("deletionTimestamp", None)
+        md.update(uid=str(uuid.uuid4()), creationTimestamp=_now(), generation=1)
+        if res == "v1/namespaces":
+            obj["status"] = {"phase": "Active"}
+        elif res == "apiextensions.k8s.io/v1/customresourcedefinitions":
+            self._register_crd(obj)
+        return await self._store(key, obj, "ADDED")
+
+    async def _update(self, key: Key, old: Obj, new: Obj, *, status_only: bool) -> Obj:
+        info = self._info(key[0])
+        if status_only:  # /status changes only .status
+            new = {**old, "status": new.get("status")}
+        elif "status" in info.subresources:  # the main resource never changes .status
+            new["status"] = old.get("status")
+        new = {k: v for k, v in new.items() if v is not None}
+        md, old_md = new.setdefault("metadata", {}), old["metadata"]
+        if md.get("resourceVersion") not in (None, old_md["resourceVersion"]):
+            raise _error(409, "Conflict", f"the object has been modified: {key[2]}", name=key[2])
+        for field in ("uid", "creationTimestamp", "name", "namespace", "generation"):
+            if field in old_md:
+                md[field] = old_md[field]  # immutable or server-owned
+        if "deletionTimestamp" in old_md:
+            md["deletionTimestamp"] = old_md["deletionTimestamp"]
+        if _spec(old) != _spec(new):
+            md["generation"] = int(old_md.get("generation", 1)) + 1
+        if new == old:
+            return old  # a no-op write bumps nothing and emits no event, as in the real server
+        if key[0] == "apiextensions.k8s.io/v1/customresourcedefinitions":
+            self._register_crd(new)
+        if md.get("deletionTimestamp") and not md.get("finalizers"):
+            return await self._delete(key, new)  # the last finalizer is gone
+        return await self._store(key, new, "MODIFIED")
+
+    async def _delete(self, key: Key, obj: Obj | None = None, *, orphan: bool = False) -> Obj:
+        obj = copy.deepcopy(obj or self._live(key) or {})
+        md = obj["metadata"]
+        if md.get("finalizers"):  # finalizers hold the object, marked for deletion
+            if md.get("deletionTimestamp"):
+                return obj
+            md["deletionTimestamp"] = _now()
+            return await self._store(key, obj, "MODIFIED")
+        obj = await self._store(key, obj, "DELETED")
+        self._objects[key].delete()
+        if not orphan:
+            await self._collect(key, md["uid"])
+        return obj
+
+    async def _collect(self, owner: Key, uid: str) -> None:
+        """Background garbage collection: delete dependents whose last live owner is gone."""
+        live = {o.raw["metadata"].get("uid") for o in self._objects.values() if not o.deleted}
+        for key, o in list(self._objects.items()):
+            if o.deleted:
+                continue
+            if owner[0] == "v1/namespaces" and key[1] == owner[2]:
+                await self._delete(key)  # a deleted namespace takes its contents along
+                continue
+            refs = o.raw["metadata"].get("ownerReferences") or []
+            if not any(r.get("uid") == uid for r in refs):
+                continue
+            if owner[1] is not None and key[1] != owner[1]:
+                continue  # invalid in k8s: cluster-scoped or cross-namespace dependents
+            if not any(r.get("uid") in live for r in refs if r.get("uid") != uid):
+                await self._delete(key)
+
+    async def _store(self, key: Key, obj: Obj, event: str) -> Obj:
+        self._rv += 1
+        obj["metadata"]["resourceVersion"] = str(self._rv)
+        if key in self._objects:
+            self._objects[key].history.append(obj)  # re-creation after deletion keeps history
+        else:
+            self._objects[key] = obj
+        self._log.append((self._rv, key[0], {"type": event, "object": obj}))
+        await self._buses[key[0]].put({"type": event, "object": obj})
+        return obj
+
+    def _register_crd(self, crd: Obj) -> None:
+        """Make a CRD's resource discoverable and mark it Established, as the apiserver does."""
+        spec = crd.get("spec", {})
+        names = spec.get("names", {})
+        for v in spec.get("versions", []):
+            if v.get("served", True):
+                self.resources[f"{spec['group']}/{v['name']}/{names['plural']}"] = (
+                    kmock.ResourceInfo(
+                        kind=names["kind"], singular=names.get("singular"),
+                        namespaced=spec.get("scope") == "Namespaced",
+                        shortnames=names.get("shortNames", []),
+                        categories=names.get("categories", []),
+                        subresources=v.get("subresources", {}), verbs=VERBS,
+                    )
+                )  # fmt: skip
+        conditions = [{"type": t, "status": "True"} for t in ("NamesAccepted", "Established")]
+        crd["status"] = {"acceptedNames": names, "conditions": conditions}
+
+    # ---- reads ---------------------------------------------------------------------------------
+
+    async def _serve_version(self, request: rendering.Request) -> rendering.Payload:
+        result = await super()._serve_version(request)
+        assert isinstance(result, dict)
+        result["groupVersion"] = result["groupVersion"].lstrip("/")  # kmock: "/v1" for the core
+        for r in result["resources"]:
+            if "/" in r["name"]:  # else kubectl warns "short name could also match" on subresources
+                r.update(shortNames=[], categories=[], verbs=["get", "patch", "update"])
+        return result
+
+    async def _serve_outcome(self, request: rendering.Request) -> Obj:
+        if request not in self._outcomes:
+            raise _error(405, "MethodNotAllowed", f"{request.method.value} is not supported here")
+        return self._outcomes[request]
+
+    async def _serve_fetch(self, request: rendering.Request) -> Obj:
+        assert request.resource is not None
+        ns = request.namespace if self._info(request.resource).namespaced else None
+        key: Key = (request.resource, ns, request.name or "")
+        if (obj := self._live(key)) is None:
+            raise self._not_found(key)
+        return obj
+
+    async def _serve_list(self, request: rendering.Request) -> Obj:
+        assert request.resource is not None
+        res, info = request.resource, self._info(request.resource)
+        async with self._lock:
+            items = [o for o in self._select(request)]
+        return {
+            "apiVersion": f"{res.group}/{res.version}".lstrip("/"),
+            "kind": f"{info.kind or 'List'}List",
+            "metadata": {"resourceVersion": str(self._rv)},
+            "items": items,
+        }
+
+    async def _serve_watch(self, request: rendering.Request) -> AsyncIterator[Any]:
+        # Replay events newer than ?resourceVersion (kmock replays everything, so kopf ran create
+        # handlers twice); subscribe under the lock so no event falls between replay and live.
+        assert request.resource is not None
+        yield b""  # kmock sends the headers on the first chunk
+        since, params = request.params.get("resourceVersion", ""), request.params
+        bus = self._buses[request.resource]
+        async with self._lock:
+            if since.isdigit() and int(since) > 0 and params.get("sendInitialEvents") != "true":
+                backlog = [e for rv, r, e in self._log if r == request.resource and rv > int(since)]
+            else:
+                backlog = [{"type": "ADDED", "object": o} for o in self._select(request)]
+            if params.get("sendInitialEvents") == "true":  # kubectl >= 1.35 WatchList waits for it
+                backlog.append(self._bookmark(request.resource))
+            mark = await bus.mark()
+        try:
+            for event in backlog:
+                if event["type"] == "BOOKMARK" or self._matches(request, event["object"]):
+                    yield event
+            timeout = float(params.get("timeoutSeconds", 0)) or None
+            loop = asyncio.get_running_loop()
+            deadline = None if timeout is None else loop.time() + timeout
+            stream = bus.stream(since=mark)
+            while True:
+                left = None if deadline is None else deadline - loop.time()
+                try:
+                    event = await asyncio.wait_for(anext(stream), left)
+                except TimeoutError:
+                    return  # ?timeoutSeconds elapsed: the client re-lists or re-watches
+                if self._matches(request, event["object"]):
+                    yield event
+        finally:
+            await bus.unmark(mark)
+
+    def _bookmark(self, res: references.resource) -> Obj:
+        annotations = {"k8s.io/initial-events-end": "true"}
+        md = {"resourceVersion": str(self._rv), "annotations": annotations}
+        kind = self._info(res).kind
+        api_version = f"{res.group}/{res.version}".lstrip("/")
+        return {
+            "type": "BOOKMARK",
+            "object": {"kind": kind, "apiVersion": api_version, "metadata": md},
+        }
+
+    def _select(self, request: rendering.Request) -> list[Obj]:
+        """Live objects of the request's resource that match its namespace and selectors."""
+        found = [
+            o.raw
+            for (res, _, _), o in self._objects.items()
+            if res == request.resource and not o.deleted and self._matches(request, o.raw)
+        ]
+        return sorted(
+            found, key=lambda o: (o["metadata"].get("namespace", ""), o["metadata"]["name"])
+        )
+
+    def _matches(self, request: rendering.Request, obj: Obj) -> bool:
+        md = obj.get("metadata", {})
+        if request.namespace is not None and md.get("namespace") != request.namespace:
+            return False
+        if request.name is not None and md.get("name") != request.name:
+            return False
+        labels, fields = request.params.get("labelSelector"), request.params.get("fieldSelector")
+        if labels and not match_selector(labels, md.get("labels") or {}):
+            return False
+        return not fields or match_selector(fields, _fields(obj, fields))
+
+    # ---- small helpers -------------------------------------------------------------------------
+
+    def _info(self, res: references.resource) -> references.ResourceInfo:
+        if res not in self.resources:
+            raise _error(404, "NotFound", f"the server could not find the resource {res.plural}")
+        return self.resources[res]
+
+    def _live(self, key: Key) -> Obj | None:
+        obj = self._objects[key] if key in self._objects else None  # noqa: SIM401 (no .get)
+        return None if obj is None or obj.deleted else copy.deepcopy(obj.raw)
+
+    def _what(self, res: references.resource) -> str:
+        return f"{res.plural}.{res.group}" if res.group else str(res.plural)
+
+    def _not_found(self, key: Key) -> kmock.KubernetesError:
+        return _error(404, "NotFound", f'{self._what(key[0])} "{key[2]}" not found', name=key[2])
+
+    @staticmethod
+    def _header(request: rendering.Request, name: str) -> str:
+        return next((v for k, v in request.headers.items() if k.lower() == name), "")
+
+    @classmethod
+    def _body(cls, request: rendering.Request) -> Any:
+        if "protobuf" in cls._header(request, "content-type"):  # kubectl's generators send it
+            raise _error(
+                415, "UnsupportedMediaType",
+                "the emulator speaks JSON only: use `kubectl apply/create -f` (not generators)",
+            )  # fmt: skip
+        if request.data is None and request.text:  # apply-patch+yaml is YAML, not JSON
+            return yaml.safe_load(request.text)
+        return request.data
