@@ -26,10 +26,14 @@ FsxLookup = Callable[[str], fsx.FsxNames]
 class Transition:
     """What one reconcile changed, for events and metrics."""
 
+    namespace: str
+    name: str
     old_phase: str | None
     new_phase: str
     reason: str
     message: str
+    #: "hit" or "miss" when this pass decided the cache outcome for the first time.
+    cache_outcome: str | None = None
 
 
 def now_iso() -> str:
@@ -188,7 +192,11 @@ def _report(
     reason = _reason(decision)
     kind = "Warning" if decision.phase is lifecycle.Phase.FAILED else "Normal"
     emit(body, kind, reason, decision.message)
-    return Transition(old_phase, new["phase"], reason, decision.message)
+    outcome = (new.get("cache") or {}).get("outcome")
+    first = outcome if outcome != (previous.get("cache") or {}).get("outcome") else None
+    return Transition(
+        meta["namespace"], owner_name, old_phase, new["phase"], reason, decision.message, first
+    )
 
 
 def _job_name(owner: str, stage: str, present: bool, actions: tuple[Action, ...]) -> str | None:

@@ -1,0 +1,117 @@
+"""Prometheus metrics of the operator (prometheus-client), served on TRAINIUM_METRICS_PORT.
+
+Names follow Prometheus conventions: `trainium_operator_` prefix, base units, `_total` counters.
+Stage durations are measured from the transitions this process saw.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+from prometheus_client import Counter, Gauge, Histogram
+from prometheus_client import start_http_server as _serve
+
+if TYPE_CHECKING:
+    from trainium_operator.reconcile import Transition
+
+PHASES = ("Pending", "Precompiling", "Training", "Succeeded", "Failed")
+_STAGE_BUCKETS = (30, 60, 120, 300, 600, 1200, 1800, 3600, 7200, 14400, 43200, 86400, 259200)
+
+
+JOBS = Gauge("trainium_operator_jobs", "TrainiumJobs by phase", ["phase"])
+TRANSITIONS = Counter(
+    "trainium_operator_phase_transitions_total",
+    "Phase transitions of TrainiumJobs",
+    ["from_phase", "to_phase"],
+)
+FAILURES = Counter(
+    "trainium_operator_job_failures_total", "TrainiumJobs that failed, by reason", ["reason"]
+)
+ERRORS = Counter(
+    "trainium_operator_reconcile_errors_total", "Reconcile passes that hit an API error", ["kind"]
+)
+RECONCILE_SECONDS = Histogram(
+    "trainium_operator_reconcile_duration_seconds", "Time of one reconcile pass"
+)
+STAGE_SECONDS = {
+    "Precompiling": Histogram(
+        "trainium_operator_precompile_duration_seconds",
+        "Time from entering Precompiling to leaving it",
+        buckets=_STAGE_BUCKETS,
+    ),
+    "Training": Histogram(
+        "trainium_operator_training_duration_seconds",
+        "Time from entering Training to leaving it",
+        buckets=_STAGE_BUCKETS,
+    ),
+}
+CACHE_LOOKUPS = Counter(
+    "trainium_operator_cache_lookups_total",
+    "Compile-cache lookups, by result (hit or miss)",
+    ["result"],
+)
+_lock = threading.Lock()
+_phases: dict[tuple[str, str], str] = {}
+_entered: dict[tuple[str, str], float] = {}
+
+
+def start_from_env() -> int | None:
+    """Serve /metrics when TRAINIUM_METRICS_PORT is set (the chart sets it); returns the port."""
+    port = os.environ.get("TRAINIUM_METRICS_PORT")
+    if not port:
+        return None
+    _serve(int(port), addr=os.environ.get("TRAINIUM_METRICS_ADDR", "0.0.0.0"))
+    for phase in PHASES:
+        JOBS.labels(phase=phase).set(0)
+    return int(port)
+
+
+@contextmanager
+def reconcile_timer() -> Iterator[None]:
+    """Observe how long one reconcile pass takes."""
+    with RECONCILE_SECONDS.time():
+        yield
+
+
+def count_error(kind: str) -> None:
+    """Count an API error seen while reconciling."""
+    ERRORS.labels(kind=kind).inc()
+
+
+def count_transition(t: Transition) -> None:
+    """Update every metric a phase transition moves."""
+    key = (t.namespace, t.name)
+    now = time.monotonic()
+    with _lock:
+        _phases[key] = t.new_phase
+        started = _entered.get(key)
+        _entered[key] = now
+        _set_job_gauge()
+    TRANSITIONS.labels(from_phase=t.old_phase or "", to_phase=t.new_phase).inc()
+    if t.new_phase == "Failed":
+        FAILURES.labels(reason=t.reason).inc()
+    if started is not None and t.old_phase in STAGE_SECONDS:
+        STAGE_SECONDS[t.old_phase].observe(now - started)
+    if t.cache_outcome:
+        CACHE_LOOKUPS.labels(result=t.cache_outcome).inc()
+
+
+def forget(namespace: str, name: str) -> None:
+    """A deleted job leaves the phase gauge."""
+    with _lock:
+        _phases.pop((namespace, name), None)
+        _entered.pop((namespace, name), None)
+        _set_job_gauge()
+
+
+def _set_job_gauge() -> None:
+    counts = dict.fromkeys(PHASES, 0)
+    for phase in _phases.values():
+        counts[phase] = counts.get(phase, 0) + 1
+    for phase, n in counts.items():
+        JOBS.labels(phase=phase).set(n)
