@@ -62,8 +62,13 @@ def cache_dir(spec: TrainiumJobSpec, ctx: StageContext, replica: str) -> str:
 
 
 def output_dir(spec: TrainiumJobSpec, ctx: StageContext) -> str:
-    """Per-job output directory on the shared volume, so a restarted gang resumes from it."""
-    return posixpath.join(ctx.mount_root, "output", ctx.job_name)
+    """Per-job output directory on the shared volume, so a restarted gang resumes from it.
+
+    The precompile stage gets a subfolder: its graph-extraction run must not mix its metrics
+    with training's, nor look like a checkpoint to `--resume auto`.
+    """
+    base = posixpath.join(ctx.mount_root, "output", ctx.job_name)
+    return posixpath.join(base, "precompile") if ctx.stage == PRECOMPILE else base
 
 
 def torchrun_argv(spec: TrainiumJobSpec, ctx: StageContext) -> list[str]:

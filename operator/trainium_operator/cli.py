@@ -60,7 +60,7 @@ def checked(doc: Json) -> tuple[TrainiumJobSpec, Owner]:
         raise UsageError(problems + [f"{name or '<unnamed>'}: {p}" for p in exc.problems]) from None
     if problems:
         raise UsageError(problems)
-    return spec, Owner(name, meta.get("namespace") or "default", meta.get("uid", ""))
+    return spec, Owner(str(name), meta.get("namespace") or "default", meta.get("uid", ""))
 
 
 def render_manifests(doc: Json) -> Iterator[Json]:
@@ -85,7 +85,9 @@ def _strip_unknown_owner(obj: Json) -> Json:
 
 def cmd_render(args: argparse.Namespace) -> int:
     """Print the manifests of every job in the file as one stream."""
-    out = [_strip_unknown_owner(m) for doc in load_jobs(args.filename) for m in render_manifests(doc)]
+    out = [
+        _strip_unknown_owner(m) for doc in load_jobs(args.filename) for m in render_manifests(doc)
+    ]
     if args.output == "json":
         print(json.dumps({"apiVersion": "v1", "kind": "List", "items": out}, indent=2))
     else:
