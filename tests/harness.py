@@ -17,6 +17,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -47,7 +48,9 @@ _VOLCANO = {
 def make_emulator() -> K8sEmulator:
     """An emulator with K3s's builtin resources plus Volcano's jobs, queues and podgroups."""
     k8s = K8sEmulator()
-    k8s.resources.load_bundled()
+    with warnings.catch_warnings():  # kmock 0.8 uses importlib.resources.read_binary
+        warnings.simplefilter("ignore", DeprecationWarning)
+        k8s.resources.load_bundled()
     for path, (kind, namespaced, shortnames) in _VOLCANO.items():
         k8s.resources[path] = kmock.ResourceInfo(
             kind=kind, singular=kind.lower(), namespaced=namespaced, shortnames=shortnames,
