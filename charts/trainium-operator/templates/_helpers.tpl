@@ -1,0 +1,62 @@
+{{/* Names and labels shared by every template. */}}
+
+{{- define "trainium-operator.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* release-chart, or just the release when it already contains the chart name. */}}
+{{- define "trainium-operator.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "trainium-operator.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Labels that say which release owns an object; also added to the CRD (see make crds). */}}
+{{- define "trainium-operator.releaseLabels" -}}
+helm.sh/chart: {{ include "trainium-operator.chart" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{- define "trainium-operator.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "trainium-operator.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "trainium-operator.labels" -}}
+helm.sh/chart: {{ include "trainium-operator.chart" . }}
+{{ include "trainium-operator.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{- define "trainium-operator.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "trainium-operator.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "trainium-operator.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+
+{{/* The ServiceAccount as an RBAC subject. */}}
+{{- define "trainium-operator.subject" -}}
+- kind: ServiceAccount
+  name: {{ include "trainium-operator.serviceAccountName" . }}
+  namespace: {{ .Release.Namespace }}
+{{- end }}
