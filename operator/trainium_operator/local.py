@@ -274,7 +274,7 @@ def run(doc: Json, runs_dir: Path, quiet: bool = False) -> bool:
     job = LocalRun(name=name, spec=parse(doc), root=(runs_dir / name).resolve())
     job.root.mkdir(parents=True, exist_ok=True)
     rotate_outputs(job)
-    runner = get_runner("trainium-local")
+    runner = get_runner()
     seen = 0
     try:
         while True:
