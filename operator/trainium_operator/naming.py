@@ -8,6 +8,7 @@ different long names never collide and nothing is rejected with a 422.
 from __future__ import annotations
 
 import hashlib
+import re
 
 DNS_LABEL_MAX = 63
 ROLE = "node"
@@ -15,6 +16,8 @@ ROLE = "node"
 _POD_SUFFIX_MAX = len(f"-{ROLE}-999-0")
 STAGE_SUFFIX = {"precompile": "compile", "train": "train"}
 _HASH_LEN = 8
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_NOT_LABEL = re.compile(r"[^a-z0-9-]+")
 
 
 def short_hash(text: str, length: int = _HASH_LEN) -> str:
@@ -23,14 +26,18 @@ def short_hash(text: str, length: int = _HASH_LEN) -> str:
 
 
 def fit(base: str, suffix: str, limit: int) -> str:
-    """`base-suffix` within limit characters, shortening base with a hash when needed."""
+    """`base-suffix` as a DNS label within limit characters; a hash marks a shortened base.
+
+    Object names are DNS subdomains and may hold dots, which a pod hostname may not: a base
+    that is too long or has dots is cut, its dots become dashes and the hash keeps it unique.
+    """
     name = f"{base}-{suffix}" if suffix else base
-    if len(name) <= limit:
+    if len(name) <= limit and _DNS_LABEL.fullmatch(name):
         return name
     tag = short_hash(base)
     keep = limit - len(suffix) - len(tag) - (2 if suffix else 1)
-    head = base[:keep].rstrip("-.")
-    return f"{head}-{tag}-{suffix}" if suffix else f"{head}-{tag}"
+    head = _NOT_LABEL.sub("-", base[:keep].lower()).strip("-")
+    return "-".join(part for part in (head, tag, suffix) if part)
 
 
 def vcjob_name(job: str, stage: str) -> str:
