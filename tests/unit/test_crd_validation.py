@@ -1,0 +1,294 @@
+"""What `kubectl apply` would reject, checked offline with the real CRD file (schema + CEL)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from support import CRD_FILE, job, job_without
+
+from trainium_operator import crd
+
+Json = dict[str, Any]
+
+#: (id, TrainiumJob, substring one of the errors must contain; it names the field).
+BAD: list[tuple[str, Json, str]] = [
+    ("missing-image", job_without("image"), "spec: 'image' is a required property"),
+    ("missing-instance-type", job_without("instanceType"), "'instanceType' is a required property"),
+    ("missing-storage", job_without("storage"), "'storage' is a required property"),
+    (
+        "unknown-instance-type",
+        job(instanceType="p4d.24xlarge"),
+        "spec.instanceType: 'p4d.24xlarge'",
+    ),
+    ("nodes-0", job(nodes=0), "spec.nodes: 0 is less than the minimum of 1"),
+    ("nodes-129", job(nodes=129), "spec.nodes: 129 is greater than the maximum of 128"),
+    ("nodes-string", job(nodes="2"), "spec.nodes: '2' is not of type 'integer'"),
+    ("nproc-33-trn1.32xlarge", job(nprocPerNode=33), "spec.nprocPerNode may not exceed"),
+    (
+        "nproc-3-trn1.2xlarge",
+        job(instanceType="trn1.2xlarge", nprocPerNode=3),
+        "spec.nprocPerNode may not exceed the NeuronCores of spec.instanceType",
+    ),
+    ("nproc-65", job(instanceType="trn2.48xlarge", nprocPerNode=65), "spec.nprocPerNode: 65"),
+    ("module-and-script", job(module="m", script="s.py"), "spec.module and spec.script"),
+    ("bad-module-name", job(module="my-module"), "spec.module: 'my-module' does not match"),
+    ("script-with-space", job(script="train me.py"), "spec.script: 'train me.py' does not match"),
+    ("args-not-strings", job(args=["--steps", 5]), "spec.args[1]: 5 is not of type 'string'"),
+    ("env-without-name", job(env=[{"value": "1"}]), "spec.env[0]: 'name' is a required property"),
+    ("env-bad-name", job(env=[{"name": "1BAD"}]), "spec.env[0].name: '1BAD' does not match"),
+    (
+        "env-neuron-cc-flags",
+        job(env=[{"name": "NEURON_CC_FLAGS", "value": "-O1"}]),
+        "spec.env may not set NEURON_CC_FLAGS",
+    ),
+    ("precision-fp16", job(precision="fp16"), "spec.precision: 'fp16' is not one of"),
+    (
+        "compiler-flags-cache-dir",
+        job(compilerFlags=["--model-type=transformer", "--cache_dir=/tmp/x"]),
+        "spec.compilerFlags may not contain --cache_dir",
+    ),
+    (
+        "compiler-flag-with-space",
+        job(compilerFlags=["--model-type transformer"]),
+        "spec.compilerFlags[0]: '--model-type transformer' does not match",
+    ),
+    (
+        "storage-claim-and-fsx",
+        job(storage={"claimName": "c", "fsx": {"fileSystemId": "fs-0123456789abcdef0"}}),
+        "spec.storage needs exactly one of claimName",
+    ),
+    ("storage-neither", job(storage={"mountPath": "/data"}), "spec.storage needs exactly one of"),
+    (
+        "bad-file-system-id",
+        job(storage={"fsx": {"fileSystemId": "fsx-12345"}}),
+        "spec.storage.fsx.fileSystemId: 'fsx-12345' does not match",
+    ),
+    (
+        "fsx-without-id",
+        job(storage={"fsx": {"dnsName": "x.example"}}),
+        "spec.storage.fsx: 'fileSystemId' is a required property",
+    ),
+    (
+        "claim-name-uppercase",
+        job(storage={"claimName": "FsxClaim"}),
+        "spec.storage.claimName: 'FsxClaim' does not match",
+    ),
+    (
+        "mount-path-relative",
+        job(storage={"claimName": "c", "mountPath": "data"}),
+        "spec.storage.mountPath: 'data' does not match",
+    ),
+    (
+        "mount-path-dotdot",
+        job(storage={"claimName": "c", "mountPath": "/data/../etc"}),
+        "spec.storage.mountPath may not contain '..'",
+    ),
+    ("cache-name-slash", job(cache={"name": "a/b"}), "spec.cache.name: 'a/b' does not match"),
+    (
+        "cache-path-dotdot",
+        job(cache={"path": "cache/../x"}),
+        "spec.cache.path may not contain '..'",
+    ),
+    ("cache-path-absolute", job(cache={"path": "/abs"}), "spec.cache.path: '/abs' does not match"),
+    (
+        "precompile-policy-sometimes",
+        job(precompile={"policy": "Sometimes"}),
+        "spec.precompile.policy: 'Sometimes' is not one of",
+    ),
+    ("precompile-steps-0", job(precompile={"steps": 0}), "spec.precompile.steps: 0 is less than"),
+    (
+        "precompile-steps-arg-bad",
+        job(precompile={"stepsArg": "steps"}),
+        "spec.precompile.stepsArg: 'steps' does not match",
+    ),
+    (
+        "queue-uppercase",
+        job(scheduling={"queue": "Test"}),
+        "spec.scheduling.queue: 'Test' does not match",
+    ),
+    (
+        "neuron-resource-gpu",
+        job(scheduling={"neuronResourceName": "aws.amazon.com/gpu"}),
+        "spec.scheduling.neuronResourceName: 'aws.amazon.com/gpu' is not one of",
+    ),
+    (
+        "toleration-operator-maybe",
+        job(scheduling={"tolerations": [{"key": "k", "operator": "Maybe"}]}),
+        "spec.scheduling.tolerations[0].operator: 'Maybe' is not one of",
+    ),
+    (
+        "node-selector-not-string",
+        job(scheduling={"nodeSelector": {"zone": 1}}),
+        "spec.scheduling.nodeSelector.zone: 1 is not of type 'string'",
+    ),
+    (
+        "cpu-lots",
+        job(resources={"requests": {"cpu": "lots"}}),
+        "spec.resources.requests.cpu: 'lots' does not match",
+    ),
+    (
+        "resources-gpu-unknown",
+        job(resources={"limits": {"nvidia.com/gpu": "1"}}),
+        "spec.resources.limits: Additional properties are not allowed ('nvidia.com/gpu'",
+    ),
+    (
+        "max-retries-negative",
+        job(runPolicy={"maxRetries": -1}),
+        "spec.runPolicy.maxRetries: -1 is less than the minimum of 0",
+    ),
+    (
+        "unknown-spec-field",
+        job(gpus=4),
+        "spec: Additional properties are not allowed ('gpus' was unexpected)",
+    ),
+    (
+        "unknown-nested-field",
+        job(storage={"claimName": "c", "readOnly": True}),
+        "spec.storage: Additional properties are not allowed ('readOnly' was unexpected)",
+    ),
+]
+
+
+def test_the_table_is_big_enough() -> None:
+    assert len(BAD) >= 30
+    assert len({case_id for case_id, _, _ in BAD}) == len(BAD)
+
+
+def test_the_crd_under_test_is_the_repository_file() -> None:
+    assert crd.crd_path().resolve() == CRD_FILE.resolve()
+
+
+def test_minimal_job_is_valid() -> None:
+    _, errors = crd.validate(job())
+    assert errors == []
+
+
+@pytest.mark.parametrize(
+    ("obj", "expected"), [(o, e) for _, o, e in BAD], ids=[i for i, _, _ in BAD]
+)
+def test_bad_job_is_rejected_naming_the_field(obj: Json, expected: str) -> None:
+    _, errors = crd.validate(obj)
+    assert errors, "accepted, but the API server would reject it"
+    assert any(expected in e for e in errors), errors
+
+
+def test_schema_errors_are_all_reported_at_once() -> None:
+    _, errors = crd.validate(job(nodes=0, precision="fp16", gpus=1))
+    joined = "\n".join(errors)
+    for field in ("spec.nodes", "spec.precision", "'gpus' was unexpected"):
+        assert field in joined
+
+
+def test_minimal_job_gets_the_crd_defaults() -> None:
+    defaulted, errors = crd.validate(job())
+    assert errors == []
+    spec = defaulted["spec"]
+    assert spec["nodes"] == 1
+    assert spec["precision"] == "bf16"
+    assert spec["storage"]["mountPath"] == "/data"
+    assert spec["cache"] == {"path": "neuron_cache"}
+    assert spec["precompile"] == {"policy": "IfNotCached", "steps": 10, "stepsArg": "--max-steps"}
+    assert spec["scheduling"]["queue"] == "default"
+    assert spec["scheduling"]["neuronResourceName"] == "aws.amazon.com/neuron"
+    assert spec["runPolicy"]["maxRetries"] == 3
+    assert "nprocPerNode" not in spec  # derived from the instance type, never stored
+
+
+def test_defaults_do_not_override_given_values() -> None:
+    defaulted, errors = crd.validate(job(nodes=4, precompile={"policy": "Never"}))
+    assert errors == []
+    assert defaulted["spec"]["nodes"] == 4
+    assert defaulted["spec"]["precompile"] == {
+        "policy": "Never",
+        "steps": 10,
+        "stepsArg": "--max-steps",
+    }
+
+
+def test_validate_does_not_mutate_its_input() -> None:
+    doc = job()
+    crd.validate(doc)
+    assert doc == job()
+
+
+@pytest.mark.parametrize(
+    ("nproc", "instance"),
+    [(2, "trn1.2xlarge"), (32, "trn1.32xlarge"), (32, "trn1n.32xlarge"), (64, "trn2.48xlarge")],
+)
+def test_nproc_up_to_the_neuron_cores_is_valid(nproc: int, instance: str) -> None:
+    _, errors = crd.validate(job(instanceType=instance, nprocPerNode=nproc))
+    assert errors == []
+
+
+# --- transitions: graph-defining fields are immutable, runPolicy is not -----------------------
+
+OLD = job(args=["bert-pretrain"], runPolicy={"maxRetries": 3})
+
+#: (id, new object, substring of the expected error).
+IMMUTABLE: list[tuple[str, Json, str]] = [
+    (
+        "image",
+        job(image="registry.example/trainer:2", args=["bert-pretrain"]),
+        "spec.image is immutable",
+    ),
+    ("nodes", job(nodes=2, args=["bert-pretrain"]), "spec.nodes is immutable"),
+    (
+        "instance-type",
+        job(instanceType="trn1n.32xlarge", args=["bert-pretrain"]),
+        "spec.instanceType is immutable",
+    ),
+    ("args", job(args=["causal-lm"]), "spec.args is immutable"),
+    ("args-removed", job(), "spec.args"),
+    (
+        "storage",
+        job(storage={"claimName": "other-claim"}, args=["bert-pretrain"]),
+        "spec.storage is immutable",
+    ),
+    ("nproc-added", job(nprocPerNode=16, args=["bert-pretrain"]), "spec.nprocPerNode"),
+    ("precision", job(precision="fp32", args=["bert-pretrain"]), "spec.precision is immutable"),
+    ("module-added", job(module="my_trainer", args=["bert-pretrain"]), "spec.module"),
+    (
+        "compiler-flags-added",
+        job(compilerFlags=["-O1"], args=["bert-pretrain"]),
+        "spec.compilerFlags",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("new", "expected"), [(n, e) for _, n, e in IMMUTABLE], ids=[i for i, _, _ in IMMUTABLE]
+)
+def test_graph_defining_change_is_rejected(new: Json, expected: str) -> None:
+    _, errors = crd.validate(new, old=OLD)
+    assert any(expected in e for e in errors), errors
+
+
+@pytest.mark.parametrize(
+    "new",
+    [
+        job(args=["bert-pretrain"], runPolicy={"maxRetries": 7}),
+        job(args=["bert-pretrain"], runPolicy={"maxRetries": 3, "suspend": True}),
+        job(args=["bert-pretrain"], scheduling={"queue": "other"}),
+        job(args=["bert-pretrain"], precompile={"policy": "Never"}),
+        job(args=["bert-pretrain"]),
+        job(args=["bert-pretrain"], nodes=1),  # explicit value equal to the default
+    ],
+    ids=[
+        "maxRetries",
+        "suspend",
+        "queue",
+        "precompile-policy",
+        "unchanged",
+        "default-made-explicit",
+    ],
+)
+def test_allowed_updates(new: Json) -> None:
+    _, errors = crd.validate(new, old=OLD)
+    assert errors == []
+
+
+def test_transition_rules_do_not_run_on_create() -> None:
+    # The same object that fails as an update from OLD is fine when created.
+    _, errors = crd.validate(job(nprocPerNode=16))
+    assert errors == []

@@ -1,0 +1,70 @@
+"""Every example manifest is a valid TrainiumJob; the AWS tutorial example says what it means."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from support import EXAMPLES, example_spec
+
+from trainium_operator import crd
+
+EXAMPLE_FILES = sorted(EXAMPLES.glob("*.yaml"))
+REQUIRED = {
+    "bert-large-pretrain.yaml",
+    "bert-claim.yaml",
+    "aws-bert-script.yaml",
+    "trn2-causal-lm.yaml",
+}
+
+
+def test_the_documented_examples_exist() -> None:
+    assert {p.name for p in EXAMPLE_FILES} >= REQUIRED
+
+
+@pytest.mark.parametrize("path", EXAMPLE_FILES, ids=lambda p: p.name)
+def test_example_validates_against_the_crd(path: Path) -> None:
+    docs = [d for d in yaml.safe_load_all(path.read_text(encoding="utf-8")) if d is not None]
+    assert docs, f"{path.name} holds no document"
+    for doc in docs:
+        assert doc["apiVersion"] == f"{crd.GROUP}/{crd.VERSION}"
+        assert doc["kind"] == crd.KIND
+        assert doc["metadata"]["name"]
+        _, errors = crd.validate(doc)
+        assert errors == [], f"{path.name}: {errors}"
+
+
+def test_tutorial_example_matches_the_aws_tutorial() -> None:
+    spec, _ = example_spec("bert-large-pretrain.yaml")
+    assert (spec.instanceType, spec.nodes, spec.procs_per_node) == ("trn1.32xlarge", 2, 32)
+    assert spec.storage.fsx is not None
+    assert spec.storage.fsx.dnsName and spec.storage.fsx.mountName
+    assert spec.cache.name == "bert-large"
+    assert spec.scheduling.queue == "test"
+    assert spec.args[0] == "bert-pretrain"
+    flags = dict(zip(spec.args[1::2], spec.args[2::2], strict=True))
+    assert flags["--data-dir"] == "/data/bert_pretrain_wikicorpus_tokenized_hdf5_seqlen128"
+    assert (flags["--batch-size"], flags["--grad-accum-steps"]) == ("16", "32")
+    assert flags["--model-config"] == "large"
+
+
+def test_aws_script_example_uses_the_scripts_own_flags() -> None:
+    spec, _ = example_spec("aws-bert-script.yaml")
+    assert spec.script == "dp_bert_large_hf_pretrain_hdf5.py"
+    assert spec.entry_module is None
+    assert spec.precompile.stepsArg == "--steps_this_run"
+    assert list(spec.args) == [
+        "--batch_size", "16", "--grad_accum_usteps", "32",
+        "--data_dir", "/data/bert_pretrain_wikicorpus_tokenized_hdf5_seqlen128",
+        "--output_dir", "/data/output",
+    ]  # fmt: skip
+
+
+def test_claim_example_tolerates_the_neuron_taint() -> None:
+    spec, _ = example_spec("bert-claim.yaml")
+    assert spec.storage.claimName == "fsx-claim"
+    assert (spec.instanceType, spec.nodes) == ("trn1.32xlarge", 1)
+    assert {"key": "aws.amazon.com/neuron", "operator": "Exists", "effect": "NoSchedule"} in (
+        spec.scheduling.tolerations
+    )

@@ -1,0 +1,121 @@
+"""Child names: DNS labels within 63 characters for every valid TrainiumJob name, deterministic."""
+
+from __future__ import annotations
+
+import random
+import re
+import string
+
+import pytest
+
+from trainium_operator import naming
+
+DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+MAX_NODES = 128
+STAGES = ("precompile", "train")
+
+
+def _subdomain(rng: random.Random, length: int) -> str:
+    """A random valid object name (DNS-1123 subdomain) of exactly length characters."""
+    labels, left = [], length
+    while left > 0:
+        size = min(left, rng.randint(1, 63))
+        if left - size == 1:  # a 1-char remainder cannot follow a dot
+            size = max(1, size - 1)
+        inner = "".join(
+            rng.choice(string.ascii_lowercase + string.digits + "-") for _ in range(size)
+        )
+        ends = string.ascii_lowercase + string.digits
+        label = rng.choice(ends) + inner[1:-1] + rng.choice(ends) if size > 1 else rng.choice(ends)
+        labels.append(label)
+        left -= size + 1
+    name = ".".join(labels)
+    assert len(name) == length, name
+    return name
+
+
+def _job_names() -> list[str]:
+    rng = random.Random(20240601)  # fixed seed: the same names on every run
+    fixed = ["a", "bert", "bert-large-pretrain", "my.job", "a.b.c", "1job", "x" * 253]
+    fixed += ["a" * n for n in (40, 41, 47, 48, 52, 53, 63, 64)]
+    return fixed + [_subdomain(rng, n) for n in (1, 2, 30, 52, 53, 63, 64, 100, 200, 252, 253)]
+
+
+JOB_NAMES = _job_names()
+
+
+def _is_label(name: str) -> bool:
+    return len(name) <= naming.DNS_LABEL_MAX and bool(DNS_LABEL.match(name))
+
+
+@pytest.mark.parametrize("job", JOB_NAMES)
+@pytest.mark.parametrize("stage", STAGES)
+def test_vcjob_and_every_pod_name_is_a_dns_label(job: str, stage: str) -> None:
+    vcjob = naming.vcjob_name(job, stage)
+    assert _is_label(vcjob), vcjob
+    for replica in range(MAX_NODES):
+        pod = naming.pod_name(vcjob, replica)
+        assert _is_label(pod), pod
+    assert naming.pod_name(vcjob, 127) == f"{vcjob}-node-127-0"
+
+
+@pytest.mark.parametrize("job", JOB_NAMES)
+def test_claim_and_volume_names_are_dns_labels(job: str) -> None:
+    assert _is_label(naming.claim_name(job))
+    assert _is_label(naming.volume_name("a-long-team-namespace-name", job))
+
+
+def test_short_names_are_kept_readable() -> None:
+    assert naming.vcjob_name("bert", "train") == "bert-train"
+    assert naming.vcjob_name("bert", "precompile") == "bert-compile"
+    assert naming.claim_name("bert") == "bert-fsx"
+    assert naming.task_name(3) == "node-3"
+
+
+@pytest.mark.parametrize("job", JOB_NAMES)
+def test_names_are_deterministic(job: str) -> None:
+    assert naming.vcjob_name(job, "train") == naming.vcjob_name(job, "train")
+    assert naming.claim_name(job) == naming.claim_name(job)
+
+
+def test_stages_never_share_a_name() -> None:
+    for job in JOB_NAMES:
+        assert naming.vcjob_name(job, "precompile") != naming.vcjob_name(job, "train")
+
+
+def test_long_names_with_a_common_prefix_do_not_collide() -> None:
+    prefix = "p" * 60
+    a, b = prefix + "-alpha", prefix + "-beta"
+    for stage in STAGES:
+        assert naming.vcjob_name(a, stage) != naming.vcjob_name(b, stage)
+    assert naming.claim_name(a) != naming.claim_name(b)
+    assert naming.volume_name("ns", a) != naming.volume_name("ns", b)
+
+
+def test_dotted_and_dashed_names_do_not_collide() -> None:
+    assert naming.vcjob_name("my.job", "train") != naming.vcjob_name("my-job", "train")
+
+
+def test_all_generated_names_are_distinct() -> None:
+    names = [naming.vcjob_name(j, "train") for j in JOB_NAMES]
+    assert len(set(names)) == len(set(JOB_NAMES))
+
+
+def test_volume_name_includes_the_namespace() -> None:
+    assert naming.volume_name("team-a", "bert") == "team-a-bert-fsx"
+    assert naming.volume_name("team-a", "bert") != naming.volume_name("team-b", "bert")
+    long_job = "j" * 80
+    assert naming.volume_name("team-a", long_job) != naming.volume_name("team-b", long_job)
+
+
+def test_rank0_host_is_pod_zero_under_the_job_service() -> None:
+    vcjob = naming.vcjob_name("bert", "train")
+    assert naming.rank0_host(vcjob) == "bert-train-node-0-0.bert-train"
+
+
+def test_cache_record_name_is_a_dns_label_and_depends_on_both_inputs() -> None:
+    key = "0123456789abcdef" * 2
+    name = naming.cache_record_name("bert-large", key)
+    assert _is_label(name)
+    assert name != naming.cache_record_name("bert-base", key)
+    assert name != naming.cache_record_name("bert-large", "f" * 32)
