@@ -42,3 +42,16 @@ TRAINER_ENV = (
     ENV_HF_HOME,
     ENV_HF_OFFLINE,
 )
+
+# Set by torchrun (torch.distributed.run) for every worker; the trainer reads them to join the
+# process group. Declared here so the contract test can pin every env name the trainer reads.
+ENV_RANK = "RANK"
+ENV_WORLD_SIZE = "WORLD_SIZE"
+ENV_LOCAL_RANK = "LOCAL_RANK"
+ENV_MASTER_ADDR = "MASTER_ADDR"
+ENV_MASTER_PORT = "MASTER_PORT"
+
+LAUNCHER_ENV = (ENV_RANK, ENV_WORLD_SIZE, ENV_LOCAL_RANK, ENV_MASTER_ADDR, ENV_MASTER_PORT)
+
+#: Every environment variable the trainer package reads (tests/trainer pins this).
+TRAINER_READS = TRAINER_ENV + LAUNCHER_ENV

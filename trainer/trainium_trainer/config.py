@@ -1,0 +1,120 @@
+"""Typed run configuration and the shared command line (no torch import: the operator reads it)."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from trainium_trainer import contract
+
+TASKS = ("bert-pretrain", "text-classification", "causal-lm")
+MODEL_SIZES = ("tiny", "mini", "small", "base", "large")
+PRECISIONS = ("bf16", "fp32")
+OPTIMIZERS = ("lamb", "adamw")
+DEFAULT_OUTPUT_DIR = "./output"
+
+
+class UsageError(Exception):
+    """A mistake the user can fix (bad flag, missing data): one line on stderr, exit code 2."""
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+    """Everything one training run needs; built once from argv and the environment."""
+
+    task: str
+    data_dir: Path | None
+    output_dir: Path
+    batch_size: int = 8
+    grad_accum_steps: int = 1
+    max_steps: int = 100
+    seq_len: int = 64
+    lr: float = 1e-3
+    model_config: str = "tiny"
+    checkpoint_every: int = 0
+    keep_checkpoints: int = 3
+    resume: str = "auto"
+    seed: int = 0
+    log_every: int = 10
+    precision: str = "bf16"
+    optimizer: str = "lamb"
+    warmup_steps: int = 0
+    max_grad_norm: float = 1.0
+    allow_download: bool = False
+    tokenizer: str | None = None
+    extract_graphs_only: bool = False
+
+    @property
+    def checkpoint_dir(self) -> Path:
+        """Checkpoints live beside metrics so one volume holds a job's whole state."""
+        return self.output_dir / "checkpoints"
+
+
+class _Parser(argparse.ArgumentParser):
+    """Argparse that raises UsageError instead of printing usage and exiting."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(message)
+
+
+def _positive(
+    kind: type[int] | type[float], allow_zero: bool = False
+) -> Callable[[str], int | float]:
+    """Argparse type that rejects negative (and, unless allowed, zero) values."""
+
+    def parse(text: str) -> int | float:
+        value = kind(text)
+        if value < 0 or (value == 0 and not allow_zero):
+            bound = ">= 0" if allow_zero else "> 0"
+            raise argparse.ArgumentTypeError(f"must be {bound}, got {text}")
+        return value
+
+    return parse
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The trainer's command line; the flag names are the contract with the operator."""
+    p = _Parser(prog="python -m trainium_trainer", description=__doc__)
+    p.add_argument("task", help=f"one of: {', '.join(TASKS)}")
+    p.add_argument("--data-dir", type=Path, help="HDF5 shards / text files for the task")
+    out_help = f"default ${contract.ENV_OUTPUT_DIR} or {DEFAULT_OUTPUT_DIR}"
+    p.add_argument("--output-dir", type=Path, help=out_help)
+    p.add_argument("--batch-size", type=_positive(int), default=8, help="per process")
+    p.add_argument("--grad-accum-steps", type=_positive(int), default=1)
+    p.add_argument(contract.MAX_STEPS_FLAG, dest="max_steps", type=_positive(int), default=100)
+    p.add_argument("--seq-len", type=_positive(int), default=64)
+    p.add_argument("--lr", type=_positive(float), default=1e-3)
+    p.add_argument("--model-config", default="tiny", help=f"{'|'.join(MODEL_SIZES)} or a JSON file")
+    p.add_argument("--checkpoint-every", type=_positive(int, True), default=0, help="0: end only")
+    p.add_argument("--keep-checkpoints", type=_positive(int), default=3)
+    p.add_argument("--resume", default="auto", help="auto | never | PATH to a checkpoint")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--log-every", type=_positive(int), default=10)
+    p.add_argument("--precision", choices=PRECISIONS, default="bf16")
+    p.add_argument("--optimizer", choices=OPTIMIZERS, default="lamb")
+    p.add_argument("--warmup-steps", type=_positive(int, True), default=0)
+    p.add_argument("--max-grad-norm", type=_positive(float, True), default=1.0, help="0: off")
+    p.add_argument("--allow-download", action="store_true", help="let transformers use the hub")
+    p.add_argument("--tokenizer", help="local tokenizer dir (text tasks); default: built-in vocab")
+    return p
+
+
+def parse_args(argv: Sequence[str] | None = None) -> RunConfig:
+    """Parse argv into a RunConfig; raises UsageError for anything the user got wrong."""
+    ns = build_parser().parse_args(argv)
+    if ns.task not in TASKS:
+        raise UsageError(f"unknown task {ns.task!r}; expected one of: {', '.join(TASKS)}")
+    output = ns.output_dir or Path(os.environ.get(contract.ENV_OUTPUT_DIR) or DEFAULT_OUTPUT_DIR)
+    fields = {f.name for f in dataclasses.fields(RunConfig)}
+    values = {k: v for k, v in vars(ns).items() if k in fields}
+    values["output_dir"] = output
+    values["extract_graphs_only"] = extract_graphs_only()
+    return RunConfig(**values)
+
+
+def extract_graphs_only() -> bool:
+    """True under neuron_parallel_compile: outputs are invalid, so nothing may be persisted."""
+    return os.environ.get(contract.ENV_EXTRACT_GRAPHS_ONLY, "") not in ("", "0", "false")

@@ -1,0 +1,188 @@
+"""The device layer: the only module that touches torch_xla; CPU with gloo when it is absent.
+
+Everything above this module calls a Runtime and never asks which backend it runs on, so the same
+step code runs on Trainium (PJRT/XLA) and on a laptop (CPU, DDP over gloo).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from trainium_trainer import contract
+
+Batch = dict[str, torch.Tensor]
+
+
+def xla_available() -> bool:
+    """True when torch_xla can be imported (a Neuron DLC, or the .venv-xla test venv)."""
+    return importlib.util.find_spec("torch_xla") is not None
+
+
+def _launched_world_size() -> int:
+    """World size torchrun announced, 1 when started as a plain process."""
+    return int(os.environ.get(contract.ENV_WORLD_SIZE, "1"))
+
+
+class Runtime:
+    """Plain torch on CPU: DDP over gloo under torchrun, a single process otherwise."""
+
+    kind = "cpu"
+
+    def __init__(self) -> None:
+        self.device = torch.device("cpu")
+        if _launched_world_size() > 1 and not dist.is_initialized():
+            dist.init_process_group("gloo")
+        self.distributed = dist.is_initialized()
+        self.rank = dist.get_rank() if self.distributed else 0
+        self.world_size = dist.get_world_size() if self.distributed else 1
+
+    @property
+    def is_main(self) -> bool:
+        """Rank 0 writes checkpoints, metrics and the summary."""
+        return self.rank == 0
+
+    def barrier(self) -> None:
+        """Wait for every rank (e.g. before rank 0 reads what all ranks must have finished)."""
+        if self.distributed:
+            dist.barrier()
+
+    def wrap_model(self, model: nn.Module) -> nn.Module:
+        """DDP on multi-process CPU: it all-reduces gradients during backward."""
+        if self.world_size == 1:
+            return model
+        return nn.parallel.DistributedDataParallel(model)
+
+    def no_sync(self, model: nn.Module, sync: bool) -> contextlib.AbstractContextManager[Any]:
+        """Skip DDP's all-reduce on accumulation micro-steps; the last micro-step syncs."""
+        if sync or not isinstance(model, nn.parallel.DistributedDataParallel):
+            return contextlib.nullcontext()
+        return model.no_sync()
+
+    def reduce_gradients(self, optimizer: torch.optim.Optimizer) -> None:
+        """All-reduce (average) gradients across ranks; DDP already did it on CPU."""
+
+    def step_closure(self, fn: Callable[..., None], args: tuple[Any, ...] = ()) -> None:
+        """Run fn after the step's values exist: at once on CPU."""
+        fn(*args)
+
+    def mark_step(self) -> None:
+        """End of one step's graph: nothing to cut on CPU."""
+
+    def loader(self, batches: Iterable[Batch]) -> Iterator[Batch]:
+        """Batches on this device (CPU tensors already are)."""
+        return iter(batches)
+
+    def reseed(self, seed: int) -> None:
+        """Seed the generators dropout uses, so a resumed run draws what an unbroken one would."""
+        torch.manual_seed(seed)
+
+    def rng_state(self) -> dict[str, Any]:
+        """Device RNG state beyond torch's CPU generator (none on CPU)."""
+        return {}
+
+    def set_rng_state(self, state: dict[str, Any]) -> None:
+        """Restore what rng_state returned."""
+
+    def to_cpu(self, obj: Any) -> Any:
+        """Tensors to host memory before torch.save (no-op on CPU)."""
+        return obj
+
+    def save(self, obj: Any, path: Path) -> None:
+        """Serialise obj to path (the caller makes it atomic)."""
+        torch.save(self.to_cpu(obj), path)
+
+    def close(self) -> None:
+        """Leave the process group so torchrun sees a clean exit."""
+        if self.distributed and dist.is_initialized():
+            dist.destroy_process_group()
+
+
+class XlaRuntime(Runtime):
+    """PyTorch/XLA over PJRT (Trainium NeuronCores, or PJRT_DEVICE=CPU in tests)."""
+
+    kind = "xla"
+
+    def __init__(self) -> None:
+        import torch_xla
+        import torch_xla.core.xla_model as xm
+        import torch_xla.runtime as xr
+
+        with contextlib.suppress(ImportError):  # registers Neuron's PJRT plugin on a DLC
+            import torch_neuronx  # noqa: F401
+        if _launched_world_size() > 1 and not dist.is_initialized():
+            import torch_xla.distributed.xla_backend  # registers the "xla" backend
+
+            dist.init_process_group("xla", init_method="xla://")
+        self._xla, self._xm = torch_xla, xm
+        self.device = torch_xla.device()
+        self.distributed = dist.is_initialized()
+        self.rank = xr.global_ordinal()
+        self.world_size = xr.world_size()
+
+    def barrier(self) -> None:
+        """XLA rendezvous across all replicas."""
+        if self.world_size > 1:
+            self._xm.rendezvous("trainium_trainer.barrier")
+
+    def wrap_model(self, model: nn.Module) -> nn.Module:
+        """No DDP wrapper on XLA: reduce_gradients all-reduces inside the step graph."""
+        return model
+
+    def reduce_gradients(self, optimizer: torch.optim.Optimizer) -> None:
+        """xm.optimizer_step's all-reduce, split out so clipping sees the averaged gradients."""
+        if self.world_size > 1:
+            self._xm.reduce_gradients(optimizer)
+
+    def step_closure(self, fn: Callable[..., None], args: tuple[Any, ...] = ()) -> None:
+        """Defer fn until the step graph ran, so reading tensors does not cut the graph."""
+        self._xm.add_step_closure(fn, args)
+
+    def mark_step(self) -> None:
+        """Cut and launch this step's graph (one graph per step kind)."""
+        self._xla.sync()
+
+    def loader(self, batches: Iterable[Batch]) -> Iterator[Batch]:
+        """Background host-to-device transfer overlapping the step."""
+        from torch_xla.distributed.parallel_loader import MpDeviceLoader
+
+        return iter(MpDeviceLoader(batches, self.device))
+
+    def reseed(self, seed: int) -> None:
+        """Seed both the CPU generator and the XLA device generator."""
+        torch.manual_seed(seed)
+        self._xm.set_rng_state(seed)
+
+    def rng_state(self) -> dict[str, Any]:
+        """The XLA generator's seed."""
+        return {"xla": self._xm.get_rng_state()}
+
+    def set_rng_state(self, state: dict[str, Any]) -> None:
+        """Restore the XLA generator's seed."""
+        if "xla" in state:
+            self._xm.set_rng_state(int(state["xla"]))
+
+    def to_cpu(self, obj: Any) -> Any:
+        """Copy XLA tensors to host memory (what xm.save does before torch.save)."""
+        if isinstance(obj, torch.Tensor):
+            return obj.cpu()
+        if isinstance(obj, dict):
+            return {k: self.to_cpu(v) for k, v in obj.items()}
+        if isinstance(obj, list | tuple):
+            return type(obj)(self.to_cpu(v) for v in obj)
+        return obj
+
+
+def make_runtime(prefer: str = "auto") -> Runtime:
+    """The XLA runtime when torch_xla is importable (or asked for), the CPU one otherwise."""
+    if prefer == "xla" or (prefer == "auto" and xla_available()):
+        return XlaRuntime()
+    return Runtime()

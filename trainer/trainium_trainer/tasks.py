@@ -1,0 +1,88 @@
+"""The three tasks: each pairs this rank's data shards with a model whose forward returns a loss.
+
+Batch keys equal the model's forward arguments, so one step function (`model(**batch).loss`)
+serves every task.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import Callable, Iterator
+
+import numpy as np
+import torch
+from torch import nn
+
+from trainium_trainer import data, models, text
+from trainium_trainer.config import RunConfig, UsageError
+
+Batch = dict[str, torch.Tensor]
+
+
+@dataclasses.dataclass
+class Task:
+    """This rank's view of a task: its model (unwrapped, on CPU) and its data shards."""
+
+    name: str
+    model: nn.Module
+    shards: list[data.Shard]
+    vocab_size: int
+
+    def batches(self, cfg: RunConfig, start: int) -> Iterator[Batch]:
+        """Torch batches from micro-batch `start` on; the first is read and checked right away."""
+        stream = data.batch_stream(self.shards, cfg.batch_size, cfg.seed, start)
+        first = next(stream)
+        top = int(first["input_ids"].max())
+        if top >= self.vocab_size:
+            raise UsageError(f"token id {top} >= model vocab size {self.vocab_size}")
+        return itertools.chain([_to_torch(first)], map(_to_torch, stream))
+
+
+def _to_torch(arrays: data.Arrays) -> Batch:
+    """numpy to (CPU) torch, without copies."""
+    return {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in arrays.items()}
+
+
+def _bert_pretrain(cfg: RunConfig, rank: int, world: int) -> Task:
+    """BERT phase 1 (MLM + NSP) on AWS-layout HDF5 shards."""
+    shards = data.bert_rank_shards(cfg.data_dir, cfg.seq_len, rank, world)
+    config = models.bert_config(cfg.model_config, cfg.seq_len)
+    return Task(cfg.task, models.bert_pretraining(config), shards, config.vocab_size)
+
+
+def _text_classification(cfg: RunConfig, rank: int, world: int) -> Task:
+    """BERT sequence classification on local CSV/JSONL."""
+    texts, labels = text.read_labelled(cfg.data_dir)
+    tok = text.load_tokenizer(cfg.tokenizer, texts, "word", cfg.allow_download)
+    arrays = text.classification_arrays(texts, labels, tok, cfg.seq_len)
+    shards = data.rank_shards(data.row_shards(arrays, world, "text"), rank, world)
+    config = models.bert_config(
+        cfg.model_config, cfg.seq_len, tok.vocab_size, num_labels=len(set(labels))
+    )
+    return Task(cfg.task, models.bert_classifier(config), shards, config.vocab_size)
+
+
+def _causal_lm(cfg: RunConfig, rank: int, world: int) -> Task:
+    """GPT-2 next-token prediction on local .txt files."""
+    docs = text.read_corpus(cfg.data_dir)
+    tok = text.load_tokenizer(cfg.tokenizer, docs, "char", cfg.allow_download)
+    arrays = text.lm_arrays(docs, tok, cfg.seq_len)
+    shards = data.rank_shards(data.row_shards(arrays, world, "lm"), rank, world)
+    config = models.gpt2_config(cfg.model_config, cfg.seq_len, tok.vocab_size)
+    return Task(cfg.task, models.gpt2_lm(config), shards, config.vocab_size)
+
+
+BUILDERS: dict[str, Callable[[RunConfig, int, int], Task]] = {
+    "bert-pretrain": _bert_pretrain,
+    "text-classification": _text_classification,
+    "causal-lm": _causal_lm,
+}
+
+
+def build_task(cfg: RunConfig, rank: int, world: int) -> Task:
+    """Data first (cheap checks fail fast), then the model, seeded so all ranks start equal."""
+    if cfg.task not in BUILDERS:
+        raise UsageError(f"unknown task {cfg.task!r}")
+    torch.manual_seed(cfg.seed)
+    return BUILDERS[cfg.task](cfg, rank, world)
