@@ -1,0 +1,190 @@
+"""`helm template` output: valid Kubernetes (kubernetes-validate --strict), the operator's
+runtime contract (command, env, probes, hardening), and well-formed monitoring objects."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from helmchart import CHART, NON_DEFAULT, by_kind, one, render, render_text
+
+KUBE_VERSION = "1.33.0"  # the oldest Kubernetes we support
+KUBERNETES_VALIDATE = str(Path(sys.executable).parent / "kubernetes-validate")
+# Kinds kubernetes-validate has no schema for; checked structurally below instead.
+CUSTOM_KINDS = {"ServiceMonitor", "PrometheusRule"}
+Obj = dict[str, Any]
+
+
+@pytest.mark.parametrize("sets", [(), NON_DEFAULT], ids=["defaults", "non-default"])
+def test_builtin_kinds_pass_kubernetes_validate_strict(helm_bin: Path, sets: tuple) -> None:  # type: ignore[type-arg]
+    text = render_text(*sets)
+    docs = [d for d in yaml.safe_load_all(text) if d]
+    proc = subprocess.run(
+        [KUBERNETES_VALIDATE, "--strict", "-k", KUBE_VERSION, "-"],
+        input=text, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    passed = [line for line in proc.stdout.splitlines() if " passed for resource " in line]
+    builtin = [d for d in docs if d["kind"] not in CUSTOM_KINDS]
+    assert len(passed) == len(builtin), proc.stdout
+    for line in proc.stdout.splitlines() + proc.stderr.splitlines():
+        if line.startswith("WARN"):  # only the kinds we check ourselves may lack a schema
+            assert any(f"kind {k} " in line for k in CUSTOM_KINDS), line
+
+
+def deployment(*sets: str) -> Obj:
+    return one(render(*sets), "Deployment")
+
+
+def container(*sets: str) -> Obj:
+    containers = deployment(*sets)["spec"]["template"]["spec"]["containers"]
+    assert len(containers) == 1
+    return containers[0]  # type: ignore[no-any-return]
+
+
+def test_one_operator_never_two(helm_bin: Path) -> None:
+    spec = deployment()["spec"]
+    assert spec["replicas"] == 1
+    assert spec["strategy"] == {"type": "Recreate"}  # kopf --standalone: no peering to arbitrate
+
+
+def test_command_watches_all_namespaces_or_the_listed_ones(helm_bin: Path) -> None:
+    assert container()["command"] == [
+        "trainium", "operator", "--standalone", "--all-namespaces",
+        "--liveness=http://0.0.0.0:8080/healthz",
+    ]  # fmt: skip
+    cmd = container("watchNamespaces={a,b}")["command"]
+    assert "--all-namespaces" not in cmd
+    assert cmd[3:5] == ["--namespace=a", "--namespace=b"]
+
+
+def test_env_ports_and_liveness_probe(helm_bin: Path) -> None:
+    c = container("operator.awsRegion=eu-west-1", "env[0].name=X,env[0].value=y")
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    assert env == {
+        "TRAINIUM_METRICS_PORT": "9090", "TRAINIUM_RESYNC_SECONDS": "20",
+        "AWS_REGION": "eu-west-1", "X": "y",
+    }  # fmt: skip
+    assert {p["name"]: p["containerPort"] for p in c["ports"]} == {"health": 8080, "metrics": 9090}
+    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert "AWS_REGION" not in {e["name"] for e in container()["env"]}
+
+
+def test_hardened_pod_with_writable_tmp_only(helm_bin: Path) -> None:
+    pod = deployment()["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    sc = pod["containers"][0]["securityContext"]
+    assert sc["readOnlyRootFilesystem"] is True
+    assert sc["allowPrivilegeEscalation"] is False
+    assert sc["capabilities"] == {"drop": ["ALL"]}
+    assert pod["containers"][0]["volumeMounts"] == [{"name": "tmp", "mountPath": "/tmp"}]
+    assert pod["volumes"][0]["emptyDir"]
+
+
+def test_image_defaults_to_app_version_and_pod_options_pass_through(helm_bin: Path) -> None:
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert container()["image"].endswith(f":{chart['appVersion']}")
+    d = deployment(
+        "image.tag=dev", "imagePullSecrets={regcred}", "nodeSelector.pool=system",
+        "podAnnotations.a=b", "tolerations[0].key=k,tolerations[0].operator=Exists",
+    )  # fmt: skip
+    pod = d["spec"]["template"]
+    assert pod["spec"]["containers"][0]["image"].endswith(":dev")
+    assert pod["spec"]["imagePullSecrets"] == [{"name": "regcred"}]
+    assert pod["spec"]["nodeSelector"] == {"pool": "system"}
+    assert pod["spec"]["tolerations"] == [{"key": "k", "operator": "Exists"}]
+    assert pod["metadata"]["annotations"] == {"a": "b"}
+
+
+def test_no_helm_hooks(helm_bin: Path) -> None:
+    """Hooks fight Argo CD (it runs them as sync hooks, or not at all): none anywhere."""
+    for doc in render(*NON_DEFAULT) + render():
+        annotations = doc["metadata"].get("annotations") or {}
+        assert not [a for a in annotations if a.startswith("helm.sh/hook")], doc["metadata"]
+
+
+def test_service_account_annotations_for_irsa(helm_bin: Path) -> None:
+    arn = "arn:aws:iam::123456789012:role/trainium-operator"
+    sa = one(render(f"serviceAccount.annotations.eks\\.amazonaws\\.com/role-arn={arn}"),
+             "ServiceAccount")  # fmt: skip
+    assert sa["metadata"]["annotations"] == {"eks.amazonaws.com/role-arn": arn}
+
+
+# ---- monitoring objects, checked structurally (no schema for them offline) -----------------
+
+
+def exported_series() -> set[str]:
+    """Every series name the operator's metrics module can export."""
+    from prometheus_client import REGISTRY
+
+    import trainium_operator.metrics  # noqa: F401  (registers the collectors)
+
+    suffixes = {"counter": ["_total"], "histogram": ["_bucket", "_sum", "_count"], "gauge": [""]}
+    return {
+        m.name + s
+        for m in REGISTRY.collect()
+        if m.name.startswith("trainium_operator_")
+        for s in suffixes.get(m.type, [""])
+    }
+
+
+def metric_names(text: str) -> set[str]:
+    return set(re.findall(r"trainium_operator_[a-z_]+", text))
+
+
+def test_service_monitor_scrapes_the_metrics_service(helm_bin: Path) -> None:
+    docs = render(*NON_DEFAULT)
+    sm, svc = one(docs, "ServiceMonitor"), one(docs, "Service")
+    assert sm["apiVersion"] == "monitoring.coreos.com/v1"
+    assert sm["spec"]["selector"]["matchLabels"].items() <= svc["metadata"]["labels"].items()
+    assert sm["spec"]["namespaceSelector"] == {"matchNames": ["ops"]}
+    [endpoint] = sm["spec"]["endpoints"]
+    assert endpoint["port"] in {p["name"] for p in svc["spec"]["ports"]}
+    pod_labels = one(docs, "Deployment")["spec"]["template"]["metadata"]["labels"]
+    assert svc["spec"]["selector"].items() <= pod_labels.items()
+
+
+def test_prometheus_rules_use_exported_metrics(helm_bin: Path) -> None:
+    rule = one(render(*NON_DEFAULT), "PrometheusRule")
+    assert rule["apiVersion"] == "monitoring.coreos.com/v1"
+    rules = {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"]}
+    assert rules["TrainiumJobFailed"]["expr"] == (
+        "increase(trainium_operator_job_failures_total[15m]) > 0"
+    )
+    assert rules["TrainiumJobPrecompileSlow"]["expr"] == (
+        'trainium_operator_jobs{phase="Precompiling"} > 0'
+    )
+    assert rules["TrainiumJobPrecompileSlow"]["for"] == "2h"
+    exported = exported_series()
+    for r in rules.values():
+        assert set(r) <= {"alert", "expr", "for", "labels", "annotations"}
+        assert metric_names(r["expr"]) <= exported, r["expr"]
+        assert "{{ $labels" not in r["expr"]  # Prometheus templates only in annotations
+
+
+def test_dashboard_configmap_is_grafana_json_over_exported_metrics(helm_bin: Path) -> None:
+    cm = one(render(*NON_DEFAULT), "ConfigMap")
+    assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+    dash = json.loads(cm["data"]["trainium-operator.json"])
+    exprs = [t["expr"] for p in dash["panels"] for t in p["targets"]]
+    assert exprs and dash["uid"] == "trainium-operator"
+    used = set().union(*(metric_names(e) for e in exprs))
+    assert used <= exported_series()
+    assert {"trainium_operator_jobs", "trainium_operator_job_failures_total"} <= used
+
+
+def test_optional_parts_are_off_by_default(helm_bin: Path) -> None:
+    kinds = {d["kind"] for d in render()}
+    assert kinds == {
+        "ServiceAccount", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding",
+        "Service", "Deployment",
+    }  # fmt: skip
+    assert not by_kind(render("rbac.create=false"), "ClusterRole")
