@@ -1,0 +1,457 @@
+"""Generated manifests carry what AWS's tutorial job carries (neuron-eks.md §1, §6, §9) and more."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from typing import Any
+
+import kubernetes_validate
+import pytest
+from support import example_spec, job
+
+from trainium_operator import builders, naming
+from trainium_operator.builders import Owner
+from trainium_operator.spec import TrainiumJobSpec, parse
+
+Json = dict[str, Any]
+K8S_VERSION = "1.33.0"
+OWNER = Owner("bert", "team-a", "0c4a1f0e-1111-2222-3333-444455556666")
+STAGES = ("precompile", "train")
+
+
+@pytest.fixture(scope="module")
+def tutorial() -> tuple[TrainiumJobSpec, Owner]:
+    return example_spec("bert-large-pretrain.yaml")
+
+
+@pytest.fixture(scope="module")
+def tutorial_jobs(tutorial: tuple[TrainiumJobSpec, Owner]) -> dict[str, Json]:
+    spec, owner = tutorial
+    return {stage: builders.build_vcjob(spec, owner, stage) for stage in STAGES}
+
+
+def pods(vcjob: Json) -> Iterator[tuple[int, Json, Json]]:
+    """(replica, pod template, its only container) for every task."""
+    for i, task in enumerate(vcjob["spec"]["tasks"]):
+        template = task["template"]
+        (container,) = template["spec"]["containers"]
+        yield i, template, container
+
+
+def env_of(container: Json) -> dict[str, str]:
+    names = [e["name"] for e in container["env"]]
+    assert len(names) == len(set(names)), f"duplicate env: {names}"
+    return {e["name"]: e.get("value", "") for e in container["env"]}
+
+
+def build(stage: str = "train", **spec: Any) -> Json:
+    return builders.build_vcjob(parse(job(**spec)), OWNER, stage)
+
+
+def first_container(vcjob: Json) -> Json:
+    return next(pods(vcjob))[2]
+
+
+# --- the Volcano job ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_job_level_fields(tutorial_jobs: dict[str, Json], stage: str) -> None:
+    vcjob = tutorial_jobs[stage]
+    assert vcjob["apiVersion"] == "batch.volcano.sh/v1alpha1"
+    assert vcjob["kind"] == "Job"
+    assert vcjob["metadata"]["name"] == naming.vcjob_name("bert-large-pretrain", stage)
+    assert vcjob["metadata"]["namespace"] == "default"
+    spec = vcjob["spec"]
+    assert spec["schedulerName"] == "volcano"
+    assert spec["queue"] == "test"
+    assert spec["minAvailable"] == 2
+    assert spec["maxRetry"] == 3
+    assert spec["plugins"]["svc"] == ["--publish-not-ready-addresses"]
+
+
+def test_max_retry_follows_run_policy() -> None:
+    vcjob = build(runPolicy={"maxRetries": 7}, nodes=2)
+    assert vcjob["spec"]["maxRetry"] == 7
+    assert {t["maxRetry"] for t in vcjob["spec"]["tasks"]} == {7}
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_one_task_per_node_restarting_the_whole_gang(
+    tutorial_jobs: dict[str, Json], stage: str
+) -> None:
+    tasks = tutorial_jobs[stage]["spec"]["tasks"]
+    assert [t["name"] for t in tasks] == ["node-0", "node-1"]
+    for task in tasks:
+        assert task["replicas"] == 1
+        assert {p["event"]: p["action"] for p in task["policies"]} == {
+            "PodEvicted": "RestartJob",
+            "PodFailed": "RestartJob",
+        }
+        assert task["template"]["spec"]["restartPolicy"] == "Never"
+
+
+@pytest.mark.parametrize("nodes", [1, 3])
+def test_gang_size_is_the_node_count(nodes: int) -> None:
+    vcjob = build(nodes=nodes)
+    assert vcjob["spec"]["minAvailable"] == nodes
+    assert len(vcjob["spec"]["tasks"]) == nodes
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_owner_reference_and_labels(tutorial_jobs: dict[str, Json], stage: str) -> None:
+    _, owner = example_spec("bert-large-pretrain.yaml")
+    vcjob = tutorial_jobs[stage]
+    (ref,) = vcjob["metadata"]["ownerReferences"]
+    assert ref == {
+        "apiVersion": "trainium.dev/v1alpha1",
+        "kind": "TrainiumJob",
+        "name": "bert-large-pretrain",
+        "uid": owner.uid,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+    wanted = {
+        "app.kubernetes.io/managed-by": "trainium-operator",
+        "trainium.dev/job-name": "bert-large-pretrain",
+        "trainium.dev/stage": stage,
+    }
+    assert wanted.items() <= vcjob["metadata"]["labels"].items()
+    for _, template, _ in pods(vcjob):
+        assert wanted.items() <= template["metadata"]["labels"].items()
+
+
+# --- pod placement and devices ------------------------------------------------------------------
+
+
+def test_node_selector_is_the_instance_type_plus_the_users() -> None:
+    vcjob = build(scheduling={"nodeSelector": {"topology.kubernetes.io/zone": "us-west-2d"}})
+    assert next(pods(vcjob))[1]["spec"]["nodeSelector"] == {
+        "node.kubernetes.io/instance-type": "trn1.32xlarge",
+        "topology.kubernetes.io/zone": "us-west-2d",
+    }
+
+
+def test_user_cannot_point_the_instance_type_label_elsewhere() -> None:
+    vcjob = build(scheduling={"nodeSelector": {"node.kubernetes.io/instance-type": "m5.large"}})
+    selector = next(pods(vcjob))[1]["spec"]["nodeSelector"]
+    assert selector["node.kubernetes.io/instance-type"] == "trn1.32xlarge"
+
+
+def test_tolerations_reach_every_pod() -> None:
+    spec, owner = example_spec("bert-claim.yaml")
+    for stage in STAGES:
+        for _, template, _ in pods(builders.build_vcjob(spec, owner, stage)):
+            assert template["spec"]["tolerations"] == [
+                {"key": "aws.amazon.com/neuron", "operator": "Exists", "effect": "NoSchedule"}
+            ]
+
+
+def test_no_tolerations_unless_asked(tutorial_jobs: dict[str, Json]) -> None:
+    for _, template, _ in pods(tutorial_jobs["train"]):
+        assert not template["spec"].get("tolerations")
+
+
+@pytest.mark.parametrize(
+    ("instance", "limits"),
+    [
+        ("trn1.32xlarge", {"aws.amazon.com/neuron": "16", "vpc.amazonaws.com/efa": "8"}),
+        ("trn1n.32xlarge", {"aws.amazon.com/neuron": "16", "vpc.amazonaws.com/efa": "16"}),
+        ("trn2.48xlarge", {"aws.amazon.com/neuron": "16", "vpc.amazonaws.com/efa": "16"}),
+        ("trn1.2xlarge", {"aws.amazon.com/neuron": "1"}),
+    ],
+)
+def test_device_limits_per_instance_type(instance: str, limits: dict[str, str]) -> None:
+    container = first_container(build(instanceType=instance))
+    assert container["resources"]["limits"] == limits
+    assert not container["resources"].get("requests")  # BestEffort, as in AWS's tutorial
+
+
+def test_neurondevice_resource_name_when_chosen() -> None:
+    vcjob = build(scheduling={"neuronResourceName": "aws.amazon.com/neurondevice"})
+    limits = first_container(vcjob)["resources"]["limits"]
+    assert limits == {"aws.amazon.com/neurondevice": "16", "vpc.amazonaws.com/efa": "8"}
+
+
+def test_user_resources_are_added_to_the_device_limits() -> None:
+    spec, owner = example_spec("trn2-causal-lm.yaml")
+    container = first_container(builders.build_vcjob(spec, owner, "train"))
+    assert container["resources"]["requests"] == {"cpu": "180", "memory": "1800Gi"}
+    assert container["resources"]["limits"] == {
+        "aws.amazon.com/neuron": "16",
+        "vpc.amazonaws.com/efa": "16",
+        "memory": "1900Gi",
+    }
+
+
+def test_priority_class_is_set() -> None:
+    vcjob = build(scheduling={"priorityClassName": "high"})
+    assert next(pods(vcjob))[1]["spec"]["priorityClassName"] == "high"
+
+
+# --- env ------------------------------------------------------------------------------------------
+
+TUTORIAL_ENV = {
+    "FI_PROVIDER": "efa",
+    "FI_EFA_USE_DEVICE_RDMA": "1",
+    "FI_EFA_FORK_SAFE": "1",
+    "CCOM_SOCKET_IFNAME": "eth0",
+    "NEURON_RT_RESET_CORES": "1",
+    "XLA_TRANSFER_SEED_ASYNC": "1",
+}
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_tutorial_env_with_a_cache_dir_per_node(tutorial_jobs: dict[str, Json], stage: str) -> None:
+    for i, _, container in pods(tutorial_jobs[stage]):
+        env = env_of(container)
+        assert TUTORIAL_ENV.items() <= env.items()
+        assert env["NEURON_CC_FLAGS"] == f"--cache_dir=/data/neuron_cache/bert-large_{i}"
+        assert env["TRAINIUM_CACHE_DIR"] == f"/data/neuron_cache/bert-large_{i}"
+        assert env["TRAINIUM_STAGE"] == stage
+        assert env["TRAINIUM_JOB_NAME"] == "bert-large-pretrain"
+        assert env["TRAINIUM_PRECISION"] == "bf16"
+
+
+def test_user_compiler_flags_follow_the_cache_dir() -> None:
+    spec, owner = example_spec("trn2-causal-lm.yaml")
+    for i, _, container in pods(builders.build_vcjob(spec, owner, "train")):
+        assert env_of(container)["NEURON_CC_FLAGS"] == (
+            f"--cache_dir=/fsx/caches/neuron/causal-lm-trn2_{i} "
+            "--model-type=transformer --distribution-strategy=llm-training"
+        )
+
+
+def test_user_env_wins_over_operator_defaults() -> None:
+    vcjob = build(nodes=2, env=[{"name": "CCOM_SOCKET_IFNAME", "value": "ens5"}])
+    for _, _, container in pods(vcjob):
+        env = env_of(container)  # also checks there is one entry, not two
+        assert env["CCOM_SOCKET_IFNAME"] == "ens5"
+        assert env["FI_PROVIDER"] == "efa"
+
+
+def test_user_env_is_added() -> None:
+    env = env_of(first_container(build(env=[{"name": "MALLOC_ARENA_MAX", "value": "64"}])))
+    assert env["MALLOC_ARENA_MAX"] == "64"
+
+
+def test_no_efa_env_without_efa_interfaces() -> None:
+    env = env_of(first_container(build(instanceType="trn1.2xlarge")))
+    assert not {"FI_PROVIDER", "FI_EFA_USE_DEVICE_RDMA", "FI_EFA_FORK_SAFE"} & env.keys()
+    assert env["CCOM_SOCKET_IFNAME"] == "eth0"
+
+
+# --- volumes --------------------------------------------------------------------------------------
+
+
+def _volumes(template: Json, container: Json) -> dict[str, tuple[Json, Json]]:
+    """mountPath -> (volume, mount)."""
+    by_name = {v["name"]: v for v in template["spec"]["volumes"]}
+    return {m["mountPath"]: (by_name[m["name"]], m) for m in container["volumeMounts"]}
+
+
+@pytest.mark.parametrize(
+    ("example", "claim", "mount_path"),
+    [
+        ("bert-large-pretrain.yaml", "bert-large-pretrain-fsx", "/data"),
+        ("bert-claim.yaml", "fsx-claim", "/data"),
+        ("trn2-causal-lm.yaml", "trn2-causal-lm-fsx", "/fsx"),
+    ],
+)
+def test_shm_and_the_claim_are_mounted(example: str, claim: str, mount_path: str) -> None:
+    spec, owner = example_spec(example)
+    for stage in STAGES:
+        for _, template, container in pods(builders.build_vcjob(spec, owner, stage)):
+            mounts = _volumes(template, container)
+            shm, _ = mounts["/dev/shm"]
+            assert shm["emptyDir"] == {"medium": "Memory"}
+            data, mount = mounts[mount_path]
+            assert data["persistentVolumeClaim"] == {"claimName": claim}
+            assert not mount.get("readOnly")
+
+
+# --- argv -----------------------------------------------------------------------------------------
+
+
+def _argv(container: Json) -> list[str]:
+    return [*container.get("command", []), *container.get("args", [])]
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_argv_is_a_list_without_a_shell(tutorial_jobs: dict[str, Json], stage: str) -> None:
+    vcjob = tutorial_jobs[stage]
+    name = vcjob["metadata"]["name"]
+    for _, _, container in pods(vcjob):
+        argv = _argv(container)
+        assert "bash" not in argv and "sh" not in argv and "-c" not in argv
+        assert all(isinstance(a, str) for a in argv)
+        assert f"{name}-node-0-0.{name}:29500" in argv
+        i = argv.index("--rdzv_endpoint")
+        assert argv[i + 1] == f"{name}-node-0-0.{name}:29500"
+        assert argv[argv.index("--nnodes") + 1] == "2"
+        assert argv[argv.index("--nproc_per_node") + 1] == "32"
+        assert argv[argv.index("--rdzv_id") + 1] == name
+
+
+def test_every_node_runs_the_same_argv(tutorial_jobs: dict[str, Json]) -> None:
+    for vcjob in tutorial_jobs.values():
+        assert len({tuple(_argv(c)) for _, _, c in pods(vcjob)}) == 1
+
+
+def test_training_argv_ends_with_the_module_and_the_users_args(
+    tutorial: tuple[TrainiumJobSpec, Owner], tutorial_jobs: dict[str, Json]
+) -> None:
+    spec, _ = tutorial
+    argv = _argv(first_container(tutorial_jobs["train"]))
+    assert argv[:3] == ["python3", "-m", "torch.distributed.run"]
+    assert argv[-len(spec.args) - 2 :] == ["-m", "trainium_trainer", *spec.args]
+
+
+def test_precompile_argv_is_the_training_argv_plus_the_step_limit(
+    tutorial_jobs: dict[str, Json],
+) -> None:
+    train, compile_ = tutorial_jobs["train"], tutorial_jobs["precompile"]
+    train_argv = _argv(first_container(train))
+    compile_argv = _argv(first_container(compile_))
+    # Only the rendezvous differs: each Volcano job has its own pod-0 host and rendezvous id.
+    same_rdzv = [
+        a.replace(compile_["metadata"]["name"], train["metadata"]["name"]) for a in compile_argv
+    ]
+    assert same_rdzv == ["neuron_parallel_compile", *train_argv, "--max-steps", "10"]
+
+
+def test_aws_script_argv_and_its_own_step_flag() -> None:
+    spec, owner = example_spec("aws-bert-script.yaml")
+    train = _argv(first_container(builders.build_vcjob(spec, owner, "train")))
+    compile_ = _argv(first_container(builders.build_vcjob(spec, owner, "precompile")))
+    assert "-m" not in train[3:]  # the script is launched directly, not as a module
+    tail = ["dp_bert_large_hf_pretrain_hdf5.py", *spec.args]
+    assert train[-len(tail) :] == tail
+    assert compile_[0] == "neuron_parallel_compile"
+    assert compile_[-len(tail) - 2 :] == [*tail, "--steps_this_run", "10"]
+
+
+@pytest.mark.parametrize(
+    "hostile",
+    ["$(rm -rf /)", "; ls", "a b", "'quoted'", '"double"', "`id`", "x && y", "${HOME}", "\\n"],
+)
+def test_user_args_pass_through_unchanged_as_single_elements(hostile: str) -> None:
+    vcjob = build(args=["bert-pretrain", "--tag", hostile])
+    argv = _argv(first_container(vcjob))
+    assert argv[-3:] == ["bert-pretrain", "--tag", hostile]
+    assert argv.count(hostile) == 1
+
+
+# --- storage manifests and the cache record -------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def fsx_manifests(tutorial: tuple[TrainiumJobSpec, Owner]) -> tuple[Json, Json]:
+    spec, owner = tutorial
+    pv = builders.build_fsx_volume(spec, owner, "fs-x.fsx.us-west-2.amazonaws.com", "abcdefgh")
+    return pv, builders.build_fsx_claim(spec, owner)
+
+
+def test_pv_mounts_the_file_system_with_flock(fsx_manifests: tuple[Json, Json]) -> None:
+    pv, _ = fsx_manifests
+    assert pv["spec"]["csi"] == {
+        "driver": "fsx.csi.aws.com",
+        "volumeHandle": "fs-0123456789abcdef0",
+        "volumeAttributes": {
+            "dnsname": "fs-x.fsx.us-west-2.amazonaws.com",
+            "mountname": "abcdefgh",
+        },
+    }
+    assert pv["spec"]["mountOptions"] == ["flock"]
+    assert pv["spec"]["accessModes"] == ["ReadWriteMany"]
+    assert pv["spec"]["capacity"] == {"storage": "1200Gi"}
+    assert "default" in pv["metadata"]["name"]  # cluster-scoped: the namespace is in the name
+
+
+def test_pvc_binds_to_the_pv_by_name(fsx_manifests: tuple[Json, Json]) -> None:
+    pv, pvc = fsx_manifests
+    assert pvc["spec"]["volumeName"] == pv["metadata"]["name"]
+    assert pv["spec"]["claimRef"] == {"namespace": "default", "name": pvc["metadata"]["name"]}
+    assert pvc["spec"]["accessModes"] == ["ReadWriteMany"]
+    assert pvc["spec"]["storageClassName"] == pv["spec"]["storageClassName"] == ""
+    assert pvc["metadata"]["ownerReferences"][0]["uid"] == "uid-bert-large-pretrain"
+
+
+def test_pod_claim_is_the_generated_pvc(
+    fsx_manifests: tuple[Json, Json], tutorial_jobs: dict[str, Json]
+) -> None:
+    _, pvc = fsx_manifests
+    _, template, _ = next(pods(tutorial_jobs["train"]))
+    claims = [
+        v["persistentVolumeClaim"]["claimName"]
+        for v in template["spec"]["volumes"]
+        if "persistentVolumeClaim" in v
+    ]
+    assert claims == [pvc["metadata"]["name"]]
+
+
+def _cache_record(spec: TrainiumJobSpec, owner: Owner) -> Json:
+    return builders.build_cache_record(spec, owner, "2026-01-01T00:00:00Z")
+
+
+def test_cache_record_names_the_key_and_is_not_owned(
+    tutorial: tuple[TrainiumJobSpec, Owner], tutorial_jobs: dict[str, Json]
+) -> None:
+    spec, owner = tutorial
+    record = _cache_record(spec, owner)
+    assert "ownerReferences" not in record["metadata"]  # it outlives the job
+    labels = tutorial_jobs["train"]["metadata"]["labels"]
+    assert record["data"]["key"] == labels["trainium.dev/cache-key"]
+    assert record["data"]["cacheName"] == labels["trainium.dev/cache-name"] == "bert-large"
+    assert record["data"]["cachePath"] == "/data/neuron_cache"
+
+
+def test_every_core_manifest_passes_strict_kubernetes_validation(
+    tutorial: tuple[TrainiumJobSpec, Owner], fsx_manifests: tuple[Json, Json]
+) -> None:
+    spec, owner = tutorial
+    for obj in (*fsx_manifests, _cache_record(spec, owner)):
+        kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+
+
+@pytest.mark.parametrize(
+    "example",
+    ["bert-large-pretrain.yaml", "bert-claim.yaml", "aws-bert-script.yaml", "trn2-causal-lm.yaml"],
+)
+def test_every_pod_template_is_a_valid_pod(example: str) -> None:
+    spec, owner = example_spec(example)
+    for stage in STAGES:
+        vcjob = builders.build_vcjob(spec, owner, stage)
+        for i, template, _ in pods(vcjob):
+            pod = {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    **template["metadata"],
+                    "name": naming.pod_name(vcjob["metadata"]["name"], i),
+                },
+                "spec": template["spec"],
+            }
+            kubernetes_validate.validate(pod, K8S_VERSION, strict=True)
+
+
+def test_strict_validation_would_catch_a_bad_manifest(fsx_manifests: tuple[Json, Json]) -> None:
+    pv = copy.deepcopy(fsx_manifests[0])
+    pv["spec"]["mountOptionz"] = ["flock"]
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(pv, K8S_VERSION, strict=True)
+
+
+# --- purity ---------------------------------------------------------------------------------------
+
+
+def test_building_is_deterministic_and_leaves_the_spec_alone() -> None:
+    spec, owner = example_spec("trn2-causal-lm.yaml")
+    before = copy.deepcopy(spec)
+    first = builders.build_vcjob(spec, owner, "train")
+    first["spec"]["tasks"][0]["template"]["spec"]["tolerations"].append({"key": "x"})
+    second = builders.build_vcjob(spec, owner, "train")
+    assert spec == before
+    assert second == builders.build_vcjob(spec, owner, "train")
+    assert {"key": "x"} not in second["spec"]["tasks"][0]["template"]["spec"]["tolerations"]
