@@ -1,0 +1,48 @@
+-- Argo CD health of a trainium.dev TrainiumJob, from status.phase (set by the operator).
+-- Edit this file, never argocd-cm.yaml: that embeds a copy, and tests/deploy/test_argocd.py
+-- fails when the copy differs. Lua 5.1 (Argo CD runs gopher-lua); `obj` is the live object.
+local hs = {}
+
+-- The Failed condition's message says why; fall back to status.message.
+local function failed_message(status)
+  if status.conditions ~= nil then
+    for _, c in ipairs(status.conditions) do
+      if c.type == "Failed" and c.status == "True" and c.message ~= nil then
+        return c.message
+      end
+    end
+  end
+  return status.message or "TrainiumJob failed"
+end
+
+local status = obj.status
+if status == nil or status.phase == nil then
+  hs.status = "Progressing"
+  hs.message = "Waiting for the operator to pick up the job"
+  return hs
+end
+
+local phase = status.phase
+local generation = obj.metadata and obj.metadata.generation
+if generation ~= nil and status.observedGeneration ~= nil
+    and status.observedGeneration < generation then
+  hs.status = "Progressing"
+  hs.message = "The operator has not yet seen the latest spec"
+elseif phase == "Succeeded" then
+  hs.status = "Healthy"
+  hs.message = status.message or "Training finished"
+elseif phase == "Failed" then
+  hs.status = "Degraded"
+  hs.message = failed_message(status)
+elseif phase == "Suspended" then
+  hs.status = "Suspended"
+  hs.message = status.message or "Suspended"
+elseif phase == "Pending" or phase == "Precompiling" or phase == "Training" then
+  hs.status = "Progressing"
+  hs.message = status.message or phase
+else
+  -- A phase this script predates: say so instead of guessing.
+  hs.status = "Unknown"
+  hs.message = "Unknown phase " .. tostring(phase)
+end
+return hs
