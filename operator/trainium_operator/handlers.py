@@ -25,6 +25,7 @@ from trainium_operator.reconcile import Transition, reconcile
 #: kopf's annotation prefix and finalizer name, decided on day one.
 PREFIX = GROUP
 Json = dict[str, Any]
+RESYNC_MARK = "re-checking until it settles"
 _locks: defaultdict[tuple[str, str], threading.Lock] = defaultdict(threading.Lock)
 
 
@@ -43,7 +44,16 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.persistence.finalizer = f"{PREFIX}/finalizer"
     settings.posting.level = logging.WARNING
     settings.watching.server_timeout = 300
+    logging.getLogger("kopf.objects").addFilter(_quiet_resync)
     metrics.start_from_env()
+
+
+def _quiet_resync(record: logging.LogRecord) -> bool:
+    """Our periodic re-check rides on kopf's retry; it is routine, not an ERROR line."""
+    if RESYNC_MARK in record.getMessage():
+        record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        return logging.getLogger("kopf.objects").isEnabledFor(logging.DEBUG)
+    return True
 
 
 def _emit(body: Json, kind: str, reason: str, message: str) -> None:
@@ -75,7 +85,7 @@ def on_job(namespace: str | None, name: str, **_: Any) -> None:
     body = k8s.get_trainiumjob(namespace, name)
     phase = ((body or {}).get("status") or {}).get("phase")
     if body is not None and phase not in {p.value for p in TERMINAL}:
-        raise kopf.TemporaryError(f"job is {phase}; checking again", delay=resync_seconds())
+        raise kopf.TemporaryError(f"job is {phase}; {RESYNC_MARK}", delay=resync_seconds())
 
 
 @kopf.on.event(
