@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -17,6 +18,9 @@ from trainium_operator.crd import GROUP, KIND
 from trainium_operator.spec import SpecError, TrainiumJobSpec, parse
 
 Json = dict[str, Any]
+
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_DNS_SUBDOMAIN = re.compile(rf"{_DNS_LABEL.pattern}(\.{_DNS_LABEL.pattern})*")
 
 
 class UsageError(Exception):
@@ -49,18 +53,40 @@ def load_jobs(path: str) -> list[Json]:
     return docs
 
 
+def _metadata_problems(meta: Any) -> list[str]:
+    """What the API server would say about metadata: a name and namespace it accepts."""
+    if meta is None:
+        return ["metadata.name: required"]
+    if not isinstance(meta, dict):
+        return ["metadata: must be a mapping with a name"]
+    name, namespace = meta.get("name"), meta.get("namespace") or "default"
+    problems = []
+    if not name:
+        problems.append("metadata.name: required")
+    elif not isinstance(name, str) or len(name) > 253 or not _DNS_SUBDOMAIN.fullmatch(name):
+        problems.append(
+            f"metadata.name: {name!r} must be a lowercase DNS subdomain of at most 253 characters"
+        )
+    if not isinstance(namespace, str) or len(namespace) > 63 or not _DNS_LABEL.fullmatch(namespace):
+        problems.append(f"metadata.namespace: {namespace!r} must be a lowercase DNS label")
+    return problems
+
+
 def checked(doc: Json) -> tuple[TrainiumJobSpec, Owner]:
     """Validate one document like the API server and the operator do."""
-    meta = doc.get("metadata") or {}
-    name = meta.get("name")
-    problems = [] if name else ["metadata.name: required"]
+    problems = _metadata_problems(doc.get("metadata"))
+    meta: Json = {} if problems else doc["metadata"]
+    name = meta.get("name") or "<unnamed>"
+    if "spec" not in doc:
+        # parse() also takes a bare spec; a whole document without one would be misread as it.
+        raise UsageError([*problems, f"{name}: spec: required"])
     try:
         spec = parse(doc)
     except SpecError as exc:
-        raise UsageError(problems + [f"{name or '<unnamed>'}: {p}" for p in exc.problems]) from None
+        raise UsageError(problems + [f"{name}: {p}" for p in exc.problems]) from None
     if problems:
         raise UsageError(problems)
-    return spec, Owner(str(name), meta.get("namespace") or "default", meta.get("uid", ""))
+    return spec, Owner(name, meta.get("namespace") or "default", meta.get("uid", ""))
 
 
 def render_manifests(doc: Json) -> Iterator[Json]:
