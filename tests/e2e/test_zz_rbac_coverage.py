@@ -1,0 +1,151 @@
+"""Every API request the operator made in this e2e session is allowed by the chart's RBAC.
+
+Named test_zz_ so it runs after the other e2e tests and sees their requests too. It also drives
+one job of its own through the whole lifecycle first (precompile, cache record, static FSx PV and
+claim, training, delete), so it can never pass vacuously and also works when run alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from emulator import ApiRequest
+from harness import (
+    OPERATOR_COMMAND,
+    EmulatorServer,
+    OperatorProcess,
+    apply,
+    get,
+    kubectl,
+    simulate_vcjob_phase,
+    wait_for,
+)
+from helmchart import helm_bin, render  # noqa: F401  (helm_bin is a fixture)
+from rbac import Subject, allows, denied
+
+NS = "rbac-coverage"
+TJ = "trainiumjobs.v1alpha1.trainium.dev"
+VCJOBS = "batch.volcano.sh/v1alpha1/jobs"
+# Requests from the operator process: kopf's own client and the kubernetes python client.
+# (kubectl is the tests' user; in-process python-client calls in e2e tests would count too.)
+OPERATOR_CLIENTS = {"kopf", "python-client"}
+CLUSTER_SCOPED = {"persistentvolumes", "queues", "customresourcedefinitions", "namespaces"}
+SUBJECT = Subject("t-trainium-operator", "ops")  # what render() names the ServiceAccount
+Obj = dict[str, Any]
+
+
+def tj(name: str, storage: Obj) -> Obj:
+    return {
+        "apiVersion": "trainium.dev/v1alpha1",
+        "kind": "TrainiumJob",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {
+            "image": "123456789012.dkr.ecr.us-west-2.amazonaws.com/trainer:1.0",
+            "args": ["bert-pretrain", "--data-dir", "/data/bert"],
+            "instanceType": "trn1.32xlarge",
+            "nodes": 2,
+            "storage": storage,
+            "cache": {"name": f"{name}-cache"},
+            "scheduling": {"queue": NS},
+        },
+    }
+
+
+def phase(name: str) -> str | None:
+    return ((get(TJ, name, NS) or {}).get("status") or {}).get("phase")
+
+
+def run_to_success(k8s: EmulatorServer, name: str) -> None:
+    """Play Volcano for both stages of one job and wait until the operator says Succeeded."""
+    for stage in ("compile", "train"):
+        vcjob = f"{name}-{stage}"
+        wait_for(lambda: k8s.get(VCJOBS, NS, vcjob), timeout=20, what=f"vcjob {vcjob}")  # noqa: B023
+        simulate_vcjob_phase(NS, vcjob, "Running")
+        simulate_vcjob_phase(NS, vcjob, "Completed")
+    wait_for(lambda: phase(name) == "Succeeded", timeout=20, what=f"{name} Succeeded")
+
+
+def drive_operator(k8s: EmulatorServer) -> None:
+    apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+    apply({"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue",
+           "metadata": {"name": NS}, "spec": {"weight": 1}})  # fmt: skip
+    apply({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+           "metadata": {"name": "shared", "namespace": NS},
+           "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "fsx-sc",
+                    "resources": {"requests": {"storage": "1200Gi"}}}})  # fmt: skip
+    apply(tj("claimed", {"claimName": "shared"}))
+    run_to_success(k8s, "claimed")
+    # Names given, so no AWS call: the operator creates the static PV and its claim itself.
+    fs_id = "fs-0123456789abcdef0"
+    fsx = {"fileSystemId": fs_id, "dnsName": f"{fs_id}.fsx.us-west-2.amazonaws.com",
+           "mountName": "abcdefgh"}  # fmt: skip
+    apply(tj("fsx", {"fsx": fsx}))
+    run_to_success(k8s, "fsx")
+    kubectl("delete", TJ, "fsx", "-n", NS, "--wait=false")
+    wait_for(lambda: get(TJ, "fsx", NS) is None, timeout=20, what="fsx job deleted")
+
+
+@pytest.fixture(scope="module")
+def operator_requests(
+    k8s: EmulatorServer, crd: Path, api_requests: list[ApiRequest], tmp_path_factory: Any
+) -> Iterator[list[ApiRequest]]:
+    """The operator's requests of the whole session, after this module's own job ran."""
+    log = tmp_path_factory.mktemp("rbac") / "operator.log"
+    proc = OperatorProcess(OPERATOR_COMMAND, log, env={"TRAINIUM_RESYNC_SECONDS": "1"})
+    proc.start()
+    try:
+        drive_operator(k8s)
+    except Exception as exc:
+        raise AssertionError(f"driving the operator failed: {exc}\n{proc.log()[-4000:]}") from exc
+    finally:
+        proc.stop()
+    yield [r for r in list(api_requests) if r.client in OPERATOR_CLIENTS]
+    kubectl("delete", "namespace", NS, "--wait=false", check=False)
+
+
+def test_the_operator_made_the_requests_that_matter(operator_requests: list[ApiRequest]) -> None:
+    seen = {(r.verb, r.api_group, r.resource, r.subresource) for r in operator_requests}
+    must = {
+        ("create", "batch.volcano.sh", "jobs", None),
+        ("patch", "trainium.dev", "trainiumjobs", "status"),
+        ("watch", "trainium.dev", "trainiumjobs", None),
+        ("create", "", "configmaps", None),
+        ("create", "", "persistentvolumes", None),
+        ("create", "", "persistentvolumeclaims", None),
+        ("get", "scheduling.volcano.sh", "queues", None),
+    }
+    assert must <= seen, f"missing: {sorted(must - seen, key=str)}"
+
+
+def test_default_cluster_roles_allow_every_operator_request(
+    helm_bin: Path,  # noqa: F811
+    operator_requests: list[ApiRequest],
+) -> None:
+    refused = denied(render(), operator_requests, SUBJECT)
+    assert not refused, "the chart's RBAC would refuse:\n" + "\n".join(refused)
+
+
+def test_namespaced_roles_allow_the_requests_in_watched_namespaces(
+    helm_bin: Path,  # noqa: F811
+    operator_requests: list[ApiRequest],
+) -> None:
+    """Rendered with watchNamespaces = every namespace the operator worked in."""
+    namespaces = sorted({r.namespace for r in operator_requests if r.namespace})
+    docs = render("watchNamespaces={" + ",".join(namespaces) + "}")
+    # With watchNamespaces kopf lists/watches per namespace, never across all of them: only
+    # requests inside the watched namespaces and on cluster-scoped resources apply.
+    relevant = [
+        r for r in operator_requests
+        if r.namespace in namespaces or (r.namespace is None and r.resource in CLUSTER_SCOPED)
+    ]  # fmt: skip
+    assert any(r.namespace == NS for r in relevant)
+    refused = denied(docs, relevant, SUBJECT)
+    assert not refused, "the namespaced RBAC would refuse:\n" + "\n".join(refused)
+    roles = [d for d in docs if d["kind"] == "Role"]
+    assert len(roles) == len(namespaces)
+    job = next(r for r in relevant if r.resource == "jobs" and r.verb == "create")
+    assert allows(docs, job, SUBJECT)
