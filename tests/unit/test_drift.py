@@ -104,8 +104,8 @@ def test_dataclass_defaults_equal_the_crd_defaults(path: str) -> None:
         elif dataclasses.is_dataclass(default):
             # An object default ({}): the model's default is the object the CRD's own
             # nested defaults produce.
-            nested = crd.apply_defaults(prop["default"], prop)
-            assert default == type(default)(**nested), where
+            model: Any = type(default)
+            assert default == model(**crd.apply_defaults(prop["default"], prop)), where
         else:
             assert default == prop["default"], where
             assert type(default) is type(prop["default"]), where

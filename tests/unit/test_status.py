@@ -1,0 +1,113 @@
+"""Status rendering keeps timestamps stable unless something really changed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from trainium_operator import status
+from trainium_operator.lifecycle import Child, Decision, Observed, decide
+
+T0 = "2026-01-01T00:00:00Z"
+T1 = "2026-01-01T00:05:00Z"
+T2 = "2026-01-01T01:00:00Z"
+
+PRECOMPILING = decide(Observed(storage_ready=True, precompile=Child.RUNNING))
+TRAINING = decide(Observed(storage_ready=True, precompile=Child.SUCCEEDED, training=Child.RUNNING))
+SUCCEEDED = decide(Observed(storage_ready=True, cache_recorded=True, training=Child.SUCCEEDED))
+FAILED = decide(Observed(storage_ready=True, training=Child.FAILED, cache_recorded=True))
+
+
+def render(decision: Decision, previous: dict[str, Any], now: str, gen: int = 1) -> dict[str, Any]:
+    return status.render(
+        decision,
+        previous,
+        generation=gen,
+        now=now,
+        cache_key="k" * 32,
+        cache_name="bert-large",
+        precompile_job="bert-compile",
+        training_job="bert-train",
+    )
+
+
+def by_type(st: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {c["type"]: c for c in st["conditions"]}
+
+
+def test_first_status_stamps_now() -> None:
+    st = render(PRECOMPILING, {}, T0)
+    assert st["phase"] == "Precompiling"
+    assert st["startTime"] == T0
+    assert "completionTime" not in st
+    assert {c["lastTransitionTime"] for c in st["conditions"]} == {T0}
+    assert st["observedGeneration"] == 1
+    assert st["precompileJob"] == "bert-compile"
+    assert st["trainingJob"] == "bert-train"
+
+
+def test_unchanged_status_keeps_every_transition_time() -> None:
+    first = render(PRECOMPILING, {}, T0)
+    again = render(PRECOMPILING, first, T1)
+    assert again["conditions"] == first["conditions"]
+    assert again["startTime"] == T0
+    assert not status.changed(first, again)
+
+
+def test_only_conditions_whose_status_changed_move() -> None:
+    first = render(PRECOMPILING, {}, T0)
+    later = render(TRAINING, first, T1)
+    before, after = by_type(first), by_type(later)
+    assert before["Precompiled"]["status"] == "False" and after["Precompiled"]["status"] == "True"
+    assert after["Precompiled"]["lastTransitionTime"] == T1
+    assert after["Running"]["lastTransitionTime"] == T1
+    # Same status, other reason: the transition time stays.
+    assert after["Validated"]["lastTransitionTime"] == T0
+    assert after["StorageReady"]["lastTransitionTime"] == T0
+    assert after["Succeeded"]["lastTransitionTime"] == T0
+    assert later["startTime"] == T0
+    assert status.changed(first, later)
+
+
+def test_completion_time_is_set_once() -> None:
+    running = render(TRAINING, {}, T0)
+    done = render(SUCCEEDED, running, T1)
+    assert done["phase"] == "Succeeded"
+    assert done["completionTime"] == T1
+    assert done["startTime"] == T0
+    again = render(SUCCEEDED, done, T2)
+    assert again["completionTime"] == T1
+    assert again["startTime"] == T0
+    assert not status.changed(done, again)
+
+
+def test_failed_is_terminal_too() -> None:
+    assert render(FAILED, {}, T0)["completionTime"] == T0
+
+
+@pytest.mark.parametrize(
+    ("decision", "hit", "outcome"), [(SUCCEEDED, True, "hit"), (TRAINING, False, "miss")]
+)
+def test_cache_outcome(decision: Decision, hit: bool, outcome: str) -> None:
+    cache = render(decision, {}, T0)["cache"]
+    assert cache == {"key": "k" * 32, "name": "bert-large", "hit": hit, "outcome": outcome}
+
+
+def test_no_outcome_when_precompile_is_never_used() -> None:
+    never = decide(Observed(storage_ready=True, policy="Never", training=Child.RUNNING))
+    cache = render(never, {}, T0)["cache"]
+    assert "hit" not in cache and "outcome" not in cache
+
+
+def test_generation_is_recorded_everywhere() -> None:
+    st = render(TRAINING, render(TRAINING, {}, T0), T1, gen=4)
+    assert st["observedGeneration"] == 4
+    assert {c["observedGeneration"] for c in st["conditions"]} == {4}
+
+
+def test_restarts_are_reported() -> None:
+    restarting = decide(
+        Observed(storage_ready=True, cache_recorded=True, training=Child.RESTARTING, restarts=2)
+    )
+    assert render(restarting, {}, T0)["restarts"] == 2
