@@ -43,10 +43,13 @@ def describe(file_system_id: str, fsx_client: Any | None = None) -> FsxNames:
         raise FsxLookupError("FileSystemNotFound", f"FSx file system {file_system_id} not found")
     fs = systems[0]
     mount = fs.get("LustreConfiguration", {}).get("MountName")
-    if fs.get("FileSystemType") != "LUSTRE" or not mount:
-        kind = fs.get("FileSystemType")
+    kind = fs.get("FileSystemType")
+    if kind != "LUSTRE":
         msg = f"FSx file system {file_system_id} is {kind}, not Lustre"
         raise FsxLookupError("FileSystemNotLustre", msg)
+    if not mount:
+        msg = f"FSx file system {file_system_id} reports no Lustre mount name; set spec.storage.fsx.mountName"
+        raise FsxLookupError("FsxLookupFailed", msg)
     return FsxNames(dns_name=fs["DNSName"], mount_name=mount)
 
 

@@ -136,11 +136,12 @@ def _fail_message(run: LocalRun, stage: str, state: Child) -> str:
 
 
 def tail_logs(run: LocalRun, stage: str, lines: int = 15) -> list[str]:
-    """The last lines of a stage's stderr logs: why a failed stage failed."""
-    out: list[str] = []
+    """Why a stage failed: its `error:` lines if any, else the last lines of its stderr logs."""
+    every: list[str] = []
     for path in sorted((run.root / "logs" / stage).rglob("stderr.log")):
-        out += path.read_text(errors="replace").splitlines()[-lines:]
-    return out[-lines:]
+        every += path.read_text(errors="replace").splitlines()
+    errors = [line for line in every if "error:" in line.lower()]
+    return list(dict.fromkeys(errors))[-lines:] if errors else every[-lines:]
 
 
 def act(run: LocalRun, decision: Decision, runner: Any) -> None:

@@ -1,0 +1,92 @@
+"""`trainium run`: the local backend of the same lifecycle, through TorchX's local scheduler.
+
+Runs the README's `make run` job (shortened) twice as a user would: the first run precompiles and
+trains with 2 gloo processes, the second finds the cache record and skips precompile.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLE = REPO / "examples" / "local-tiny-bert.yaml"
+
+
+def shortened(tmp_path: Path, steps: int) -> Path:
+    """The example with fewer steps, so the test stays quick."""
+    doc = yaml.safe_load(EXAMPLE.read_text())
+    args = doc["spec"]["args"]
+    for flag, value in (("--max-steps", steps), ("--checkpoint-every", steps), ("--log-every", 2)):
+        args[args.index(flag) + 1] = str(value)
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def trainium_run(job: Path, runs: Path) -> subprocess.CompletedProcess[str]:
+    """The CLI as `make run` calls it."""
+    cmd = [
+        sys.executable,
+        "-m",
+        "trainium_operator",
+        "run",
+        "-f",
+        str(job),
+        "--runs-dir",
+        str(runs),
+    ]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
+
+
+def test_local_run_trains_then_hits_the_cache(tmp_path: Path) -> None:
+    job, runs = shortened(tmp_path, steps=12), tmp_path / "runs"
+    first = trainium_run(job, runs)
+    assert first.returncode == 0, first.stdout + first.stderr
+    phases = [line.split()[1] for line in first.stdout.splitlines() if line.startswith("[phase]")]
+    assert phases == ["Pending", "Precompiling", "Pending", "Training", "Succeeded"], first.stdout
+    root = runs / "local-tiny-bert"
+    summary = json.loads((root / "summary.json").read_text())
+    assert summary["steps"] == 12 and summary["world_size"] == 2
+    assert summary["final_loss"] < summary["initial_loss"]
+    assert summary["cache_hit"] is False
+    status = json.loads((root / "status.json").read_text())
+    assert status["phase"] == "Succeeded" and status["precompileJob"] == "local-tiny-bert-compile"
+    assert {c["type"]: c["status"] for c in status["conditions"]}["Succeeded"] == "True"
+
+    second = trainium_run(job, runs)
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert "Precompiling" not in second.stdout and "cache=hit" in second.stdout
+    assert json.loads((root / "summary.json").read_text())["cache_hit"] is True
+    assert list((root / "history").iterdir()), "the first run's outputs were kept"
+
+
+def test_local_run_reports_a_failing_stage(tmp_path: Path) -> None:
+    doc = yaml.safe_load(EXAMPLE.read_text())
+    doc["spec"]["args"] = ["no-such-task"]
+    doc["metadata"]["annotations"] = {}
+    job = tmp_path / "bad.yaml"
+    job.write_text(yaml.safe_dump(doc))
+    proc = trainium_run(job, tmp_path / "runs")
+    assert proc.returncode == 1
+    assert (
+        "[phase] Failed" in proc.stdout
+        and "PrecompileFailed"
+        in (tmp_path / "runs" / "local-tiny-bert" / "status.json").read_text()
+    )
+    assert "no-such-task" in proc.stderr  # the failing stage's last log lines are shown
+
+
+def test_local_run_rejects_an_invalid_job(tmp_path: Path) -> None:
+    doc = yaml.safe_load(EXAMPLE.read_text())
+    doc["spec"]["nprocPerNode"] = 3
+    job = tmp_path / "bad.yaml"
+    job.write_text(yaml.safe_dump(doc))
+    proc = trainium_run(job, tmp_path / "runs")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "spec.nprocPerNode" in proc.stderr
+    assert not (tmp_path / "runs").exists()
