@@ -48,7 +48,7 @@ def describe(file_system_id: str, fsx_client: Any | None = None) -> FsxNames:
         msg = f"FSx file system {file_system_id} is {kind}, not Lustre"
         raise FsxLookupError("FileSystemNotLustre", msg)
     if not mount:
-        msg = f"FSx file system {file_system_id} reports no Lustre mount name; set spec.storage.fsx.mountName"
+        msg = f"FSx file system {file_system_id} has no Lustre mount name; set fsx.mountName"
         raise FsxLookupError("FsxLookupFailed", msg)
     return FsxNames(dns_name=fs["DNSName"], mount_name=mount)
 
