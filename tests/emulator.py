@@ -58,8 +58,12 @@ class ApiRequest:
 
     @property
     def client(self) -> str:
-        """Who sent it: "kopf" (the operator), "kubectl", "python-client" or "other"."""
-        for prefix, client in (("kopf/", "kopf"), ("kubectl", "kubectl")):
+        """Who sent it: "kopf", "trainium-operator" (the operator), "kubectl", "python-client"."""
+        for prefix, client in (
+            ("kopf/", "kopf"),
+            ("trainium-operator/", "trainium-operator"),
+            ("kubectl", "kubectl"),
+        ):
             if self.user_agent.startswith(prefix):
                 return client
         return "python-client" if self.user_agent.startswith("OpenAPI-Generator") else "other"

@@ -12,6 +12,7 @@ from typing import Any
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
+from trainium_operator import __version__
 from trainium_operator.crd import GROUP, PLURAL, VERSION
 
 Json = dict[str, Any]
@@ -27,7 +28,9 @@ def api_client() -> client.ApiClient:
         config.load_incluster_config()
     except config.ConfigException:
         config.load_kube_config(config_file=os.environ.get("KUBECONFIG"))
-    return client.ApiClient()
+    api = client.ApiClient()
+    api.user_agent = f"trainium-operator/{__version__}"  # audit logs name us, not the library
+    return api
 
 
 def core() -> client.CoreV1Api:

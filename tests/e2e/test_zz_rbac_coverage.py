@@ -30,9 +30,9 @@ from rbac import Subject, allows, denied
 NS = "rbac-coverage"
 TJ = "trainiumjobs.v1alpha1.trainium.dev"
 VCJOBS = "batch.volcano.sh/v1alpha1/jobs"
-# Requests from the operator process: kopf's own client and the kubernetes python client.
-# (kubectl is the tests' user; in-process python-client calls in e2e tests would count too.)
-OPERATOR_CLIENTS = {"kopf", "python-client"}
+# Requests from the operator process: kopf's own client and the operator's kubernetes client,
+# which sends its own User-Agent (kubectl and in-process test clients are someone else).
+OPERATOR_CLIENTS = {"kopf", "trainium-operator"}
 CLUSTER_SCOPED = {"persistentvolumes", "queues", "customresourcedefinitions", "namespaces"}
 SUBJECT = Subject("t-trainium-operator", "ops")  # what render() names the ServiceAccount
 Obj = dict[str, Any]
