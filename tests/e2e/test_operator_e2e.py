@@ -10,6 +10,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import kubernetes_validate
 import yaml
 
 from harness import (
@@ -170,8 +171,11 @@ def test_full_lifecycle_then_cache_hit(
     kubectl("wait", "--for=condition=Succeeded", "tj/bert", "-n", ns, "--timeout=20s")
     st = status(ns, "bert")
     assert st["phase"] == "Succeeded" and st["completionTime"]
-    reasons = {e["reason"] for e in events(ns)}
+    posted = events(ns)
+    reasons = {e["reason"] for e in posted}
     assert {"TrainingCompleted"} <= reasons, reasons
+    for event in posted:  # what the operator posted is a valid core/v1 Event
+        kubernetes_validate.validate(event, "1.33.0", strict=True)
 
     # Same graphs under another name: the cache record makes precompile unnecessary.
     apply(job(ns, "bert-again", q, runPolicy={"maxRetries": 1}))
