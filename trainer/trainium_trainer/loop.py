@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,8 @@ from trainium_trainer.config import RunConfig
 from trainium_trainer.device import Batch, Runtime
 from trainium_trainer.metrics import MetricsWriter, merge_summary
 from trainium_trainer.tasks import Task, build_task
+
+StepHook = Callable[[int], None]
 
 
 @dataclasses.dataclass
@@ -121,7 +123,7 @@ def _due(step: int, every: int, last: int) -> bool:
     return step == last or (every > 0 and step % every == 0)
 
 
-def run(t: Trainer, batches: Iterator[Batch]) -> None:
+def run(t: Trainer, batches: Iterator[Batch], on_step: StepHook | None = None) -> None:
     """The hot loop from the resumed step to --max-steps."""
     cfg, rt, st = t.cfg, t.rt, t.state
     model = rt.wrap_model(t.task.model)
@@ -137,6 +139,8 @@ def run(t: Trainer, batches: Iterator[Batch]) -> None:
         if _due(step, cfg.checkpoint_every, cfg.max_steps):
             rt.step_closure(_save, (t, step))
         rt.mark_step()
+        if on_step is not None:
+            on_step(step)
     st.step = max(st.step, cfg.max_steps)
 
 
@@ -195,12 +199,12 @@ def summarize(t: Trainer, extra: dict[str, Any] | None = None) -> dict[str, Any]
     return values
 
 
-def train(cfg: RunConfig, rt: Runtime) -> dict[str, Any]:
-    """Build, resume, run to --max-steps, write the summary."""
+def train(cfg: RunConfig, rt: Runtime, on_step: StepHook | None = None) -> dict[str, Any]:
+    """Build, resume, run to --max-steps, write the summary (on_step: tests observe steps)."""
     t = build_trainer(cfg, rt)
     batches = t.task.batches(cfg, start=t.state.step * cfg.grad_accum_steps)
     try:
-        run(t, rt.loader(batches))
+        run(t, rt.loader(batches), on_step)
     finally:
         t.metrics.close()
     rt.barrier()

@@ -1,0 +1,129 @@
+"""Fast checks of the pure parts: env contract, config, data order, LAMB, schedule, synth data."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from itertools import islice
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+import torch
+from trainer_utils import TRAINER_SRC, subprocess_env
+
+from trainium_trainer import config, contract, data, optim, synth
+
+PACKAGE = TRAINER_SRC / "trainium_trainer"
+
+
+def _env_reads(tree: ast.AST) -> list[ast.expr]:
+    """First arguments of os.environ.get / os.getenv / os.environ[...] in a module."""
+    found: list[ast.expr] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and node.args:
+            name = ast.unparse(node.func)
+            if name in ("os.environ.get", "os.getenv", "environ.get", "getenv"):
+                found.append(node.args[0])
+        elif isinstance(node, ast.Subscript) and ast.unparse(node.value) in ("os.environ",):
+            found.append(node.slice)
+    return found
+
+
+def test_every_env_read_is_declared_in_contract() -> None:
+    reads = []
+    for path in sorted(PACKAGE.glob("*.py")):
+        reads += [(path.name, arg) for arg in _env_reads(ast.parse(path.read_text()))]
+    assert reads, "the scan found no env reads at all: it is broken"
+    for module, arg in reads:
+        source = ast.unparse(arg)
+        assert source.startswith("contract."), f"{module}: env name {source} not from contract"
+        assert getattr(contract, source.split(".", 1)[1]) in contract.TRAINER_READS, source
+
+
+def test_package_init_and_config_do_not_import_torch() -> None:
+    code = "import sys, trainium_trainer, trainium_trainer.config, trainium_trainer.contract; "
+    code += "assert 'torch' not in sys.modules, 'torch imported'"
+    subprocess.run([sys.executable, "-c", code], env=subprocess_env(), check=True, timeout=60)
+
+
+def test_config_defaults_and_flags() -> None:
+    cfg = config.parse_args(["bert-pretrain", "--max-steps", "7", "--resume", "never"])
+    assert cfg.max_steps == 7 and cfg.resume == "never" and cfg.grad_accum_steps == 1
+    assert contract.MAX_STEPS_FLAG in config.build_parser().format_help()
+
+
+def _shards(lengths: list[int]) -> list[data.Shard]:
+    def make(i: int, n: int) -> data.Shard:
+        ids = np.arange(n, dtype=np.int64)[:, None] + 1000 * i
+        return data.Shard(f"s{i}", n, lambda: {"input_ids": ids})
+
+    return [make(i, n) for i, n in enumerate(lengths)]
+
+
+def test_stream_resumes_exactly_at_any_position() -> None:
+    shards = _shards([10, 7, 12])
+    full = [b["input_ids"].ravel().tolist() for b in islice(data.batch_stream(shards, 3, 5), 20)]
+    for start in (0, 1, 5, 9, 13):
+        again = data.batch_stream(shards, 3, 5, start=start)
+        got = [b["input_ids"].ravel().tolist() for b in islice(again, 4)]
+        assert got == full[start : start + 4]
+    assert len({tuple(b) for b in full[:9]}) == 9  # one epoch: 3 + 2 + 4 distinct batches
+
+
+def test_ranks_own_disjoint_shards() -> None:
+    names = [f"s{i}" for i in range(5)]
+    parts = [data.rank_shards(names, r, 2) for r in range(2)]
+    assert parts == [["s0", "s2", "s4"], ["s1", "s3"]]
+    with pytest.raises(config.UsageError):
+        data.rank_shards(names[:1], 0, 2)
+
+
+def test_lamb_decreases_a_quadratic() -> None:
+    torch.manual_seed(0)
+    w = torch.nn.Parameter(torch.randn(8, 8))
+    opt = optim.Lamb([w], lr=0.05, weight_decay=0.0)
+    first = None
+    for _ in range(50):
+        loss = (w**2).sum()
+        first = first if first is not None else loss.item()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    assert (w**2).sum().item() < 0.2 * first
+
+
+def test_schedule_warms_up_then_decays_to_zero() -> None:
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    sched = optim.build_scheduler(opt, warmup_steps=4, max_steps=10)
+    lrs = []
+    for _ in range(10):
+        lrs.append(sched.get_last_lr()[0])
+        opt.step()
+        sched.step()
+    assert lrs[:4] == [0.25, 0.5, 0.75, 1.0]
+    assert lrs[4:] == sorted(lrs[4:], reverse=True) and sched.get_last_lr()[0] == 0.0
+
+
+def test_synth_shards_have_aws_layout_and_a_learnable_nsp(tmp_path: Path) -> None:
+    (path,) = synth.write_bert_shards(tmp_path, 1, 200, seq_len=32, seed=0)
+    assert path.name == "synth_training_0.hdf5"
+    with h5py.File(path) as f:
+        assert sorted(f) == sorted(data.BERT_KEYS)
+        assert f["input_ids"].shape == (200, 32)
+        assert f["masked_lm_positions"].shape == (200, synth.max_predictions(32))
+        labels = f["next_sentence_labels"][:]
+    assert 0.3 < labels.mean() < 0.7
+    inputs = data.bert_inputs({k: h5py.File(path)[k][:] for k in data.BERT_KEYS})
+    assert ((inputs["labels"] != data.IGNORE_INDEX).sum(axis=1) > 0).all()
+
+
+def test_synth_cli(tmp_path: Path) -> None:
+    args = ["--out", str(tmp_path), "--shards", "2", "--samples-per-shard", "3", "--seq-len", "16"]
+    assert synth.main(args) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "synth_training_0.hdf5",
+        "synth_training_1.hdf5",
+    ]

@@ -1,0 +1,70 @@
+"""Helpers of the trainer suite: run the trainer in a subprocess and read what it wrote."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+TRAINER_SRC = Path(__file__).resolve().parents[2] / "trainer"
+# Deadline for one trainer subprocess; a hang fails loudly instead of stalling the suite.
+RUN_TIMEOUT = 180
+NO_DROPOUT = {"size": "tiny", "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
+FAST = ["--lr", "0.05", "--warmup-steps", "5", "--precision", "fp32"]
+
+
+def subprocess_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The test's environment with the trainer importable and no inherited launcher/output vars."""
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    env.pop("TRAINIUM_OUTPUT_DIR", None)
+    env.pop("NEURON_EXTRACT_GRAPHS_ONLY", None)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(TRAINER_SRC), env.get("PYTHONPATH")]))
+    env.update(extra or {})
+    return env
+
+
+def free_port() -> int:
+    """A free TCP port on loopback for torchrun's rendezvous."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def trainer_cmd(args: Sequence[str], nproc: int = 0) -> list[str]:
+    """`python -m trainium_trainer ...`, under torchrun when nproc > 0."""
+    if nproc:
+        launch = ["-m", "torch.distributed.run", "--nnodes", "1", f"--nproc_per_node={nproc}"]
+        launch += ["--master_addr", "127.0.0.1", "--master_port", str(free_port())]
+        return [sys.executable, *launch, "-m", "trainium_trainer", *args]
+    return [sys.executable, "-m", "trainium_trainer", *args]
+
+
+def run_trainer(args: Sequence[str], nproc: int = 0) -> subprocess.CompletedProcess[str]:
+    """Run the trainer to completion in a subprocess."""
+    return subprocess.run(
+        trainer_cmd(args, nproc),
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT,
+        check=False,
+    )
+
+
+def summary(output_dir: Path) -> dict[str, Any]:
+    """The run's summary.json."""
+    return json.loads((output_dir / "summary.json").read_text(encoding="utf-8"))
+
+
+def final_weights(output_dir: Path) -> dict[str, Any]:
+    """Model weights of the newest checkpoint."""
+    from trainium_trainer import checkpoint
+
+    found = checkpoint.complete_checkpoints(output_dir / "checkpoints")
+    assert found, f"no checkpoint in {output_dir}"
+    return checkpoint.load(found[-1][1])["model"]
