@@ -93,7 +93,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", default="auto", help="auto | never | PATH to a checkpoint")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--log-every", type=_positive(int), default=10)
-    p.add_argument("--precision", choices=PRECISIONS, default="bf16")
+    p.add_argument(
+        "--precision",
+        choices=PRECISIONS,
+        default=None,
+        help=f"default ${contract.ENV_PRECISION} (the TrainiumJob's spec.precision) or bf16",
+    )
     p.add_argument("--optimizer", choices=OPTIMIZERS, default="lamb")
     p.add_argument("--warmup-steps", type=_positive(int, True), default=0)
     p.add_argument("--max-grad-norm", type=_positive(float, True), default=1.0, help="0: off")
@@ -111,8 +116,17 @@ def parse_args(argv: Sequence[str] | None = None) -> RunConfig:
     fields = {f.name for f in dataclasses.fields(RunConfig)}
     values = {k: v for k, v in vars(ns).items() if k in fields}
     values["output_dir"] = output
+    values["precision"] = ns.precision or _env_precision()
     values["extract_graphs_only"] = extract_graphs_only()
     return RunConfig(**values)
+
+
+def _env_precision() -> str:
+    """The operator passes spec.precision (part of the cache key) through the environment."""
+    value = os.environ.get(contract.ENV_PRECISION) or "bf16"
+    if value not in PRECISIONS:
+        raise UsageError(f"{contract.ENV_PRECISION}={value!r}; expected one of {PRECISIONS}")
+    return value
 
 
 def extract_graphs_only() -> bool:
