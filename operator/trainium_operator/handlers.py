@@ -84,6 +84,7 @@ def on_job(namespace: str | None, name: str, **_: Any) -> None:
     run(namespace, name)
     body = k8s.get_trainiumjob(namespace, name)
     phase = ((body or {}).get("status") or {}).get("phase")
+    metrics.track(namespace, name, phase)
     if body is not None and phase not in {p.value for p in TERMINAL}:
         raise kopf.TemporaryError(f"job is {phase}; {RESYNC_MARK}", delay=resync_seconds())
 

@@ -101,6 +101,16 @@ def count_transition(t: Transition) -> None:
         CACHE_LOOKUPS.labels(result=t.cache_outcome).inc()
 
 
+def track(namespace: str, name: str, phase: str | None) -> None:
+    """Count a job seen in a phase without a transition (e.g. settled jobs after a restart)."""
+    if not phase:
+        return
+    with _lock:
+        if _phases.get((namespace, name)) != phase:
+            _phases[(namespace, name)] = phase
+            _set_job_gauge()
+
+
 def forget(namespace: str, name: str) -> None:
     """A deleted job leaves the phase gauge."""
     with _lock:

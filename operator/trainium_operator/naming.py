@@ -41,8 +41,13 @@ def fit(base: str, suffix: str, limit: int) -> str:
 
 
 def vcjob_name(job: str, stage: str) -> str:
-    """Name of the Volcano job of one stage; its pod hostnames stay within 63 characters."""
-    return fit(job, STAGE_SUFFIX[stage], DNS_LABEL_MAX - _POD_SUFFIX_MAX)
+    """Name of the Volcano job of one stage; its pod hostnames stay within 63 characters.
+
+    Volcano's svc plugin names a Service after the job, and Service names must start with a
+    letter (DNS-1035), so a job name starting with a digit gets a `tj-` prefix.
+    """
+    base = job if job[:1].isalpha() else f"tj-{job}"
+    return fit(base, STAGE_SUFFIX[stage], DNS_LABEL_MAX - _POD_SUFFIX_MAX)
 
 
 def task_name(replica: int) -> str:

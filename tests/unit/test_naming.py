@@ -119,3 +119,10 @@ def test_cache_record_name_is_a_dns_label_and_depends_on_both_inputs() -> None:
     assert _is_label(name)
     assert name != naming.cache_record_name("bert-base", key)
     assert name != naming.cache_record_name("bert-large", "f" * 32)
+
+
+def test_vcjob_names_start_with_a_letter_for_volcano_services() -> None:
+    # Volcano's svc plugin creates a Service named after the job: DNS-1035, letter first.
+    assert naming.vcjob_name("1job", "train") == "tj-1job-train"
+    assert naming.vcjob_name("job1", "train") == "job1-train"
+    assert naming.vcjob_name("9" * 253, "precompile")[0].isalpha()
