@@ -18,6 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
+from trainium_trainer.data import BERT_KEYS
+
 PAD_ID, CLS_ID, SEP_ID, MASK_ID = 0, 101, 102, 103  # bert-base-uncased's ids
 FIRST_WORD = 104
 FOLLOW_PROB = 0.9
@@ -105,20 +107,12 @@ def write_bert_shards(
         cols = [np.stack(c) for c in zip(*rows, strict=True)]
         path = out / f"synth_training_{index}.hdf5"
         with h5py.File(path, "w") as f:
-            for key, col, dtype in zip(_KEYS, cols, _DTYPES, strict=True):
+            for key, col, dtype in zip(BERT_KEYS, cols, _DTYPES, strict=True):
                 f.create_dataset(key, data=col.astype(dtype))
         paths.append(path)
     return paths
 
 
-_KEYS = (
-    "input_ids",
-    "segment_ids",
-    "input_mask",
-    "masked_lm_positions",
-    "masked_lm_ids",
-    "next_sentence_labels",
-)
 _DTYPES = ("i4", "i4", "i4", "i4", "i4", "i1")  # NVIDIA/AWS create_pretraining_data's dtypes
 
 
