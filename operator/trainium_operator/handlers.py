@@ -20,7 +20,7 @@ from trainium_operator import k8s, metrics, naming
 from trainium_operator.builders import LABEL_JOB, LABEL_MANAGED_BY, MANAGED_BY
 from trainium_operator.crd import GROUP, PLURAL, VERSION
 from trainium_operator.lifecycle import TERMINAL
-from trainium_operator.reconcile import Transition, reconcile
+from trainium_operator.reconcile import Outcome, reconcile
 
 #: kopf's annotation prefix and finalizer name, decided on day one.
 PREFIX = GROUP
@@ -60,18 +60,18 @@ def _emit(body: Json, kind: str, reason: str, message: str) -> None:
     kopf.event(cast(kopf.Body, body), type=kind, reason=reason, message=message[:1024])
 
 
-def run(namespace: str, name: str) -> Transition | None:
+def run(namespace: str, name: str) -> Outcome:
     """Reconcile one job, one pass at a time per job within this process."""
     with _locks[(namespace, name)], metrics.reconcile_timer():
         try:
-            transition = reconcile(namespace, name, _emit)
+            outcome = reconcile(namespace, name, _emit)
         except ApiException as exc:
-            if exc.status in (400, 403, 422):
-                metrics.count_error(f"Api{exc.status}")
+            metrics.count_error(f"Api{exc.status}")
             raise kopf.TemporaryError(f"API error {exc.status}: {exc.reason}", delay=5) from exc
-    if transition:
-        metrics.count_transition(transition)
-    return transition
+    if outcome.transition:
+        metrics.count_transition(outcome.transition)
+    metrics.track(namespace, name, outcome.phase)
+    return outcome
 
 
 @kopf.on.resume(GROUP, VERSION, PLURAL)
@@ -81,12 +81,16 @@ def on_job(namespace: str | None, name: str, **_: Any) -> None:
     """Reconcile; stay in kopf's retry loop (our resync backstop) until the job settles."""
     if namespace is None:
         return
-    run(namespace, name)
-    body = k8s.get_trainiumjob(namespace, name)
-    phase = ((body or {}).get("status") or {}).get("phase")
-    metrics.track(namespace, name, phase)
-    if body is not None and phase not in {p.value for p in TERMINAL}:
-        raise kopf.TemporaryError(f"job is {phase}; {RESYNC_MARK}", delay=resync_seconds())
+    outcome = run(namespace, name)
+    if outcome.phase is None:  # deleted meanwhile
+        return
+    if outcome.phase not in {p.value for p in TERMINAL}:
+        delay = resync_seconds()
+    elif outcome.ttl_remaining is not None:
+        delay = max(1.0, outcome.ttl_remaining)  # then the pass that deletes it
+    else:
+        return
+    raise kopf.TemporaryError(f"job is {outcome.phase}; {RESYNC_MARK}", delay=delay)
 
 
 @kopf.on.event(

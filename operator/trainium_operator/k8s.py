@@ -77,6 +77,12 @@ def get_trainiumjob(namespace: str, name: str) -> Json | None:
     return _missing_is_none(custom().get_namespaced_custom_object, *args)  # type: ignore[no-any-return]
 
 
+def delete_trainiumjob(namespace: str, name: str) -> None:
+    """Delete a TrainiumJob (its children follow through ownerReferences); gone is fine."""
+    args = (GROUP, VERSION, namespace, PLURAL, name)
+    _missing_is_none(custom().delete_namespaced_custom_object, *args)
+
+
 def patch_trainiumjob_status(namespace: str, name: str, status: Json) -> None:
     """Merge-patch the status subresource."""
     custom().patch_namespaced_custom_object_status(

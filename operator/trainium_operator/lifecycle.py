@@ -6,8 +6,9 @@ local apps and folders. Nothing here does I/O, so every path is a table-driven u
 
 from __future__ import annotations
 
+import datetime
 import enum
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 
 class Phase(str, enum.Enum):
@@ -108,7 +109,8 @@ class Decision:
     actions: tuple[Action, ...] = ()
     cache_hit: bool | None = None
     restarts: int = 0
-    extra: dict[str, str] = field(default_factory=dict)
+    #: The missing prerequisite that holds the job in Pending, if any (a Warning Event).
+    blocker: Blocker | None = None
 
 
 CONDITION_TYPES = ("Validated", "StorageReady", "Precompiled", "Running", "Succeeded", "Failed")
@@ -248,7 +250,9 @@ def _pending(
         conds.append(Condition("Running", "False", blocker.reason, blocker.message))
     elif not any(c.type == "Running" for c in conds):
         conds.append(Condition("Running", "False", "NotStarted", "training not started"))
-    return Decision(Phase.PENDING, message, _close(conds, running=None), actions, hit, obs.restarts)
+    return Decision(
+        Phase.PENDING, message, _close(conds, running=None), actions, hit, obs.restarts, blocker
+    )
 
 
 def _failed(
@@ -259,3 +263,14 @@ def _failed(
     conds.append(Condition("Succeeded", "False", reason, msg))
     conds.append(Condition("Failed", "True", reason, msg))
     return Decision(Phase.FAILED, msg, tuple(conds), (), hit, obs.restarts)
+
+
+def ttl_remaining(
+    completion_time: str | None, ttl: int | None, now: datetime.datetime
+) -> float | None:
+    """Seconds until a finished job may be deleted (ttlSecondsAfterFinished); None without TTL."""
+    if ttl is None or not completion_time:
+        return None
+    done = datetime.datetime.strptime(completion_time, "%Y-%m-%dT%H:%M:%SZ")
+    expiry = done.replace(tzinfo=datetime.timezone.utc) + datetime.timedelta(seconds=ttl)
+    return (expiry - now).total_seconds()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from trainium_operator import builders, fsx, k8s, lifecycle, naming, status
@@ -36,31 +36,57 @@ class Transition:
     cache_outcome: str | None = None
 
 
+@dataclass(frozen=True)
+class Outcome:
+    """What one pass left behind: the phase, the transition made, when to come back."""
+
+    phase: str | None
+    transition: Transition | None = None
+    #: A finished job with ttlSecondsAfterFinished: seconds until it is deleted.
+    ttl_remaining: float | None = None
+
+
 def now_iso() -> str:
     """RFC 3339 UTC timestamp, second precision as Kubernetes writes them."""
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def reconcile(
-    namespace: str, name: str, emit: Emit, lookup: FsxLookup = fsx.describe
-) -> Transition | None:
-    """One pass over one TrainiumJob; returns the phase transition it made, if any."""
+def reconcile(namespace: str, name: str, emit: Emit, lookup: FsxLookup = fsx.describe) -> Outcome:
+    """One pass over one TrainiumJob: derive, act, report; a finished job only ages out."""
     body = k8s.get_trainiumjob(namespace, name)
     if body is None or body["metadata"].get("deletionTimestamp"):
-        return None
+        return Outcome(None)
     previous: Json = body.get("status") or {}
     generation = int(body["metadata"].get("generation", 1))
     if _settled(previous, generation):
-        return None
+        return _expire(body, previous)
     try:
         spec = parse(body)
     except SpecError as exc:
-        return _report(body, lifecycle.invalid(exc.problems), None, emit)
-    owner = Owner(name, namespace, body["metadata"].get("uid", ""))
-    observed, names = observe(spec, owner, lookup)
-    decision = lifecycle.decide(observed)
-    _act(decision.actions, spec, owner, names)
-    return _report(body, decision, spec, emit, observed)
+        new, transition = _report(body, lifecycle.invalid(exc.problems), None, emit)
+    else:
+        owner = Owner(name, namespace, body["metadata"].get("uid", ""))
+        observed, names = observe(spec, owner, lookup)
+        decision = lifecycle.decide(observed)
+        _act(decision.actions, spec, owner, names)
+        new, transition = _report(body, decision, spec, emit, observed)
+    return replace(_expire(body, new), transition=transition)
+
+
+def _expire(body: Json, status_now: Json) -> Outcome:
+    """Delete a finished job once ttlSecondsAfterFinished has passed (children go with it)."""
+    phase = status_now.get("phase")
+    if phase not in {p.value for p in lifecycle.TERMINAL}:
+        return Outcome(phase)
+    ttl = ((body.get("spec") or {}).get("runPolicy") or {}).get("ttlSecondsAfterFinished")
+    now = datetime.datetime.now(datetime.timezone.utc)
+    ttl_int = ttl if isinstance(ttl, int) and not isinstance(ttl, bool) else None
+    remaining = lifecycle.ttl_remaining(status_now.get("completionTime"), ttl_int, now)
+    if remaining is not None and remaining <= 0:
+        meta = body["metadata"]
+        k8s.delete_trainiumjob(meta["namespace"], meta["name"])
+        return Outcome(phase)
+    return Outcome(phase, ttl_remaining=remaining)
 
 
 def _settled(previous: Json, generation: int) -> bool:
@@ -163,8 +189,8 @@ def _report(
     spec: TrainiumJobSpec | None,
     emit: Emit,
     obs: Observed | None = None,
-) -> Transition | None:
-    """Patch status when it changed and emit an Event on a phase transition."""
+) -> tuple[Json, Transition | None]:
+    """Patch status when it changed; Events on a phase transition and on a new blocker."""
     obs = obs or Observed()
     acts = decision.actions
     meta = body["metadata"]
@@ -184,17 +210,20 @@ def _report(
         training_job=_job_name(owner_name, "train", obs.training is not Child.ABSENT, acts),
     )
     if not status.changed(previous, new):
-        return None
+        return previous, None
     k8s.patch_trainiumjob_status(meta["namespace"], owner_name, new)
+    blocker = decision.blocker
+    if blocker and blocker.reason not in {c.get("reason") for c in previous.get("conditions", [])}:
+        emit(body, "Warning", blocker.reason, blocker.message)
     old_phase = previous.get("phase")
     if old_phase == new["phase"]:
-        return None
+        return new, None
     reason = _reason(decision)
     kind = "Warning" if decision.phase is lifecycle.Phase.FAILED else "Normal"
     emit(body, kind, reason, decision.message)
     outcome = (new.get("cache") or {}).get("outcome")
     first = outcome if outcome != (previous.get("cache") or {}).get("outcome") else None
-    return Transition(
+    return new, Transition(
         meta["namespace"], owner_name, old_phase, new["phase"], reason, decision.message, first
     )
 

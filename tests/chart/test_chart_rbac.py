@@ -20,7 +20,7 @@ CLUSTER_SCOPED = {
     ("scheduling.volcano.sh", "queues"): {"get", "list", "watch"},
 }
 NAMESPACED = {
-    ("trainium.dev", "trainiumjobs"): {"get", "list", "watch", "patch"},
+    ("trainium.dev", "trainiumjobs"): {"get", "list", "watch", "patch", "delete"},
     ("trainium.dev", "trainiumjobs/status"): {"get", "patch", "update"},
     ("batch.volcano.sh", "jobs"): {"get", "list", "watch", "create", "delete"},
     ("", "persistentvolumeclaims"): {"get", "list", "watch", "create"},

@@ -6,6 +6,7 @@ Volcano is simulated by patching Volcano jobs' status, as its controller would.
 from __future__ import annotations
 
 import json
+import time
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -244,6 +245,9 @@ def test_missing_claim_waits_then_proceeds(
     cond = condition(ns, "early", "StorageReady")
     assert cond["status"] == "False" and "fsx-claim" in cond["message"]
     assert status(ns, "early")["phase"] == "Pending" and vcjobs(k8s, ns) == []
+    warned = wait_for(lambda: [e for e in events(ns) if e["reason"] == "ClaimNotFound"],
+                      what="ClaimNotFound Warning event")  # fmt: skip
+    assert warned[0]["type"] == "Warning" and "fsx-claim" in warned[0]["message"]
     claim(ns)
     vcjob(k8s, ns, "early-compile")
     assert condition(ns, "early", "StorageReady")["status"] == "True"
@@ -257,6 +261,9 @@ def test_missing_queue_waits_then_proceeds(
     apply(job(ns, "queued", q))
     wait_for(lambda: "QueueNotFound" in json.dumps(status(ns, "queued")), what="QueueNotFound")
     assert q in status(ns, "queued")["message"] and vcjobs(k8s, ns) == []
+    time.sleep(2.5)  # a few resync passes (1 s each) while the queue is still missing
+    warned = [e for e in events(ns) if e["reason"] == "QueueNotFound"]
+    assert len(warned) == 1 and warned[0]["type"] == "Warning", warned  # once, not every pass
     queue(q)
     vcjob(k8s, ns, "queued-compile")
 
@@ -340,3 +347,22 @@ def test_delete_removes_children(operator: OperatorProcess, ns: str, k8s: Emulat
     wait_for(lambda: vcjobs(k8s, ns) == [], what="children garbage-collected")
     assert k8s.get("v1/persistentvolumeclaims", ns, "fsx-claim") is not None  # user's claim stays
     assert operator.running
+
+
+def test_ttl_after_finished_deletes_the_job(
+    operator: OperatorProcess, ns: str, k8s: EmulatorServer
+) -> None:
+    q = f"q-{ns}"
+    queue(q)
+    claim(ns)
+    apply(
+        job(
+            ns, "brief", q, precompile={"policy": "Never"}, runPolicy={"ttlSecondsAfterFinished": 2}
+        )
+    )
+    vcjob(k8s, ns, "brief-train")
+    simulate_vcjob_phase(ns, "brief-train", "Completed")
+    wait_phase(ns, "brief", "Succeeded")
+    assert get(TJ, "brief", ns) is not None  # kept until the TTL has passed
+    wait_for(lambda: get(TJ, "brief", ns) is None, timeout=15, what="TTL deletion")
+    wait_for(lambda: vcjobs(k8s, ns) == [], what="children garbage-collected")

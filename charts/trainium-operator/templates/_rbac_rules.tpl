@@ -33,7 +33,8 @@ request the operator made in the e2e suite against what these rules render to.
 {{- define "trainium-operator.rules.namespaced" -}}
 - apiGroups: [trainium.dev]
   resources: [trainiumjobs]
-  verbs: [get, list, watch, patch]
+  # delete: runPolicy.ttlSecondsAfterFinished removes finished jobs.
+  verbs: [get, list, watch, patch, delete]
 - apiGroups: [trainium.dev]
   resources: [trainiumjobs/status]
   verbs: [get, patch, update]
