@@ -19,8 +19,8 @@ import pytest
 SESSION_DIR = Path(tempfile.mkdtemp(prefix="trainium-tests-"))
 os.environ["KUBECONFIG"] = str(SESSION_DIR / "kubeconfig")
 
-from emulator import ApiRequest  # noqa: E402
 from harness import OPERATORS, EmulatorServer, apply, kubectl, make_emulator, write_kubeconfig  # noqa: E402
+from k8s_semantics import ApiRequest  # noqa: E402
 
 
 @pytest.fixture(scope="session")

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import dataclasses
 import datetime
 import re
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp.web
@@ -22,6 +21,8 @@ import jsonpatch
 import kmock
 import yaml
 from kmock._internal import apps, enums, parsing, references, rendering
+
+from k8s_semantics import ApiRequest, SelectorError, field_values, match_selector, merge_patch
 
 Obj = dict[str, Any]
 Key = tuple[references.resource, str | None, str]
@@ -43,97 +44,14 @@ def _parse_path(path: str) -> parsing.ParsedPath:
 parsing.parse_path = _parse_path
 
 
-@dataclasses.dataclass
-class ApiRequest:
-    """One resource request as RBAC sees it, for checking the chart's ClusterRole."""
-
-    verb: str
-    api_group: str
-    resource: str
-    subresource: str | None
-    namespace: str | None
-    name: str | None
-    user_agent: str
-    code: int = 0
-
-    @property
-    def client(self) -> str:
-        """Who sent it: "kopf", "trainium-operator" (the operator), "kubectl", "python-client"."""
-        for prefix, client in (
-            ("kopf/", "kopf"),
-            ("trainium-operator/", "trainium-operator"),
-            ("kubectl", "kubectl"),
-        ):
-            if self.user_agent.startswith(prefix):
-                return client
-        return "python-client" if self.user_agent.startswith("OpenAPI-Generator") else "other"
-
-
 def _error(code: int, reason: str, message: str, **details: Any) -> kmock.KubernetesError:
     """A Status error with the machine-readable reason client-go and kopf match on."""
     return kmock.KubernetesError(status=code, reason=reason, message=message, details=details)
 
 
-def _merge(target: Any, patch: Any) -> Any:
-    """RFC 7386 JSON merge patch (kmock's own raises on dict-vs-scalar instead of replacing)."""
-    if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    result = dict(target) if isinstance(target, dict) else {}
-    for k, v in patch.items():
-        if k.startswith("$"):
-            continue  # strategic-merge directives ($patch, $setElementOrder/...): lists replaced
-        if v is None:
-            result.pop(k, None)
-        else:
-            result[k] = _merge(result.get(k), v)
-    return result
-
-
 def _spec(obj: Obj) -> Obj:
     """Everything whose change bumps metadata.generation."""
     return {k: v for k, v in obj.items() if k not in ("metadata", "status")}
-
-
-def _split(selector: str) -> Iterator[str]:
-    """Split a selector on commas outside parentheses (`a in (x,y),b`)."""
-    yield from (p for p in re.split(r",(?![^()]*\))", selector) if p.strip())
-
-
-_REQUIREMENT = re.compile(
-    r"\s*(?P<neg>!)?\s*(?P<key>[^\s!=,()]+)\s*"
-    r"(?:(?P<op>==|!=|=)\s*(?P<val>[^\s,()]*)|\s(?P<set>in|notin)\s*\((?P<vals>[^)]*)\))?\s*"
-)
-
-
-def match_selector(selector: str, values: dict[str, str]) -> bool:
-    """Label-selector semantics (=, ==, !=, in, notin, exists, !exists) over a flat mapping."""
-    for req in _split(selector):
-        m = _REQUIREMENT.fullmatch(req)
-        if m is None:
-            raise _error(400, "BadRequest", f"unable to parse requirement: {req!r}")
-        present, value = m["key"] in values, values.get(m["key"])
-        if m["set"]:
-            wanted = {v.strip() for v in m["vals"].split(",")}
-            ok = (value in wanted) if m["set"] == "in" else (value not in wanted)
-        elif m["op"]:
-            ok = (value == m["val"]) if m["op"] != "!=" else (value != m["val"])
-        else:
-            ok = present != bool(m["neg"])
-        if not ok:
-            return False
-    return True
-
-
-def _fields(obj: Obj, selector: str) -> dict[str, str]:
-    """The dotted-path values a field selector asks about, as strings."""
-    out: dict[str, str] = {}
-    for req in _split(selector):
-        path = re.split(r"!=|==|=", req, maxsplit=1)[0].strip()
-        value: Any = obj
-        for part in path.split("."):
-            value = value.get(part) if isinstance(value, dict) else None
-        out[path] = "" if value is None else str(value)
-    return out
 
 
 def _now() -> str:
@@ -240,7 +158,7 @@ class K8sEmulator(kmock.KubernetesEmulator):
         elif isinstance(body, list):
             new = jsonpatch.apply_patch(old, body)
         else:  # merge, strategic merge (approximated: lists replaced) and apply patches
-            new = _merge(old, body)
+            new = merge_patch(old, body)
         return await self._update(key, old, new, status_only=sub == "status")
 
     async def _create(self, res: references.resource, ns: str | None, body: Any) -> Obj:
@@ -453,9 +371,12 @@ class K8sEmulator(kmock.KubernetesEmulator):
         if request.name is not None and md.get("name") != request.name:
             return False
         labels, fields = request.params.get("labelSelector"), request.params.get("fieldSelector")
-        if labels and not match_selector(labels, md.get("labels") or {}):
-            return False
-        return not fields or match_selector(fields, _fields(obj, fields))
+        try:
+            if labels and not match_selector(labels, md.get("labels") or {}):
+                return False
+            return not fields or match_selector(fields, field_values(obj, fields))
+        except SelectorError as exc:
+            raise _error(400, "BadRequest", str(exc)) from None
 
     # ---- small helpers -------------------------------------------------------------------------
 

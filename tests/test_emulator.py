@@ -8,13 +8,13 @@ import subprocess
 import sys
 import textwrap
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import kubernetes
 import pytest
 
-from emulator import match_selector
 from harness import (
     KUBECTL,
     OPERATORS,
@@ -24,9 +24,12 @@ from harness import (
     apply,
     get,
     kubectl,
+    make_emulator,
     simulate_vcjob_phase,
     wait_for,
+    write_kubeconfig,
 )
+from k8s_semantics import match_selector
 
 Obj = dict[str, Any]
 TEST_CRD = {
@@ -351,13 +354,28 @@ HANDLERS = textwrap.dedent(
 )
 
 
+@pytest.fixture
+def own_k8s(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[EmulatorServer]:
+    """A private emulator (and $KUBECONFIG) for a throwaway operator.
+
+    Its requests must not land in the session's record, which the RBAC coverage test reads as
+    the product operator's.
+    """
+    server = EmulatorServer(make_emulator())
+    server.start()
+    kubeconfig = tmp_path / "own-kubeconfig"
+    write_kubeconfig(kubeconfig, server.url)
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    yield server
+    server.stop()
+
+
 def test_kopf_operator_start_kill_restart(
-    k8s: EmulatorServer,
-    ns: str,
-    tmp_path: Path,
-    request: pytest.FixtureRequest,
-    api_requests: list[Any],
+    own_k8s: EmulatorServer, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
+    ns = "kopf-trial"
+    apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+    api_requests = own_k8s.emulator.api_requests
     handlers = tmp_path / "handlers.py"
     handlers.write_text(HANDLERS)
     command = [

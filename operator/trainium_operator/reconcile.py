@@ -212,19 +212,27 @@ def _report(
     if not status.changed(previous, new):
         return previous, None
     k8s.patch_trainiumjob_status(meta["namespace"], owner_name, new)
+    return new, _announce(body, previous, new, decision, emit)
+
+
+def _announce(
+    body: Json, previous: Json, new: Json, decision: Decision, emit: Emit
+) -> Transition | None:
+    """Events for a new blocker and for a phase transition; the transition for metrics."""
     blocker = decision.blocker
     if blocker and blocker.reason not in {c.get("reason") for c in previous.get("conditions", [])}:
         emit(body, "Warning", blocker.reason, blocker.message)
     old_phase = previous.get("phase")
     if old_phase == new["phase"]:
-        return new, None
+        return None
     reason = _reason(decision)
     kind = "Warning" if decision.phase is lifecycle.Phase.FAILED else "Normal"
     emit(body, kind, reason, decision.message)
     outcome = (new.get("cache") or {}).get("outcome")
     first = outcome if outcome != (previous.get("cache") or {}).get("outcome") else None
-    return new, Transition(
-        meta["namespace"], owner_name, old_phase, new["phase"], reason, decision.message, first
+    meta = body["metadata"]
+    return Transition(
+        meta["namespace"], meta["name"], old_phase, new["phase"], reason, decision.message, first
     )
 
 

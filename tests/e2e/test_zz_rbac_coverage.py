@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 
-from emulator import ApiRequest
 from harness import (
     OPERATOR_COMMAND,
     EmulatorServer,
@@ -25,6 +24,7 @@ from harness import (
     wait_for,
 )
 from helmchart import helm_bin, render  # noqa: F401  (helm_bin is a fixture)
+from k8s_semantics import ApiRequest
 from rbac import Subject, allows, denied
 
 NS = "rbac-coverage"
