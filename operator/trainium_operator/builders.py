@@ -32,7 +32,6 @@ LABEL_STAGE = f"{GROUP}/stage"
 LABEL_CACHE_KEY = f"{GROUP}/cache-key"
 LABEL_CACHE_NAME = f"{GROUP}/cache-name"
 FSX_DRIVER = "fsx.csi.aws.com"
-VOLCANO_JOB_API = "batch.volcano.sh/v1alpha1"
 
 
 @dataclass(frozen=True)
