@@ -12,7 +12,7 @@ export PATH := $(abspath $(BIN)):$(abspath $(TOOLS)):$(PATH)
 .PHONY: help install run test test-unit test-e2e test-chart test-xla lint crds verify helm render clean
 
 help: ## Show the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-11s %s\n", $$1, $$2}'
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-11s %s\n", $$1, $$2}'
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -43,7 +43,7 @@ test-e2e: $(STAMP) ## Only the operator end-to-end tests
 	$(BIN)/python -m pytest -q tests/e2e tests/test_emulator.py
 
 test-chart: $(STAMP) helm ## Only the chart and GitOps tests
-	$(BIN)/python -m pytest -q tests/chart tests/deploy
+	$(BIN)/python -m pytest -q tests/chart tests/deploy tests/test_rbac.py
 
 test-xla: ## Trainer tests on torch-xla (PJRT CPU) in .venv-xla (~4 GB download, cached)
 	PYTHON=$(PYTHON) bash scripts/xla-env.sh
