@@ -26,10 +26,10 @@ class ApiRequest:
     verb: str
     api_group: str
     resource: str
-    subresource: str | None
-    namespace: str | None
-    name: str | None
-    user_agent: str
+    subresource: str | None = None
+    namespace: str | None = None
+    name: str | None = None
+    user_agent: str = ""
     code: int = 0
 
     @property

@@ -11,32 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
+
+from k8s_semantics import ApiRequest
 
 Obj = dict[str, Any]
-
-
-class Request(Protocol):
-    """What RBAC looks at; tests/emulator.py's ApiRequest has these attributes."""
-
-    verb: str
-    api_group: str
-    resource: str
-    subresource: str | None
-    namespace: str | None
-    name: str | None
-
-
-@dataclass(frozen=True)
-class Req:
-    """A request written by hand (unit tests, reports)."""
-
-    verb: str
-    api_group: str
-    resource: str
-    subresource: str | None = None
-    namespace: str | None = None
-    name: str | None = None
 
 
 @dataclass(frozen=True)
@@ -47,7 +26,7 @@ class Subject:
     namespace: str
 
 
-def describe(r: Request) -> str:
+def describe(r: ApiRequest) -> str:
     """One line a person can read: `create batch.volcano.sh/jobs in ns/x name`."""
     res = f"{r.resource}/{r.subresource}" if r.subresource else r.resource
     where = f" in {r.namespace}" if r.namespace else " (cluster-wide)"
@@ -70,7 +49,7 @@ def _matches(values: Iterable[str], wanted: str) -> bool:
     return "*" in values or wanted in values
 
 
-def rule_allows(rule: Obj, r: Request) -> bool:
+def rule_allows(rule: Obj, r: ApiRequest) -> bool:
     """One PolicyRule against one request."""
     resource = f"{r.resource}/{r.subresource}" if r.subresource else r.resource
     resources = list(rule.get("resources") or [])
@@ -110,7 +89,7 @@ def grants(docs: list[Obj], subject: Subject | None = None) -> list[tuple[str | 
     return out
 
 
-def allows(docs: list[Obj], r: Request, subject: Subject | None = None) -> bool:
+def allows(docs: list[Obj], r: ApiRequest, subject: Subject | None = None) -> bool:
     """Whether the rendered RBAC in docs lets the subject make request r."""
     for scope, rule in grants(docs, subject):
         # A RoleBinding covers only requests inside its namespace: never cluster-scoped objects
@@ -123,7 +102,7 @@ def allows(docs: list[Obj], r: Request, subject: Subject | None = None) -> bool:
 
 
 def denied(
-    docs: list[Obj], requests: Iterable[Request], subject: Subject | None = None
+    docs: list[Obj], requests: Iterable[ApiRequest], subject: Subject | None = None
 ) -> list[str]:
     """Each distinct request the RBAC would refuse, described, sorted."""
     return sorted({describe(r) for r in requests if not allows(docs, r, subject)})

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from rbac import Req, Subject, allows, denied, describe, rule_allows
+from k8s_semantics import ApiRequest as Req
+from rbac import Subject, allows, denied, describe, rule_allows
 
 SA = Subject("op", "ops")
 

@@ -6,7 +6,8 @@ from pathlib import Path
 from typing import Any
 
 from helmchart import by_kind, render
-from rbac import Req, Subject, allows
+from k8s_semantics import ApiRequest as Req
+from rbac import Subject, allows
 
 SA = Subject("t-trainium-operator", "ops")
 FRAMEWORK = {
