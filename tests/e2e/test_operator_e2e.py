@@ -57,6 +57,14 @@ def claim(ns: str, name: str = "fsx-claim") -> None:
     )
 
 
+def prerequisites(ns: str) -> str:
+    """The queue and claim a job needs (tests of their absence make them by hand); the queue."""
+    q = f"q-{ns}"
+    queue(q)
+    claim(ns)
+    return q
+
+
 def job(ns: str, name: str, q: str, **spec: Any) -> Obj:
     """A TrainiumJob like the tutorial's: 2 x trn1.32xlarge on an existing claim."""
     body: Obj = {
@@ -127,9 +135,7 @@ def events(ns: str) -> list[Obj]:
 def test_full_lifecycle_then_cache_hit(
     operator: OperatorProcess, ns: str, k8s: EmulatorServer
 ) -> None:
-    q = f"q-{ns}"
-    queue(q)
-    claim(ns)
+    q = prerequisites(ns)
     apply(job(ns, "bert", q))
 
     pre = vcjob(k8s, ns, "bert-compile")
@@ -197,9 +203,7 @@ def test_full_lifecycle_then_cache_hit(
 def test_precompile_failure_fails_the_job(
     operator: OperatorProcess, ns: str, k8s: EmulatorServer
 ) -> None:
-    q = f"q-{ns}"
-    queue(q)
-    claim(ns)
+    q = prerequisites(ns)
     apply(job(ns, "bad-graph", q, precompile={"policy": "Always"}))
     vcjob(k8s, ns, "bad-graph-compile")
     simulate_vcjob_phase(
@@ -221,9 +225,7 @@ def test_precompile_failure_fails_the_job(
 def test_training_failure_fails_the_job(
     operator: OperatorProcess, ns: str, k8s: EmulatorServer
 ) -> None:
-    q = f"q-{ns}"
-    queue(q)
-    claim(ns)
+    q = prerequisites(ns)
     apply(job(ns, "oom", q, precompile={"policy": "Never"}))
     vcjob(k8s, ns, "oom-train")
     assert vcjobs(k8s, ns) == ["oom-train"]
@@ -314,9 +316,7 @@ def test_fsx_storage_creates_static_volume(
 def test_operator_killed_mid_lifecycle_adopts(
     operator: OperatorProcess, ns: str, k8s: EmulatorServer, api_requests: list[Any]
 ) -> None:
-    q = f"q-{ns}"
-    queue(q)
-    claim(ns)
+    q = prerequisites(ns)
     apply(job(ns, "sturdy", q))
     vcjob(k8s, ns, "sturdy-compile")
     operator.kill()
@@ -337,9 +337,7 @@ def test_operator_killed_mid_lifecycle_adopts(
 
 
 def test_delete_removes_children(operator: OperatorProcess, ns: str, k8s: EmulatorServer) -> None:
-    q = f"q-{ns}"
-    queue(q)
-    claim(ns)
+    q = prerequisites(ns)
     apply(job(ns, "shortlived", q))
     vcjob(k8s, ns, "shortlived-compile")
     kubectl("delete", TJ, "shortlived", "-n", ns, "--wait=false")
@@ -352,9 +350,7 @@ def test_delete_removes_children(operator: OperatorProcess, ns: str, k8s: Emulat
 def test_ttl_after_finished_deletes_the_job(
     operator: OperatorProcess, ns: str, k8s: EmulatorServer
 ) -> None:
-    q = f"q-{ns}"
-    queue(q)
-    claim(ns)
+    q = prerequisites(ns)
     apply(
         job(
             ns, "brief", q, precompile={"policy": "Never"}, runPolicy={"ttlSecondsAfterFinished": 2}
