@@ -22,6 +22,7 @@ import kmock
 import yaml
 from kmock._internal import apps, enums, parsing, references, rendering
 
+import controllers
 from k8s_semantics import ApiRequest, SelectorError, field_values, match_selector, merge_patch
 
 Obj = dict[str, Any]
@@ -67,6 +68,8 @@ class K8sEmulator(kmock.KubernetesEmulator):
         self._rv = 0
         self._log: list[tuple[int, references.resource, Obj]] = []  # every event, for watch replay
         self._outcomes: dict[rendering.Request, Obj] = {}
+        #: Admission refusals tests inject (webhooks, quota, pod validation): see controllers.py.
+        self.refusals: list[controllers.Refusal] = []
         fallback = self.fallback**1  # outranks kmock's own fallbacks
         # POST answers 201: the python client's CustomObjectsApi returns None on a 200.
         fallback[enums.action.CREATE] << 201 << self._serve_outcome
@@ -89,6 +92,7 @@ class K8sEmulator(kmock.KubernetesEmulator):
                 async with self._lock:
                     if (outcome := await self._change(request)) is not None:
                         self._outcomes[request] = outcome
+                        await self._run_controllers()
             # Skip kmock's own _handle: it would apply the change a second time, naively.
             response = await apps.RawHandler._handle(self, request)
         except kmock.KubernetesError as e:
@@ -181,6 +185,7 @@ class K8sEmulator(kmock.KubernetesEmulator):
         if "status" in info.subresources:
             obj.pop("status", None)  # status is written through /status only
         md.pop("deletionTimestamp", None)
+        controllers.admit(res, obj, self.refusals)
         md.update(uid=str(uuid.uuid4()), creationTimestamp=_now(), generation=1)
         if res == "v1/namespaces":
             obj["status"] = {"phase": "Active"}
@@ -243,6 +248,27 @@ class K8sEmulator(kmock.KubernetesEmulator):
                 continue  # invalid in k8s: cluster-scoped or cross-namespace dependents
             if not any(r.get("uid") in live for r in refs if r.get("uid") != uid):
                 await self._delete(key)
+
+    # ---- controllers (tests/controllers.py) act through these, under self._lock -------------
+
+    async def _run_controllers(self) -> None:
+        """Let the cluster's controllers react to a change until they are quiet."""
+        for _ in range(100):
+            if not await controllers.sync_storage(self):
+                return
+        raise RuntimeError("the emulated controllers did not settle")
+
+    async def store_new(self, res: references.resource, ns: str | None, obj: Obj) -> Obj:
+        """Create an object as a controller would (admission included)."""
+        return await self._create(res, ns, obj)
+
+    async def store_changed(self, key: Key, obj: Obj) -> Obj:
+        """Write a controller's change to spec and status alike (controllers own both)."""
+        return await self._store(key, copy.deepcopy(obj), "MODIFIED")
+
+    async def update_object(self, key: Key, old: Obj, new: Obj) -> Obj:
+        """Update with API semantics (a finalizer removed may complete a deletion)."""
+        return await self._update(key, old, copy.deepcopy(new), status_only=False)
 
     async def _store(self, key: Key, obj: Obj, event: str) -> Obj:
         self._rv += 1

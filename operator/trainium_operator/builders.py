@@ -31,6 +31,8 @@ LABEL_JOB = f"{GROUP}/job-name"
 LABEL_STAGE = f"{GROUP}/stage"
 LABEL_CACHE_KEY = f"{GROUP}/cache-key"
 LABEL_CACHE_NAME = f"{GROUP}/cache-name"
+#: "namespace/name" of the owning TrainiumJob, on children that watches map back to their job.
+ANNOTATION_OWNER = f"{GROUP}/owner"
 FSX_DRIVER = "fsx.csi.aws.com"
 
 
@@ -82,6 +84,7 @@ def build_fsx_volume(spec: TrainiumJobSpec, owner: Owner, dns_name: str, mount_n
         "metadata": {
             "name": naming.volume_name(owner.namespace, owner.name),
             "labels": labels(owner),
+            "annotations": {ANNOTATION_OWNER: f"{owner.namespace}/{owner.name}"},
         },
         "spec": {
             "capacity": {"storage": fsx.capacity},
@@ -175,6 +178,7 @@ def _overlay_job(job: Json, spec: TrainiumJobSpec, owner: Owner, stage: str, nam
             LABEL_CACHE_KEY: key,
             LABEL_CACHE_NAME: cache_name(spec, key),
         },
+        "annotations": {ANNOTATION_OWNER: f"{owner.namespace}/{owner.name}"},
         "ownerReferences": [owner.reference()],
     }
     job["spec"]["minAvailable"] = spec.nodes

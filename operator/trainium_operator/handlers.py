@@ -1,96 +1,175 @@
-"""kopf registrations only: every trigger runs the same level-based reconcile of one job.
+"""kopf registrations only: watch events of a job and its world run one level-based reconcile.
 
-No finalizers on TrainiumJobs (children are owned through ownerReferences; timers would force a
-finalizer, so the periodic backstop is kopf's own retry of the job handler until it settles).
+Event handlers write nothing of kopf's own (no progress annotations), so an unsettled job costs
+no requests between events; the scheduler's backstop re-checks it rarely. The only finalizer is
+on jobs with an FSx file system: their cluster-scoped PV must really be deleted with them.
 """
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import os
+import socket
 import threading
 from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any, cast
 
 import kopf
-from kubernetes.client.exceptions import ApiException
 
 from trainium_operator import k8s, metrics, naming
-from trainium_operator.builders import LABEL_JOB, LABEL_MANAGED_BY, MANAGED_BY
+from trainium_operator.builders import ANNOTATION_OWNER, LABEL_JOB, LABEL_MANAGED_BY, MANAGED_BY
 from trainium_operator.crd import GROUP, PLURAL, VERSION
 from trainium_operator.lifecycle import TERMINAL
-from trainium_operator.reconcile import Outcome, reconcile
+from trainium_operator.observe import Views
+from trainium_operator.reconcile import Outcome, expire, reconcile, settled
+from trainium_operator.scheduler import RESYNC, Key, Scheduler, next_look
 
 #: kopf's annotation prefix and finalizer name, decided on day one.
 PREFIX = GROUP
 Json = dict[str, Any]
-RESYNC_MARK = "re-checking until it settles"
-_locks: defaultdict[tuple[str, str], threading.Lock] = defaultdict(threading.Lock)
+_TERMINAL = {p.value for p in TERMINAL}
+_locks: defaultdict[Key, threading.Lock] = defaultdict(threading.Lock)
+_attempts: defaultdict[Key, int] = defaultdict(int)
+_written: dict[Key, str] = {}
+_queue_parents: dict[str, str | None] = {}
+log = logging.getLogger(__name__)
 
 
 def resync_seconds() -> float:
-    """How often an unsettled job is re-checked when no child event arrives."""
-    return float(os.environ.get("TRAINIUM_RESYNC_SECONDS", "20"))
+    """How often an unsettled job is re-checked when no event arrives (a backstop only)."""
+    return float(os.environ.get("TRAINIUM_RESYNC_SECONDS", RESYNC))
 
 
-@kopf.on.startup()
-def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
-    """Keep kopf's bookkeeping in our own annotations and out of the schema-pruned status."""
-    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=PREFIX)
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix=PREFIX, key="last-handled-configuration"
+def handle(key: Key) -> float | None:
+    """Reconcile one job (one pass at a time per job); return when to look again."""
+    namespace, name = key
+    with _locks[key], metrics.reconcile_timer():
+        try:
+            outcome = reconcile(namespace, name, _emit, Views(dict(_queue_parents)))
+        except Exception as exc:  # never crash the handler: count, log, back off, retry
+            return _failed_pass(key, exc)
+    if outcome.written_version:
+        _written[key] = outcome.written_version
+    if outcome.transition:
+        metrics.count_transition(outcome.transition)
+    if outcome.phase is None:
+        forget(key)
+        return None
+    metrics.track(namespace, name, outcome.phase)
+    return _next(key, outcome)
+
+
+def _failed_pass(key: Key, exc: Exception) -> float | None:
+    kind = f"Api{exc.status}" if hasattr(exc, "status") else type(exc).__name__
+    metrics.count_error(kind)
+    level = logging.WARNING if k8s.transient(exc) else logging.ERROR
+    log.log(level, "reconcile of %s/%s failed (%s): %s", *key, kind, exc, exc_info=level > 30)
+    _attempts[key] += 1
+    return next_look(None, errored=True, attempt=_attempts[key] - 1)
+
+
+def _next(key: Key, outcome: Outcome) -> float | None:
+    waiting = outcome.waiting
+    _attempts[key] = _attempts[key] + 1 if waiting else 0
+    return next_look(
+        outcome.phase,
+        terminal=outcome.phase in _TERMINAL,
+        ttl_remaining=outcome.ttl_remaining,
+        waiting=waiting,
+        attempt=max(0, _attempts[key] - 1),
+        resync=resync_seconds(),
     )
-    settings.persistence.finalizer = f"{PREFIX}/finalizer"
-    settings.posting.level = logging.WARNING
-    settings.watching.server_timeout = 300
-    logging.getLogger("kopf.objects").addFilter(_quiet_resync)
-    metrics.start_from_env()
 
 
-def _quiet_resync(record: logging.LogRecord) -> bool:
-    """Our periodic re-check rides on kopf's retry; it is routine, not an ERROR line."""
-    if RESYNC_MARK in record.getMessage():
-        record.levelno, record.levelname = logging.DEBUG, "DEBUG"
-        return logging.getLogger("kopf.objects").isEnabledFor(logging.DEBUG)
-    return True
+def forget(key: Key) -> None:
+    """The job is gone: drop its metrics and bookkeeping."""
+    metrics.forget(*key)
+    for book in (_attempts, _written):
+        book.pop(key, None)
+    SCHEDULER.after(key, None)
+
+
+SCHEDULER = Scheduler(handle)
 
 
 def _emit(body: Json, kind: str, reason: str, message: str) -> None:
     kopf.event(cast(kopf.Body, body), type=kind, reason=reason, message=message[:1024])
 
 
-def run(namespace: str, name: str) -> Outcome:
-    """Reconcile one job, one pass at a time per job within this process."""
-    with _locks[(namespace, name)], metrics.reconcile_timer():
-        try:
-            outcome = reconcile(namespace, name, _emit)
-        except ApiException as exc:
-            metrics.count_error(f"Api{exc.status}")
-            raise kopf.TemporaryError(f"API error {exc.status}: {exc.reason}", delay=5) from exc
-    if outcome.transition:
-        metrics.count_transition(outcome.transition)
-    metrics.track(namespace, name, outcome.phase)
-    return outcome
+def _wake(key: Key) -> None:
+    """Run a pass now, from a handler; schedule the next look."""
+    SCHEDULER.context = contextvars.copy_context()  # kopf's, so the backstop can post Events
+    SCHEDULER.after(key, handle(key))
 
 
-@kopf.on.resume(GROUP, VERSION, PLURAL)
-@kopf.on.create(GROUP, VERSION, PLURAL)
-@kopf.on.update(GROUP, VERSION, PLURAL)
-def on_job(namespace: str | None, name: str, **_: Any) -> None:
-    """Reconcile; stay in kopf's retry loop (our resync backstop) until the job settles."""
+@kopf.on.startup()
+def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+    """Our annotations, our Event source, retries that cover resets; start the backstop."""
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=PREFIX)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=PREFIX, key="last-handled-configuration"
+    )
+    settings.persistence.finalizer = f"{PREFIX}/finalizer"
+    settings.posting.level = logging.WARNING
+    settings.posting.reporting_component = "trainium-operator"
+    settings.posting.reporting_instance = os.environ.get("POD_NAME") or socket.gethostname()
+    settings.watching.server_timeout = 300
+    logging.getLogger("kopf.objects").addFilter(_quiet_events)
+    metrics.start_from_env()
+    SCHEDULER.start()
+
+
+def _quiet_events(record: logging.LogRecord) -> bool:
+    """Every watch event runs a handler: its routine "succeeded" line is DEBUG, not INFO."""
+    if record.levelno == logging.INFO and record.getMessage().endswith("succeeded."):
+        record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        return logging.getLogger("kopf.objects").isEnabledFor(logging.DEBUG)
+    return True
+
+
+@kopf.on.cleanup()
+def shutdown(**_: Any) -> None:
+    """Stop the backstop thread with the operator."""
+    SCHEDULER.stop()
+
+
+@kopf.index(GROUP, VERSION, PLURAL)
+def tj_by_claim(namespace: str | None, name: str, spec: kopf.Spec, **_: Any) -> dict[Any, Any]:
+    """Jobs by the claim they mount, so a claim's events wake its jobs."""
+    storage = spec.get("storage") if isinstance(spec, Mapping) else None
+    claim = storage.get("claimName") if isinstance(storage, Mapping) else None
+    return {(namespace, claim or naming.claim_name(name)): name}
+
+
+@kopf.index(GROUP, VERSION, PLURAL)
+def tj_by_queue(namespace: str | None, name: str, spec: kopf.Spec, **_: Any) -> dict[Any, Any]:
+    """Jobs by Volcano queue, so a queue's events wake the jobs waiting for it."""
+    sched = spec.get("scheduling") if isinstance(spec, Mapping) else None
+    queue = sched.get("queue") if isinstance(sched, Mapping) else None
+    return {queue or "default": (namespace, name)}
+
+
+@kopf.on.event(GROUP, VERSION, PLURAL)
+def on_job(type: str, body: kopf.Body, namespace: str | None, name: str, **_: Any) -> None:
+    """The job changed (or was listed at start-up): reconcile it unless nothing can change."""
     if namespace is None:
         return
-    outcome = run(namespace, name)
-    if outcome.phase is None:  # deleted meanwhile
+    key = (namespace, name)
+    if type == "DELETED":
+        forget(key)
         return
-    if outcome.phase not in {p.value for p in TERMINAL}:
-        delay = resync_seconds()
-    elif outcome.ttl_remaining is not None:
-        delay = max(1.0, outcome.ttl_remaining)  # then the pass that deletes it
-    else:
+    if _written.get(key) == body.metadata.get("resourceVersion"):
+        return  # the echo of our own status patch
+    status = body.get("status")
+    if isinstance(status, dict) and settled(status, int(body.metadata.get("generation") or 1)):
+        outcome = expire(dict(body), dict(status))  # no request unless the TTL has passed
+        metrics.track(namespace, name, str(status.get("phase")))
+        delay = next_look(outcome.phase, terminal=True, ttl_remaining=outcome.ttl_remaining)
+        SCHEDULER.after(key, delay)
         return
-    raise kopf.TemporaryError(f"job is {outcome.phase}; {RESYNC_MARK}", delay=delay)
+    _wake(key)
 
 
 @kopf.on.event(
@@ -99,18 +178,60 @@ def on_job(namespace: str | None, name: str, **_: Any) -> None:
     "jobs",
     labels={LABEL_MANAGED_BY: MANAGED_BY, LABEL_JOB: kopf.PRESENT},
 )
-def on_child(namespace: str | None, labels: Mapping[str, str], type: str, **_: Any) -> None:
+def on_vcjob(
+    type: str, namespace: str | None, meta: kopf.Meta, labels: Mapping[str, str], **_: Any
+) -> None:
     """A Volcano job of ours changed: re-derive its owner's status right away."""
-    if type is None or namespace is None:  # initial listing: resume handlers cover it
+    if type is None or namespace is None:  # the initial listing: the job listing covers it
         return
-    run(namespace, labels[LABEL_JOB])
+    owner = (meta.annotations or {}).get(ANNOTATION_OWNER) or f"{namespace}/{labels[LABEL_JOB]}"
+    ns, _sep, name = owner.partition("/")
+    _wake((ns, name))
 
 
-@kopf.on.delete(GROUP, VERSION, PLURAL, optional=True)
-def on_delete(spec: kopf.Spec, namespace: str | None, name: str, **_: Any) -> None:
-    """Best effort: drop the cluster-scoped static PV (ownerReferences cannot reach it)."""
+@kopf.on.event("", "v1", "persistentvolumeclaims")
+def on_claim(type: str, namespace: str | None, name: str, **kwargs: Any) -> None:
+    """A claim changed (created, bound, lost): wake the jobs that mount it."""
+    if type is None or namespace is None:
+        return
+    for job in cast(kopf.Index[Any, str], kwargs["tj_by_claim"]).get((namespace, name), []):
+        _wake((namespace, job))
+
+
+@kopf.on.event("", "v1", "persistentvolumes", labels={LABEL_MANAGED_BY: MANAGED_BY})
+def on_volume(type: str, meta: kopf.Meta, **_: Any) -> None:
+    """Our static PV changed (bound, released, gone): wake the job that wants it."""
+    owner = (meta.annotations or {}).get(ANNOTATION_OWNER) or ""
+    ns, _sep, name = owner.partition("/")
+    if type is not None and ns and name:
+        _wake((ns, name))
+
+
+@kopf.on.event("scheduling.volcano.sh", "v1beta1", "queues")
+def on_queue(type: str, name: str, spec: kopf.Spec, **kwargs: Any) -> None:
+    """Keep the queue hierarchy (leaf check); a queue created or opened wakes its jobs."""
+    if type == "DELETED":
+        _queue_parents.pop(name, None)
+    else:
+        _queue_parents[name] = spec.get("parent") if isinstance(spec, Mapping) else None
+    if type is None:
+        return
+    for namespace, job in cast(kopf.Index[str, Key], kwargs["tj_by_queue"]).get(name, []):
+        _wake((namespace, job))
+
+
+def _uses_fsx(spec: kopf.Spec, **_: Any) -> bool:
+    storage = spec.get("storage") if isinstance(spec, Mapping) else None
+    return isinstance(storage, Mapping) and bool(storage.get("fsx"))
+
+
+@kopf.on.delete(GROUP, VERSION, PLURAL, when=_uses_fsx)
+def on_delete(namespace: str | None, name: str, **_: Any) -> None:
+    """FSx jobs only (a finalizer holds them): delete the cluster-scoped PV we created.
+
+    The PV's protection finalizer keeps it until its claim (owned by the job) is gone, so the
+    data is never cut off from running pods; the FSx file system itself is never touched.
+    """
     if namespace is None:
         return
-    metrics.forget(namespace, name)
-    if (spec.get("storage") or {}).get("fsx"):
-        k8s.delete_volume(naming.volume_name(namespace, name))
+    k8s.delete_volume(naming.volume_name(namespace, name))

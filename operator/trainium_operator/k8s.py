@@ -6,9 +6,11 @@ Nothing here decides anything; every function is one API call or a tolerant wrap
 from __future__ import annotations
 
 import functools
+import json
 import os
 from typing import Any
 
+import urllib3
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
@@ -19,6 +21,26 @@ Json = dict[str, Any]
 VOLCANO_GROUP, VOLCANO_VERSION, VOLCANO_JOBS = "batch.volcano.sh", "v1alpha1", "jobs"
 QUEUE_GROUP, QUEUE_VERSION, QUEUES = "scheduling.volcano.sh", "v1beta1", "queues"
 MERGE_PATCH = "application/merge-patch+json"
+#: Every call has a deadline: a hung connection must not stall a job's reconcile forever.
+TIMEOUT = 30
+#: Network-level failures (reset, refused, timeout): retried like a 5xx.
+NETWORK_ERRORS = (urllib3.exceptions.HTTPError, ConnectionError, TimeoutError)
+
+
+def transient(exc: BaseException) -> bool:
+    """Whether retrying the same request later may succeed (throttling, server, network)."""
+    if isinstance(exc, ApiException):
+        return exc.status in (0, 409, 429) or exc.status >= 500
+    return isinstance(exc, NETWORK_ERRORS)
+
+
+def api_message(exc: ApiException) -> str:
+    """The API server's own message (the Status body), else the HTTP reason."""
+    try:
+        message = json.loads(exc.body or "{}").get("message")
+    except (ValueError, AttributeError):
+        message = None
+    return str(message or exc.reason or f"HTTP {exc.status}")
 
 
 @functools.cache
@@ -45,7 +67,7 @@ def custom() -> client.CustomObjectsApi:
 
 def _missing_is_none(call: Any, *args: Any, **kwargs: Any) -> Any:
     try:
-        return call(*args, **kwargs)
+        return call(*args, _request_timeout=TIMEOUT, **kwargs)
     except ApiException as exc:
         if exc.status == 404:
             return None
@@ -55,12 +77,19 @@ def _missing_is_none(call: Any, *args: Any, **kwargs: Any) -> Any:
 def _exists_is_ok(call: Any, *args: Any, **kwargs: Any) -> bool:
     """Create; True when created now, False when it already existed (a restart adopts it)."""
     try:
-        call(*args, **kwargs)
+        call(*args, _request_timeout=TIMEOUT, **kwargs)
         return True
     except ApiException as exc:
-        if exc.status == 409:
+        if exc.status == 409 and _reason(exc) == "AlreadyExists":
             return False
         raise
+
+
+def _reason(exc: ApiException) -> str:
+    try:
+        return str(json.loads(exc.body or "{}").get("reason") or "")
+    except (ValueError, AttributeError):
+        return ""
 
 
 def to_dict(obj: Any) -> Json | None:
@@ -83,11 +112,13 @@ def delete_trainiumjob(namespace: str, name: str) -> None:
     _missing_is_none(custom().delete_namespaced_custom_object, *args)
 
 
-def patch_trainiumjob_status(namespace: str, name: str, status: Json) -> None:
-    """Merge-patch the status subresource."""
-    custom().patch_namespaced_custom_object_status(
-        GROUP, VERSION, namespace, PLURAL, name, {"status": status}, _content_type=MERGE_PATCH
-    )
+def patch_trainiumjob_status(namespace: str, name: str, status: Json) -> str:
+    """Merge-patch the status subresource; returns the new resourceVersion."""
+    out = custom().patch_namespaced_custom_object_status(
+        GROUP, VERSION, namespace, PLURAL, name, {"status": status},
+        _content_type=MERGE_PATCH, _request_timeout=TIMEOUT,
+    )  # fmt: skip
+    return str(((out or {}).get("metadata") or {}).get("resourceVersion", ""))
 
 
 def get_claim(namespace: str, name: str) -> Json | None:
@@ -110,6 +141,19 @@ def create_volume(body: Json) -> bool:
 def delete_volume(name: str) -> None:
     """Delete a PersistentVolume if it exists."""
     _missing_is_none(core().delete_persistent_volume, name)
+
+
+def release_claim_ref(volume: Json) -> None:
+    """Drop a Released PV's stale claimRef uid so the PV controller binds the new claim to it.
+
+    Guarded by the observed resourceVersion: a PV that changed meanwhile answers 409 (retried).
+    """
+    md = volume["metadata"]
+    ref = {"uid": None, "resourceVersion": None}
+    body = {"metadata": {"resourceVersion": md["resourceVersion"]}, "spec": {"claimRef": ref}}
+    core().patch_persistent_volume(
+        md["name"], body, _content_type=MERGE_PATCH, _request_timeout=TIMEOUT
+    )
 
 
 def create_claim(body: Json) -> bool:
@@ -142,7 +186,7 @@ def create_vcjob(body: Json) -> bool:
     return _exists_is_ok(custom().create_namespaced_custom_object, *args)
 
 
-def queue_exists(name: str) -> bool:
-    """Whether the cluster-scoped Volcano queue exists."""
+def get_queue(name: str) -> Json | None:
+    """The cluster-scoped Volcano queue, or None."""
     args = (QUEUE_GROUP, QUEUE_VERSION, QUEUES, name)
-    return _missing_is_none(custom().get_cluster_custom_object, *args) is not None
+    return _missing_is_none(custom().get_cluster_custom_object, *args)  # type: ignore[no-any-return]

@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 
 
 class Phase(str, enum.Enum):
-    """TrainiumJob status.phase values."""
+    """TrainiumJob status.phase values, in the order a job moves through them."""
 
     PENDING = "Pending"
     PRECOMPILING = "Precompiling"
@@ -22,6 +22,9 @@ class Phase(str, enum.Enum):
 
 
 TERMINAL = (Phase.SUCCEEDED, Phase.FAILED)
+#: A job never moves back to an earlier phase (a gang restart is not "Pending" again).
+_RANK = {Phase.PENDING: 0, Phase.PRECOMPILING: 1, Phase.TRAINING: 2}
+_PHASES = frozenset(p.value for p in Phase)
 
 
 class Child(str, enum.Enum):
@@ -31,22 +34,26 @@ class Child(str, enum.Enum):
     PENDING = "Pending"
     RUNNING = "Running"
     RESTARTING = "Restarting"
+    #: Aborting/Aborted: suspended (`vcctl job suspend`), resumable, not a failure.
+    ABORTED = "Aborted"
+    #: Terminating: Volcano is stopping the pods; what follows decides.
+    TERMINATING = "Terminating"
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
 
 
-#: Volcano Job status.state.phase -> Child (unknown phases count as pending).
+#: Volcano Job status.state.phase -> Child (unknown phases count as pending). Only Completed,
+#: Failed and Terminated are final in Volcano's job state machine; the rest can still move on.
 VOLCANO_PHASES = {
     "Pending": Child.PENDING,
-    "Inqueue": Child.PENDING,
     "Running": Child.RUNNING,
     "Completing": Child.RUNNING,
     "Restarting": Child.RESTARTING,
     "Completed": Child.SUCCEEDED,
     "Failed": Child.FAILED,
-    "Aborting": Child.FAILED,
-    "Aborted": Child.FAILED,
-    "Terminating": Child.FAILED,
+    "Aborting": Child.ABORTED,
+    "Aborted": Child.ABORTED,
+    "Terminating": Child.TERMINATING,
     "Terminated": Child.FAILED,
 }
 
@@ -60,6 +67,8 @@ class Action(str, enum.Enum):
     """What the backend must do next, in order; each is idempotent."""
 
     CREATE_STORAGE = "CreateStorage"
+    #: A Released static PV of ours: clear its stale claimRef so the new claim can bind.
+    REPAIR_STORAGE = "RepairStorage"
     CREATE_PRECOMPILE = "CreatePrecompile"
     RECORD_CACHE = "RecordCache"
     CREATE_TRAINING = "CreateTraining"
@@ -71,6 +80,35 @@ class Blocker:
 
     reason: str
     message: str
+    #: Post a Warning Event (once); routine waits such as a static claim binding do not.
+    warn: bool = True
+
+
+#: Codes of API rejections that will not heal by retrying the same request.
+PERMANENT_CODES = frozenset({400, 405, 406, 413, 415, 422})
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """The API server refused an action: its code and message, as observed."""
+
+    action: Action
+    code: int
+    message: str
+
+    @property
+    def permanent(self) -> bool:
+        """Invalid objects (webhook denials, pod validation) fail; quota/RBAC/404 may heal."""
+        return self.code in PERMANENT_CODES
+
+    @property
+    def reason(self) -> str:
+        """The condition reason: what kind of refusal this was."""
+        if self.permanent:
+            return _REJECTED[self.action]
+        if self.code == 403 and "exceeded quota" in self.message:
+            return "QuotaExceeded"
+        return {403: "Forbidden", 404: "ApiNotFound"}.get(self.code, "ApiRejected")
 
 
 @dataclass(frozen=True)
@@ -80,6 +118,8 @@ class Observed:
     policy: str = "IfNotCached"
     storage_ready: bool = False
     storage_blocker: Blocker | None = None
+    #: Our static PV is Released with a stale claimRef (an earlier job of the same name).
+    storage_released: bool = False
     queue_blocker: Blocker | None = None
     cache_recorded: bool = False
     precompile: Child = Child.ABSENT
@@ -87,6 +127,14 @@ class Observed:
     training: Child = Child.ABSENT
     training_message: str = ""
     restarts: int = 0
+    #: The phase on status before this observation (the phase never moves back).
+    previous_phase: str | None = None
+    #: Actions the API server refused in this pass (fed back after acting).
+    rejections: tuple[Rejection, ...] = ()
+
+    def rejected(self, action: Action) -> Rejection | None:
+        """The refusal of one action in this pass, if any."""
+        return next((r for r in self.rejections if r.action is action), None)
 
 
 @dataclass(frozen=True)
@@ -129,22 +177,85 @@ def invalid(problems: list[str]) -> Decision:
     )
 
 
+_REJECTED = {
+    Action.CREATE_STORAGE: "StorageRejected",
+    Action.REPAIR_STORAGE: "StorageRejected",
+    Action.CREATE_PRECOMPILE: "PrecompileRejected",
+    Action.RECORD_CACHE: "CacheRecordRejected",
+    Action.CREATE_TRAINING: "TrainingRejected",
+}
+_WHAT = {
+    Action.CREATE_STORAGE: "the FSx PersistentVolume or claim",
+    Action.REPAIR_STORAGE: "the FSx PersistentVolume's claimRef",
+    Action.CREATE_PRECOMPILE: "the precompile Volcano job",
+    Action.RECORD_CACHE: "the compile-cache record",
+    Action.CREATE_TRAINING: "the training Volcano job",
+}
+
+
 def decide(obs: Observed) -> Decision:
-    """Derive phase, conditions and actions from one observation."""
+    """Derive phase, conditions and actions from one observation; the phase never moves back."""
+    decision = _decide(obs)
+    before = _RANK.get(Phase(obs.previous_phase)) if obs.previous_phase in _PHASES else None
+    now = _RANK.get(decision.phase)
+    if before is not None and now is not None and before > now:
+        return replace(decision, phase=Phase(obs.previous_phase))
+    return decision
+
+
+def _decide(obs: Observed) -> Decision:
     conds = [Condition("Validated", "True", "SpecValid", "spec accepted")]
     hit = _cache_hit(obs)
-    if obs.storage_blocker:
-        conds.append(Condition("StorageReady", "False", *_b(obs.storage_blocker)))
-        return _pending(conds, obs.storage_blocker, (), hit, obs)
-    if not obs.storage_ready:
-        conds.append(Condition("StorageReady", "False", "Creating", "creating the FSx volume"))
-        return _pending(conds, None, (Action.CREATE_STORAGE,), hit, obs)
-    conds.append(Condition("StorageReady", "True", "StorageReady", "volume available"))
+    storage = _storage(obs, conds, hit)
+    if storage is not None:
+        return storage
+    conds.append(Condition("StorageReady", "True", "StorageReady", "claim bound to its volume"))
     decision = _after_storage(obs, conds, hit)
     if obs.precompile is Child.SUCCEEDED and not obs.cache_recorded:
+        rejection = obs.rejected(Action.RECORD_CACHE)
+        if rejection is not None:
+            return _refused(decision, rejection, "Precompiled", obs)
         # Record before anything else: a crash after training starts must not lose the entry.
         return replace(decision, actions=(Action.RECORD_CACHE, *decision.actions))
     return decision
+
+
+def _storage(obs: Observed, conds: list[Condition], hit: bool | None) -> Decision | None:
+    """The storage part: None when the claim is bound, else the decision that waits or acts."""
+    if obs.storage_ready:
+        return None
+    for action in (Action.CREATE_STORAGE, Action.REPAIR_STORAGE):
+        if (rejection := obs.rejected(action)) is not None:
+            waiting = _pending(list(conds), None, (), hit, obs)
+            return _refused(waiting, rejection, "StorageReady", obs)
+    if obs.storage_released:
+        msg = "PersistentVolume is Released with a stale claimRef; clearing it for the new claim"
+        conds.append(Condition("StorageReady", "False", "VolumeReleased", msg))
+        return _pending(conds, None, (Action.REPAIR_STORAGE,), hit, obs)
+    if obs.storage_blocker:
+        conds.append(Condition("StorageReady", "False", *_b(obs.storage_blocker)))
+        return _pending(conds, obs.storage_blocker, (), hit, obs)
+    conds.append(Condition("StorageReady", "False", "Creating", "creating the FSx volume"))
+    return _pending(conds, None, (Action.CREATE_STORAGE,), hit, obs)
+
+
+def _refused(decision: Decision, rejection: Rejection, ctype: str, obs: Observed) -> Decision:
+    """Map a refused action: an invalid object fails the job, a quota or RBAC refusal waits."""
+    what = _WHAT[rejection.action]
+    message = f"the API server refused {what} ({rejection.code}): {rejection.message}"
+    reason = rejection.reason
+    conds = [c for c in decision.conditions if c.type not in (ctype, "Succeeded", "Failed")]
+    conds.append(Condition(ctype, "False", reason, message))
+    if rejection.permanent:
+        return _failed(conds, reason, message, decision.cache_hit, obs)
+    blocker = Blocker(reason, message + "; retrying with backoff")
+    return replace(
+        decision,
+        message=blocker.message,
+        conditions=_close(conds, running=None),
+        actions=(),
+        blocker=blocker,
+    )
 
 
 def _after_storage(obs: Observed, conds: list[Condition], hit: bool | None) -> Decision:
@@ -156,6 +267,8 @@ def _after_storage(obs: Observed, conds: list[Condition], hit: bool | None) -> D
     conds.append(_precompiled_condition(obs, hit))
     if obs.queue_blocker:
         return _pending(conds, obs.queue_blocker, (), hit, obs)
+    if (rejection := obs.rejected(Action.CREATE_TRAINING)) is not None:
+        return _refused(_pending(conds, None, (), hit, obs), rejection, "Running", obs)
     return _pending(conds, None, (Action.CREATE_TRAINING,), hit, obs)
 
 
@@ -192,16 +305,29 @@ def _precompiling(obs: Observed, conds: list[Condition], hit: bool | None) -> De
     if obs.precompile is Child.ABSENT and obs.queue_blocker:
         conds.append(Condition("Precompiled", "False", *_b(obs.queue_blocker)))
         return _pending(conds, obs.queue_blocker, (), hit, obs)
-    conds.append(Condition("Precompiled", "False", "Compiling", "neuron_parallel_compile running"))
+    reason, msg = _STAGE_WAIT.get(obs.precompile, ("Compiling", "neuron_parallel_compile running"))
+    conds.append(Condition("Precompiled", "False", reason, msg))
     actions = (Action.CREATE_PRECOMPILE,) if obs.precompile is Child.ABSENT else ()
-    return Decision(
+    decision = Decision(
         phase=Phase.PRECOMPILING,
-        message="filling the Neuron compile cache",
+        message="filling the Neuron compile cache" if reason == "Compiling" else msg,
         conditions=_close(conds, running=False),
         actions=actions,
         cache_hit=hit,
         restarts=obs.restarts,
     )
+    rejection = obs.rejected(Action.CREATE_PRECOMPILE)
+    return decision if rejection is None else _refused(decision, rejection, "Precompiled", obs)
+
+
+#: Child states that hold a stage without failing it: (condition reason, message).
+_STAGE_WAIT = {
+    Child.ABORTED: (
+        "Aborted",
+        "the Volcano job is aborted (vcctl job suspend); `vcctl job resume` continues it",
+    ),
+    Child.TERMINATING: ("Terminating", "Volcano is terminating the job's pods"),
+}
 
 
 def _training(obs: Observed, conds: list[Condition], hit: bool | None) -> Decision:
@@ -215,14 +341,21 @@ def _training(obs: Observed, conds: list[Condition], hit: bool | None) -> Decisi
         msg = obs.training_message or "the training job failed"
         conds.append(Condition("Running", "False", "TrainingFailed", msg))
         return _failed(conds, "TrainingFailed", msg, hit, obs)
-    if state is Child.PENDING:
-        conds.append(Condition("Running", "False", "GangPending", "waiting for all pods"))
-        msg = "training job waiting for the gang to be scheduled"
-        return Decision(Phase.PENDING, msg, _close(conds, running=None), (), hit, obs.restarts)
-    reason = "Restarting" if state is Child.RESTARTING else "GangRunning"
-    conds.append(Condition("Running", "True", reason, "training job running"))
-    msg = "training" if state is Child.RUNNING else "restarting the gang"
+    status, reason, msg = _running(obs)
+    conds.append(Condition("Running", status, reason, msg))
     return Decision(Phase.TRAINING, msg, _close(conds, running=None), (), hit, obs.restarts)
+
+
+def _running(obs: Observed) -> tuple[str, str, str]:
+    """The Running condition of a live training job: one phase (Training) for all of them."""
+    state = obs.training
+    if state in _STAGE_WAIT:
+        return ("False", *_STAGE_WAIT[state])
+    if state is Child.RESTARTING or (state is Child.PENDING and obs.restarts):
+        return "False", "Restarting", f"restarting the gang (restart {obs.restarts})"
+    if state is Child.PENDING:
+        return "False", "GangPending", "training job waiting for the gang to be scheduled"
+    return "True", "GangRunning", "training"
 
 
 def _b(blocker: Blocker) -> tuple[str, str]:
@@ -250,9 +383,12 @@ def _pending(
         conds.append(Condition("Running", "False", blocker.reason, blocker.message))
     elif not any(c.type == "Running" for c in conds):
         conds.append(Condition("Running", "False", "NotStarted", "training not started"))
-    return Decision(
-        Phase.PENDING, message, _close(conds, running=None), actions, hit, obs.restarts, blocker
-    )
+    phase = Phase.PENDING
+    if obs.precompile is Child.SUCCEEDED and obs.storage_ready:  # compiled: training is next
+        phase = Phase.TRAINING
+        message = blocker.message if blocker else "creating the training job"
+    conditions = _close(conds, running=None)
+    return Decision(phase, message, conditions, actions, hit, obs.restarts, blocker)
 
 
 def _failed(

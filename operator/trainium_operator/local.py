@@ -24,8 +24,8 @@ from trainium_operator import appdef, lifecycle, naming, status
 from trainium_operator.appdef import StageContext
 from trainium_operator.cachekey import cache_key, cache_name
 from trainium_operator.lifecycle import Action, Child, Decision, Observed, Phase
-from trainium_operator.reconcile import now_iso
 from trainium_operator.spec import TrainiumJobSpec, parse
+from trainium_operator.status import now_iso
 
 Json = dict[str, Any]
 SYNTH_ANNOTATION = "trainium.dev/local-synthetic-data"
@@ -126,6 +126,7 @@ def observe(run: LocalRun, runner: Any) -> Observed:
         precompile_message=_fail_message(run, "precompile", pre),
         training=train,
         training_message=_fail_message(run, "train", train),
+        previous_phase=run.status.get("phase"),
     )
 
 

@@ -1,7 +1,8 @@
 """The cluster backend: observe a TrainiumJob's children, let the lifecycle decide, act, report.
 
 Level-based and idempotent: any number of calls, from any trigger, in any order, converge on the
-same children and status. Creates tolerate 409, so a restarted operator adopts what exists.
+same children and status. Creates tolerate "already exists", so a restarted operator adopts what
+exists; what the API server refuses is an observation fed back to the lifecycle, never lost.
 """
 
 from __future__ import annotations
@@ -11,15 +12,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from trainium_operator import builders, fsx, k8s, lifecycle, naming, status
+from trainium_operator import actions, k8s, lifecycle, naming, status
 from trainium_operator.builders import Owner
 from trainium_operator.cachekey import cache_key, cache_name
-from trainium_operator.lifecycle import Action, Blocker, Child, Decision, Observed
+from trainium_operator.lifecycle import Action, Child, Decision, Observed
+from trainium_operator.observe import FsxLookup, Views, observe
 from trainium_operator.spec import SpecError, TrainiumJobSpec, parse
+from trainium_operator.status import now_iso
 
 Json = dict[str, Any]
 Emit = Callable[[Json, str, str, str], None]
-FsxLookup = Callable[[str], fsx.FsxNames]
 
 
 @dataclass(frozen=True)
@@ -44,44 +46,84 @@ class Outcome:
     transition: Transition | None = None
     #: A finished job with ttlSecondsAfterFinished: seconds until it is deleted.
     ttl_remaining: float | None = None
+    #: The job waits on something that may heal (a prerequisite, a quota, a 5xx): back off.
+    waiting: bool = False
+    #: The resourceVersion our status patch produced (its watch event needs no new pass).
+    written_version: str | None = None
 
 
-def now_iso() -> str:
-    """RFC 3339 UTC timestamp, second precision as Kubernetes writes them."""
-    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def reconcile(namespace: str, name: str, emit: Emit, lookup: FsxLookup = fsx.describe) -> Outcome:
+def reconcile(
+    namespace: str,
+    name: str,
+    emit: Emit,
+    views: Views | None = None,
+    lookup: FsxLookup | None = None,
+) -> Outcome:
     """One pass over one TrainiumJob: derive, act, report; a finished job only ages out."""
     body = k8s.get_trainiumjob(namespace, name)
     if body is None or body["metadata"].get("deletionTimestamp"):
         return Outcome(None)
-    previous: Json = body.get("status") or {}
+    previous = _status_of(body)
     generation = int(body["metadata"].get("generation", 1))
-    if _settled(previous, generation):
-        return _expire(body, previous)
+    if settled(previous, generation):
+        return expire(body, previous)
     try:
-        spec = parse(body)
+        spec = parse_cached(body)
     except SpecError as exc:
-        new, transition = _report(body, lifecycle.invalid(exc.problems), None, emit)
-    else:
-        owner = Owner(name, namespace, body["metadata"].get("uid", ""))
-        observed, names = observe(spec, owner, lookup)
-        decision = lifecycle.decide(observed)
-        _act(decision.actions, spec, owner, names)
-        new, transition = _report(body, decision, spec, emit, observed)
-    return replace(_expire(body, new), transition=transition)
+        new, transition, rv = _report(body, lifecycle.invalid(exc.problems), None, emit)
+        return Outcome(new.get("phase"), transition, written_version=rv)
+    owner = Owner(name, namespace, body["metadata"].get("uid", ""))
+    seen = observe(spec, owner, views or Views(), lookup)
+    observed = replace(seen.observed, previous_phase=previous.get("phase"))
+    decision = lifecycle.decide(observed)
+    rejections = actions.perform(decision.actions, spec, owner, seen)
+    if rejections:  # what the API server refused is observed, and decided on, in this pass
+        decision = lifecycle.decide(replace(observed, rejections=rejections))
+    new, transition, rv = _report(body, decision, spec, emit, observed)
+    outcome = expire(body, new, spec)
+    return replace(
+        outcome, transition=transition, waiting=decision.blocker is not None, written_version=rv
+    )
 
 
-def _expire(body: Json, status_now: Json) -> Outcome:
-    """Delete a finished job once ttlSecondsAfterFinished has passed (children go with it)."""
+def _status_of(body: Json) -> Json:
+    status_now = body.get("status")
+    return status_now if isinstance(status_now, dict) else {}
+
+
+_parsed: dict[tuple[str, int], TrainiumJobSpec | SpecError] = {}
+
+
+def parse_cached(body: Json) -> TrainiumJobSpec:
+    """parse() once per (uid, generation): an unchanged spec is not validated again."""
+    md = body["metadata"]
+    key = (str(md.get("uid", "")), int(md.get("generation", 1)))
+    if key not in _parsed:
+        if len(_parsed) > 4096:
+            _parsed.clear()
+        try:
+            _parsed[key] = parse(body)
+        except SpecError as exc:
+            _parsed[key] = exc
+    found = _parsed[key]
+    if isinstance(found, SpecError):
+        raise found
+    return found
+
+
+def expire(body: Json, status_now: Json, spec: TrainiumJobSpec | None = None) -> Outcome:
+    """Delete a finished job once ttlSecondsAfterFinished has passed (children go with it).
+
+    An invalid job is never deleted by its TTL: nobody would see why it failed.
+    """
     phase = status_now.get("phase")
     if phase not in {p.value for p in lifecycle.TERMINAL}:
         return Outcome(phase)
-    ttl = ((body.get("spec") or {}).get("runPolicy") or {}).get("ttlSecondsAfterFinished")
+    if spec is None:
+        spec = _valid_spec(body, status_now)
+    ttl = spec.runPolicy.ttlSecondsAfterFinished if spec else None
     now = datetime.datetime.now(datetime.timezone.utc)
-    ttl_int = ttl if isinstance(ttl, int) and not isinstance(ttl, bool) else None
-    remaining = lifecycle.ttl_remaining(status_now.get("completionTime"), ttl_int, now)
+    remaining = lifecycle.ttl_remaining(status_now.get("completionTime"), ttl, now)
     if remaining is not None and remaining <= 0:
         meta = body["metadata"]
         k8s.delete_trainiumjob(meta["namespace"], meta["name"])
@@ -89,98 +131,21 @@ def _expire(body: Json, status_now: Json) -> Outcome:
     return Outcome(phase, ttl_remaining=remaining)
 
 
-def _settled(previous: Json, generation: int) -> bool:
+def _valid_spec(body: Json, status_now: Json) -> TrainiumJobSpec | None:
+    """The job's spec when it is valid; None for one that failed validation."""
+    conditions = status_now.get("conditions") or []
+    if any(c.get("reason") == "InvalidSpec" for c in conditions if isinstance(c, dict)):
+        return None
+    try:
+        return parse_cached(body)
+    except SpecError:
+        return None
+
+
+def settled(previous: Json, generation: int) -> bool:
     """A finished job stays finished (and untouched) until its spec changes."""
     done = previous.get("phase") in {p.value for p in lifecycle.TERMINAL}
     return done and previous.get("observedGeneration") == generation
-
-
-def observe(
-    spec: TrainiumJobSpec, owner: Owner, lookup: FsxLookup
-) -> tuple[Observed, fsx.FsxNames | None]:
-    """Read everything the lifecycle needs from the API (and FSx when names are missing)."""
-    ready, blocker, names = _observe_storage(spec, owner, lookup)
-    key = cache_key(spec)
-    pre = k8s.get_vcjob(owner.namespace, naming.vcjob_name(owner.name, "precompile"))
-    train = k8s.get_vcjob(owner.namespace, naming.vcjob_name(owner.name, "train"))
-    record = naming.cache_record_name(cache_name(spec, key), key)
-    queue_blocker = None
-    if train is None and not k8s.queue_exists(spec.scheduling.queue):
-        queue_blocker = Blocker(
-            "QueueNotFound",
-            f"Volcano queue {spec.scheduling.queue!r} (spec.scheduling.queue) does not exist; "
-            "create it or pick another queue",
-        )
-    observed = Observed(
-        policy=spec.precompile.policy,
-        storage_ready=ready,
-        storage_blocker=blocker,
-        queue_blocker=queue_blocker,
-        cache_recorded=k8s.get_configmap(owner.namespace, record) is not None,
-        precompile=_child(pre),
-        precompile_message=_child_message(pre),
-        training=_child(train),
-        training_message=_child_message(train),
-        restarts=int(((train or {}).get("status") or {}).get("retryCount", 0)),
-    )
-    return observed, names
-
-
-def _observe_storage(
-    spec: TrainiumJobSpec, owner: Owner, lookup: FsxLookup
-) -> tuple[bool, Blocker | None, fsx.FsxNames | None]:
-    if spec.storage.claimName:
-        if k8s.get_claim(owner.namespace, spec.storage.claimName) is None:
-            msg = (
-                f"PersistentVolumeClaim {spec.storage.claimName!r} (spec.storage.claimName) "
-                f"not found in namespace {owner.namespace!r}; waiting for it to be created"
-            )
-            return False, Blocker("ClaimNotFound", msg), None
-        return True, None, None
-    claim = k8s.get_claim(owner.namespace, naming.claim_name(owner.name))
-    volume = k8s.get_volume(naming.volume_name(owner.namespace, owner.name))
-    if claim is not None and volume is not None:
-        return True, None, None
-    fs = spec.storage.fsx
-    assert fs is not None
-    if fs.dnsName and fs.mountName:
-        return False, None, fsx.FsxNames(fs.dnsName, fs.mountName)
-    try:
-        found = lookup(fs.fileSystemId)
-    except fsx.FsxLookupError as exc:
-        return False, Blocker(exc.reason, str(exc)), None
-    return False, None, fsx.FsxNames(fs.dnsName or found.dns_name, fs.mountName or found.mount_name)
-
-
-def _child(job: Json | None) -> Child:
-    if job is None:
-        return Child.ABSENT
-    return lifecycle.from_volcano(((job.get("status") or {}).get("state") or {}).get("phase"))
-
-
-def _child_message(job: Json | None) -> str:
-    state = ((job or {}).get("status") or {}).get("state") or {}
-    parts = [state.get("reason"), state.get("message")]
-    return ": ".join(p for p in parts if p)
-
-
-def _act(
-    actions: tuple[Action, ...], spec: TrainiumJobSpec, owner: Owner, names: fsx.FsxNames | None
-) -> None:
-    """Carry out the lifecycle's actions in order; each create tolerates 'already exists'."""
-    for action in actions:
-        if action is Action.CREATE_STORAGE:
-            assert names is not None
-            k8s.create_volume(
-                builders.build_fsx_volume(spec, owner, names.dns_name, names.mount_name)
-            )
-            k8s.create_claim(builders.build_fsx_claim(spec, owner))
-        elif action is Action.CREATE_PRECOMPILE:
-            k8s.create_vcjob(builders.build_vcjob(spec, owner, "precompile"))
-        elif action is Action.RECORD_CACHE:
-            k8s.create_configmap(builders.build_cache_record(spec, owner, now_iso()))
-        elif action is Action.CREATE_TRAINING:
-            k8s.create_vcjob(builders.build_vcjob(spec, owner, "train"))
 
 
 def _report(
@@ -189,12 +154,12 @@ def _report(
     spec: TrainiumJobSpec | None,
     emit: Emit,
     obs: Observed | None = None,
-) -> tuple[Json, Transition | None]:
+) -> tuple[Json, Transition | None, str | None]:
     """Patch status when it changed; Events on a phase transition and on a new blocker."""
     obs = obs or Observed()
     acts = decision.actions
     meta = body["metadata"]
-    previous: Json = body.get("status") or {}
+    previous = _status_of(body)
     key = cache_key(spec) if spec else None
     owner_name = meta["name"]
     new = status.render(
@@ -210,18 +175,21 @@ def _report(
         training_job=_job_name(owner_name, "train", obs.training is not Child.ABSENT, acts),
     )
     if not status.changed(previous, new):
-        return previous, None
-    k8s.patch_trainiumjob_status(meta["namespace"], owner_name, new)
-    return new, _announce(body, previous, new, decision, emit)
+        return previous, None, None
+    rv = k8s.patch_trainiumjob_status(meta["namespace"], owner_name, new)
+    return new, _announce(body, previous, new, decision, emit), rv
 
 
 def _announce(
     body: Json, previous: Json, new: Json, decision: Decision, emit: Emit
 ) -> Transition | None:
-    """Events for a new blocker and for a phase transition; the transition for metrics."""
+    """Events for a new blocker, a gang restart and a phase transition; the transition."""
     blocker = decision.blocker
-    if blocker and blocker.reason not in {c.get("reason") for c in previous.get("conditions", [])}:
+    seen = {c.get("reason") for c in previous.get("conditions", []) if isinstance(c, dict)}
+    if blocker and blocker.warn and blocker.reason not in seen:
         emit(body, "Warning", blocker.reason, blocker.message)
+    if decision.restarts > int(previous.get("restarts") or 0):
+        emit(body, "Warning", "GangRestarted", f"whole-gang restart {decision.restarts}")
     old_phase = previous.get("phase")
     if old_phase == new["phase"]:
         return None

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import datetime
 from typing import Any
 
 from trainium_operator.lifecycle import TERMINAL, Decision
 
 Json = dict[str, Any]
+
+
+def now_iso() -> str:
+    """RFC 3339 UTC timestamp, second precision as Kubernetes writes them."""
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def conditions(decision: Decision, previous: list[Json], generation: int, now: str) -> list[Json]:

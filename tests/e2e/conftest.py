@@ -33,9 +33,8 @@ def operator(
     crd: Path, request: pytest.FixtureRequest, tmp_path: Path
 ) -> Iterator[OperatorProcess]:
     """The operator running (liveness answered 200); stopped after the test, log on failure."""
-    # A short resync so waits on missing prerequisites (claim, queue) resolve within test deadlines.
-    env = {"TRAINIUM_RESYNC_SECONDS": "1"}
-    proc = OperatorProcess(OPERATOR_COMMAND, tmp_path / "operator.log", env=env)
+    # The production resync (a rare backstop): events, not polling, must drive every test.
+    proc = OperatorProcess(OPERATOR_COMMAND, tmp_path / "operator.log")
     request.node.stash.setdefault(OPERATORS, []).append(proc)
     proc.start()
     yield proc

@@ -41,8 +41,19 @@ def queue(name: str) -> None:
     )
 
 
-def claim(ns: str, name: str = "fsx-claim") -> None:
-    """An existing ReadWriteMany claim, as the tutorial's create_lustre_pv_claim.sh makes."""
+def claim(ns: str, name: str = "fsx-claim", storage_class: str = "fsx-sc") -> None:
+    """An existing ReadWriteMany claim, as the tutorial's create_lustre_pv_claim.sh makes.
+
+    The emulated provisioner binds it when its StorageClass exists (the tutorial's fsx-sc).
+    """
+    apply(
+        {
+            "apiVersion": "storage.k8s.io/v1",
+            "kind": "StorageClass",
+            "metadata": {"name": "fsx-sc"},
+            "provisioner": "fsx.csi.aws.com",
+        }
+    )
     apply(
         {
             "apiVersion": "v1",
@@ -50,7 +61,7 @@ def claim(ns: str, name: str = "fsx-claim") -> None:
             "metadata": {"name": name, "namespace": ns},
             "spec": {
                 "accessModes": ["ReadWriteMany"],
-                "storageClassName": "fsx-sc",
+                "storageClassName": storage_class,
                 "resources": {"requests": {"storage": "1200Gi"}},
             },
         }
@@ -187,7 +198,8 @@ def test_full_lifecycle_then_cache_hit(
     # Same graphs under another name: the cache record makes precompile unnecessary.
     apply(job(ns, "bert-again", q, runPolicy={"maxRetries": 1}))
     vcjob(k8s, ns, "bert-again-train")
-    st = wait_phase(ns, "bert-again", "Pending")
+    st = wait_phase(ns, "bert-again", "Training")  # the gang is pending: reason, not phase
+    assert condition(ns, "bert-again", "Running")["reason"] == "GangPending"
     assert st["cache"] == {**st["cache"], "hit": True, "outcome": "hit"}
     assert "bert-again-compile" not in vcjobs(k8s, ns)
 

@@ -163,7 +163,7 @@ CASES = [
     Case(
         "precompile-succeeded-records-then-trains",
         Observed(storage_ready=True, precompile=Child.SUCCEEDED),
-        Phase.PENDING,
+        Phase.TRAINING,
         (Action.RECORD_CACHE, Action.CREATE_TRAINING),
         {"Precompiled": ("True", "Compiled")},
         hit=False,
@@ -171,7 +171,7 @@ CASES = [
     Case(
         "precompile-succeeded-already-recorded",
         Observed(storage_ready=True, precompile=Child.SUCCEEDED, cache_recorded=True),
-        Phase.PENDING,
+        Phase.TRAINING,
         (Action.CREATE_TRAINING,),
         {"Precompiled": ("True", "Compiled")},
         hit=False,
@@ -179,7 +179,7 @@ CASES = [
     Case(
         "precompile-succeeded-queue-missing-still-records",
         Observed(storage_ready=True, precompile=Child.SUCCEEDED, queue_blocker=QUEUE_MISSING),
-        Phase.PENDING,
+        Phase.TRAINING,
         (Action.RECORD_CACHE,),
         {"Running": ("False", "QueueNotFound")},
         hit=False,
@@ -187,7 +187,7 @@ CASES = [
     Case(
         "training-pending",
         Observed(storage_ready=True, cache_recorded=True, training=Child.PENDING),
-        Phase.PENDING,
+        Phase.TRAINING,
         (),
         {"Running": ("False", "GangPending"), "Precompiled": ("True", "CacheHit")},
         hit=True,
@@ -210,7 +210,7 @@ CASES = [
         Observed(storage_ready=True, cache_recorded=True, training=Child.RESTARTING, restarts=2),
         Phase.TRAINING,
         (),
-        {"Running": ("True", "Restarting")},
+        {"Running": ("False", "Restarting")},
         hit=True,
     ),
     Case(
@@ -320,15 +320,14 @@ def test_invalid_spec_fails_without_actions() -> None:
 
 VOLCANO = {
     "Pending": Child.PENDING,
-    "Inqueue": Child.PENDING,
     "Running": Child.RUNNING,
     "Completing": Child.RUNNING,
     "Restarting": Child.RESTARTING,
     "Completed": Child.SUCCEEDED,
     "Failed": Child.FAILED,
-    "Aborting": Child.FAILED,
-    "Aborted": Child.FAILED,
-    "Terminating": Child.FAILED,
+    "Aborting": Child.ABORTED,
+    "Aborted": Child.ABORTED,
+    "Terminating": Child.TERMINATING,
     "Terminated": Child.FAILED,
 }
 
@@ -339,7 +338,7 @@ def test_from_volcano(phase: str, child: Child) -> None:
 
 
 def test_every_volcano_phase_is_covered() -> None:
-    # Volcano's JobPhase constants (pkg/apis/batch/v1alpha1/job.go) plus Inqueue.
+    # Volcano's JobPhase constants (pkg/apis/batch/v1alpha1/job.go).
     assert set(VOLCANO_PHASES) == set(VOLCANO)
 
 

@@ -23,7 +23,8 @@ request the operator made in the e2e suite against what these rules render to.
 {{- define "trainium-operator.rules.clusterScoped" -}}
 - apiGroups: [""]
   resources: [persistentvolumes]
-  verbs: [get, create, delete]
+  # watch: a PV bound or released wakes its job; patch: a Released PV's stale claimRef is cleared.
+  verbs: [get, list, watch, create, patch, delete]
 - apiGroups: [scheduling.volcano.sh]
   resources: [queues]
   verbs: [get, list, watch]

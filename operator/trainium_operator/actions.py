@@ -1,0 +1,50 @@
+"""Carry out the lifecycle's actions against the API; a refusal is returned, not raised.
+
+Each action is idempotent ("already exists" is success). A 4xx refusal becomes a Rejection the
+lifecycle decides on in the same pass; throttling, 5xx and network errors propagate as transient.
+"""
+
+from __future__ import annotations
+
+from kubernetes.client.exceptions import ApiException
+
+from trainium_operator import builders, k8s
+from trainium_operator.builders import Owner
+from trainium_operator.lifecycle import Action, Rejection
+from trainium_operator.observe import Seen
+from trainium_operator.spec import TrainiumJobSpec
+from trainium_operator.status import now_iso
+
+
+def perform(
+    actions: tuple[Action, ...], spec: TrainiumJobSpec, owner: Owner, seen: Seen
+) -> tuple[Rejection, ...]:
+    """Run the actions in order; stop at the first one the API server refuses."""
+    for action in actions:
+        try:
+            _one(action, spec, owner, seen)
+        except ApiException as exc:
+            if k8s.transient(exc):
+                raise
+            return (Rejection(action, exc.status, k8s.api_message(exc)),)
+    return ()
+
+
+def _one(action: Action, spec: TrainiumJobSpec, owner: Owner, seen: Seen) -> None:
+    if action is Action.CREATE_STORAGE:
+        if seen.volume is None:
+            assert seen.names is not None
+            names = seen.names
+            k8s.create_volume(
+                builders.build_fsx_volume(spec, owner, names.dns_name, names.mount_name)
+            )
+        k8s.create_claim(builders.build_fsx_claim(spec, owner))
+    elif action is Action.REPAIR_STORAGE:
+        assert seen.volume is not None
+        k8s.release_claim_ref(seen.volume)
+    elif action is Action.CREATE_PRECOMPILE:
+        k8s.create_vcjob(builders.build_vcjob(spec, owner, "precompile"))
+    elif action is Action.RECORD_CACHE:
+        k8s.create_configmap(builders.build_cache_record(spec, owner, now_iso()))
+    elif action is Action.CREATE_TRAINING:
+        k8s.create_vcjob(builders.build_vcjob(spec, owner, "train"))

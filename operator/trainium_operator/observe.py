@@ -1,0 +1,162 @@
+"""Read what the lifecycle needs from the API (and FSx when names are missing): no decisions.
+
+Every read here is a GET of a named object; what the operator's watches already stream (the
+queue hierarchy) comes in through `Views`, so a pass costs no extra list requests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from trainium_operator import fsx, k8s, lifecycle, naming
+from trainium_operator.builders import Owner
+from trainium_operator.cachekey import cache_key, cache_name
+from trainium_operator.lifecycle import Blocker, Child, Observed
+from trainium_operator.spec import TrainiumJobSpec
+
+Json = dict[str, Any]
+FsxLookup = Callable[[str], fsx.FsxNames]
+
+
+@dataclass(frozen=True)
+class Views:
+    """What the operator's watches know: each Volcano queue's parent (empty outside it)."""
+
+    queue_parents: Mapping[str, str | None] = field(default_factory=dict)
+
+    def has_children(self, queue: str) -> bool:
+        """Whether any known queue names this one as its parent (a non-leaf queue)."""
+        return any(parent == queue for parent in self.queue_parents.values())
+
+
+@dataclass(frozen=True)
+class Seen:
+    """One observation: the lifecycle's input, plus what the actions need to carry it out."""
+
+    observed: Observed
+    names: fsx.FsxNames | None = None
+    #: Our static PV as read (to repair a stale claimRef against its resourceVersion).
+    volume: Json | None = None
+
+
+def observe(
+    spec: TrainiumJobSpec, owner: Owner, views: Views, lookup: FsxLookup | None = None
+) -> Seen:
+    """Read the job's world: storage, queue, cache record and both Volcano jobs."""
+    storage = _storage(spec, owner, lookup or fsx.describe)
+    key = cache_key(spec)
+    pre = k8s.get_vcjob(owner.namespace, naming.vcjob_name(owner.name, "precompile"))
+    train = k8s.get_vcjob(owner.namespace, naming.vcjob_name(owner.name, "train"))
+    record = naming.cache_record_name(cache_name(spec, key), key)
+    observed = Observed(
+        policy=spec.precompile.policy,
+        storage_ready=storage.ready,
+        storage_blocker=storage.blocker,
+        storage_released=storage.released,
+        queue_blocker=None if train is not None else queue_blocker(spec.scheduling.queue, views),
+        cache_recorded=k8s.get_configmap(owner.namespace, record) is not None,
+        precompile=_child(pre),
+        precompile_message=_child_message(pre),
+        training=_child(train),
+        training_message=_child_message(train),
+        restarts=int(((train or {}).get("status") or {}).get("retryCount", 0)),
+    )
+    return Seen(observed, storage.names, storage.volume)
+
+
+def queue_blocker(name: str, views: Views) -> Blocker | None:
+    """Volcano admits jobs only into an existing, Open, leaf queue: say which one is wrong."""
+    queue = k8s.get_queue(name)
+    field_ = f"Volcano queue {name!r} (spec.scheduling.queue)"
+    if queue is None:
+        return Blocker("QueueNotFound", f"{field_} does not exist; create it or pick another")
+    state = ((queue.get("status") or {}).get("state")) or "Open"
+    if state != "Open":
+        msg = f"{field_} is {state}; Volcano only admits jobs into Open queues: reopen it"
+        return Blocker("QueueNotOpen", msg)
+    if views.has_children(name):
+        msg = f"{field_} has child queues; Volcano only admits jobs into leaf queues"
+        return Blocker("QueueNotLeaf", msg)
+    return None
+
+
+@dataclass(frozen=True)
+class _Storage:
+    ready: bool = False
+    blocker: Blocker | None = None
+    released: bool = False
+    names: fsx.FsxNames | None = None
+    volume: Json | None = None
+
+
+def _storage(spec: TrainiumJobSpec, owner: Owner, lookup: FsxLookup) -> _Storage:
+    """Ready means the claim is Bound; a Pending claim, a terminating or stale PV wait."""
+    if spec.storage.claimName:
+        return _user_claim(spec.storage.claimName, owner.namespace)
+    claim = k8s.get_claim(owner.namespace, naming.claim_name(owner.name))
+    volume = k8s.get_volume(naming.volume_name(owner.namespace, owner.name))
+    if volume is not None:
+        return _static_volume(volume, claim)
+    return _Storage(**_fsx_names(spec, lookup))
+
+
+def _user_claim(name: str, namespace: str) -> _Storage:
+    claim = k8s.get_claim(namespace, name)
+    what = f"PersistentVolumeClaim {name!r} (spec.storage.claimName)"
+    if claim is None:
+        msg = f"{what} not found in namespace {namespace!r}; waiting for it to be created"
+        return _Storage(blocker=Blocker("ClaimNotFound", msg))
+    phase = (claim.get("status") or {}).get("phase") or "Pending"
+    if phase == "Bound":
+        return _Storage(ready=True)
+    if phase == "Lost":
+        msg = f"{what} is Lost: its PersistentVolume is gone; recreate the claim"
+        return _Storage(blocker=Blocker("ClaimLost", msg))
+    msg = f"{what} is {phase}, not yet bound to a volume; waiting for it to bind"
+    return _Storage(blocker=Blocker("ClaimPending", msg))
+
+
+def _static_volume(volume: Json, claim: Json | None) -> _Storage:
+    """Our FSx PV exists: wait while it terminates, repair it when Released, else bind."""
+    name = volume["metadata"]["name"]
+    if volume["metadata"].get("deletionTimestamp"):
+        msg = f"PersistentVolume {name!r} of an earlier job is being deleted; waiting to recreate"
+        return _Storage(blocker=Blocker("VolumeTerminating", msg, warn=False), volume=volume)
+    ref_uid = ((volume.get("spec") or {}).get("claimRef") or {}).get("uid")
+    claim_uid = ((claim or {}).get("metadata") or {}).get("uid")
+    if ref_uid and ref_uid != claim_uid:  # bound to a claim that is gone, or another claim
+        return _Storage(released=True, volume=volume)
+    if claim is None:
+        return _Storage(volume=volume)  # CREATE_STORAGE: the PV exists (409), the claim follows
+    phase = (claim.get("status") or {}).get("phase") or "Pending"
+    if phase == "Bound":
+        return _Storage(ready=True, volume=volume)
+    msg = f"claim {claim['metadata']['name']!r} is {phase}; waiting for it to bind to {name!r}"
+    return _Storage(blocker=Blocker("ClaimPending", msg, warn=False), volume=volume)
+
+
+def _fsx_names(spec: TrainiumJobSpec, lookup: FsxLookup) -> dict[str, Any]:
+    """DNS and mount names for a new static PV: given in the spec, or looked up with boto3."""
+    fs = spec.storage.fsx
+    assert fs is not None
+    if fs.dnsName and fs.mountName:
+        return {"names": fsx.FsxNames(fs.dnsName, fs.mountName)}
+    try:
+        found = lookup(fs.fileSystemId)
+    except fsx.FsxLookupError as exc:
+        return {"blocker": Blocker(exc.reason, str(exc))}
+    return {"names": fsx.FsxNames(fs.dnsName or found.dns_name, fs.mountName or found.mount_name)}
+
+
+def _child(job: Json | None) -> Child:
+    if job is None:
+        return Child.ABSENT
+    return lifecycle.from_volcano(((job.get("status") or {}).get("state") or {}).get("phase"))
+
+
+def _child_message(job: Json | None) -> str:
+    state = ((job or {}).get("status") or {}).get("state") or {}
+    parts = [state.get("reason"), state.get("message")]
+    return ": ".join(p for p in parts if p)
