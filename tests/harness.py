@@ -37,7 +37,10 @@ OPERATOR_COMMAND = [
 ]  # fmt: skip
 VCJOB = "jobs.v1alpha1.batch.volcano.sh"  # fully qualified: plain `jobs` is ambiguous with batch/v1
 QUEUE = "queues.v1beta1.scheduling.volcano.sh"
-VOLCANO_PHASES = {"Pending", "Running", "Completing", "Completed", "Failed", "Aborted"}
+VOLCANO_PHASES = {
+    "Pending", "Aborting", "Aborted", "Running", "Restarting", "Completing", "Completed",
+    "Terminating", "Terminated", "Failed",
+}  # fmt: skip
 _VOLCANO = {
     "batch.volcano.sh/v1alpha1/jobs": ("Job", True, ["vcjob", "vj"]),
     "scheduling.volcano.sh/v1beta1/queues": ("Queue", False, ["q", "queue-v1beta1"]),

@@ -136,18 +136,16 @@ def shutdown(**_: Any) -> None:
 
 
 @kopf.index(GROUP, VERSION, PLURAL)
-def tj_by_claim(namespace: str | None, name: str, spec: kopf.Spec, **_: Any) -> dict[Any, Any]:
+def tj_by_claim(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> dict[Any, Any]:
     """Jobs by the claim they mount, so a claim's events wake its jobs."""
-    storage = spec.get("storage") if isinstance(spec, Mapping) else None
-    claim = storage.get("claimName") if isinstance(storage, Mapping) else None
+    claim = _field(body, "storage", "claimName")
     return {(namespace, claim or naming.claim_name(name)): name}
 
 
 @kopf.index(GROUP, VERSION, PLURAL)
-def tj_by_queue(namespace: str | None, name: str, spec: kopf.Spec, **_: Any) -> dict[Any, Any]:
+def tj_by_queue(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> dict[Any, Any]:
     """Jobs by Volcano queue, so a queue's events wake the jobs waiting for it."""
-    sched = spec.get("scheduling") if isinstance(spec, Mapping) else None
-    queue = sched.get("queue") if isinstance(sched, Mapping) else None
+    queue = _field(body, "scheduling", "queue")
     return {queue or "default": (namespace, name)}
 
 
@@ -208,21 +206,28 @@ def on_volume(type: str, meta: kopf.Meta, **_: Any) -> None:
 
 
 @kopf.on.event("scheduling.volcano.sh", "v1beta1", "queues")
-def on_queue(type: str, name: str, spec: kopf.Spec, **kwargs: Any) -> None:
+def on_queue(type: str, name: str, body: kopf.Body, **kwargs: Any) -> None:
     """Keep the queue hierarchy (leaf check); a queue created or opened wakes its jobs."""
     if type == "DELETED":
         _queue_parents.pop(name, None)
     else:
-        _queue_parents[name] = spec.get("parent") if isinstance(spec, Mapping) else None
+        _queue_parents[name] = _field(body, "parent")
     if type is None:
         return
     for namespace, job in cast(kopf.Index[str, Key], kwargs["tj_by_queue"]).get(name, []):
         _wake((namespace, job))
 
 
-def _uses_fsx(spec: kopf.Spec, **_: Any) -> bool:
-    storage = spec.get("storage") if isinstance(spec, Mapping) else None
-    return isinstance(storage, Mapping) and bool(storage.get("fsx"))
+def _field(body: kopf.Body, *path: str) -> Any:
+    """spec.<path> of a job whatever its shape (kopf's Spec view raises on a non-dict)."""
+    value: Any = body.get("spec")
+    for part in path:
+        value = value.get(part) if isinstance(value, Mapping) else None
+    return value
+
+
+def _uses_fsx(body: kopf.Body, **_: Any) -> bool:
+    return bool(_field(body, "storage", "fsx"))
 
 
 @kopf.on.delete(GROUP, VERSION, PLURAL, when=_uses_fsx)

@@ -6,7 +6,6 @@ Volcano is simulated by patching Volcano jobs' status, as its controller would.
 from __future__ import annotations
 
 import json
-import time
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -267,15 +266,28 @@ def test_missing_claim_waits_then_proceeds(
     assert condition(ns, "early", "StorageReady")["status"] == "True"
 
 
+def operator_passes(api_requests: list[Any], ns: str, name: str) -> int:
+    """How many reconcile passes the operator made over one job (each starts with a GET)."""
+    return sum(
+        1
+        for r in api_requests
+        if r.client == "trainium-operator" and r.verb == "get" and r.resource == "trainiumjobs"
+        and r.namespace == ns and r.name == name
+    )  # fmt: skip
+
+
 def test_missing_queue_waits_then_proceeds(
-    operator: OperatorProcess, ns: str, k8s: EmulatorServer
+    operator: OperatorProcess, ns: str, k8s: EmulatorServer, api_requests: list[Any]
 ) -> None:
     q = f"q-{ns}"
     claim(ns)
     apply(job(ns, "queued", q))
     wait_for(lambda: "QueueNotFound" in json.dumps(status(ns, "queued")), what="QueueNotFound")
     assert q in status(ns, "queued")["message"] and vcjobs(k8s, ns) == []
-    time.sleep(2.5)  # a few resync passes (1 s each) while the queue is still missing
+    before = operator_passes(api_requests, ns, "queued")
+    for i in range(3):  # three more passes while the queue is still missing
+        kubectl("annotate", TJ, "queued", "-n", ns, f"poke={i}", "--overwrite")
+    wait_for(lambda: operator_passes(api_requests, ns, "queued") >= before + 3, what="3 passes")
     warned = [e for e in events(ns) if e["reason"] == "QueueNotFound"]
     assert len(warned) == 1 and warned[0]["type"] == "Warning", warned  # once, not every pass
     queue(q)

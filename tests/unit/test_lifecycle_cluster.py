@@ -1,0 +1,144 @@
+"""What a real cluster forces on the lifecycle: refusals, binding, resumable phases, no flaps."""
+
+from __future__ import annotations
+
+import pytest
+
+from trainium_operator.lifecycle import (
+    Action,
+    Blocker,
+    Child,
+    Observed,
+    Phase,
+    Rejection,
+    decide,
+)
+
+READY = Observed(storage_ready=True, cache_recorded=True)
+
+
+def conds(obs: Observed) -> dict[str, tuple[str, str]]:
+    return {c.type: (c.status, c.reason) for c in decide(obs).conditions}
+
+
+# --- refusals are observations -------------------------------------------------------------
+
+
+def test_a_webhook_refusal_of_the_training_job_fails_with_the_servers_message() -> None:
+    msg = 'admission webhook "validatejob.volcano.sh" denied the request: queue q is Closed'
+    obs = Observed(
+        storage_ready=True,
+        cache_recorded=True,
+        rejections=(Rejection(Action.CREATE_TRAINING, 400, msg),),
+    )
+    d = decide(obs)
+    assert d.phase is Phase.FAILED and d.actions == ()
+    assert msg in d.message and "(400)" in d.message
+    assert conds(obs)["Failed"] == ("True", "TrainingRejected")
+    assert conds(obs)["Running"] == ("False", "TrainingRejected")
+
+
+def test_pod_validation_refusal_of_precompile_fails_it() -> None:
+    msg = "spec.tasks[0].template.spec.containers[0].resources.requests: Invalid value"
+    obs = Observed(storage_ready=True, rejections=(Rejection(Action.CREATE_PRECOMPILE, 422, msg),))
+    d = decide(obs)
+    assert d.phase is Phase.FAILED
+    assert conds(obs)["Precompiled"] == ("False", "PrecompileRejected")
+
+
+@pytest.mark.parametrize(
+    ("code", "message", "reason"),
+    [
+        (
+            403,
+            'persistentvolumeclaims "x" is forbidden: exceeded quota: q, requested',
+            "QuotaExceeded",
+        ),
+        (403, "user cannot create resource", "Forbidden"),
+        (404, "the server could not find the requested resource", "ApiNotFound"),
+    ],
+)
+def test_quota_and_rbac_refusals_block_and_retry(code: int, message: str, reason: str) -> None:
+    obs = Observed(rejections=(Rejection(Action.CREATE_STORAGE, code, message),))
+    d = decide(obs)
+    assert d.phase is Phase.PENDING and d.actions == ()
+    assert d.blocker is not None and d.blocker.reason == reason and message in d.blocker.message
+    assert conds(obs)["StorageReady"] == ("False", reason)
+    assert conds(obs)["Failed"] == ("False", "InProgress")
+
+
+def test_a_refused_cache_record_blocks_training_until_it_is_written() -> None:
+    obs = Observed(
+        storage_ready=True,
+        precompile=Child.SUCCEEDED,
+        rejections=(Rejection(Action.RECORD_CACHE, 403, "exceeded quota: configmaps"),),
+    )
+    d = decide(obs)
+    assert d.actions == () and d.blocker is not None
+    assert d.phase is Phase.TRAINING  # precompile is done: the phase does not move back
+
+
+# --- storage: bound, not merely present ------------------------------------------------------
+
+
+def test_a_pending_claim_is_storage_not_ready_with_its_reason() -> None:
+    pending = Blocker("ClaimPending", "claim fsx-claim is Pending", warn=True)
+    d = decide(Observed(storage_blocker=pending))
+    assert d.phase is Phase.PENDING and d.actions == ()
+    assert {c.type: c.reason for c in d.conditions}["StorageReady"] == "ClaimPending"
+
+
+def test_a_released_volume_is_repaired_not_recreated() -> None:
+    d = decide(Observed(storage_released=True))
+    assert d.actions == (Action.REPAIR_STORAGE,)
+    assert {c.type: c.reason for c in d.conditions}["StorageReady"] == "VolumeReleased"
+
+
+# --- Volcano phases: resumable states and no flapping ----------------------------------------
+
+
+@pytest.mark.parametrize("child", [Child.ABORTED, Child.TERMINATING])
+def test_aborted_or_terminating_training_is_not_a_failure(child: Child) -> None:
+    d = decide(Observed(storage_ready=True, cache_recorded=True, training=child))
+    assert d.phase is Phase.TRAINING
+    c = conds(Observed(storage_ready=True, cache_recorded=True, training=child))
+    assert c["Failed"] == ("False", "InProgress") and c["Running"][0] == "False"
+
+
+def test_aborted_precompile_is_not_a_failure() -> None:
+    d = decide(Observed(storage_ready=True, precompile=Child.ABORTED))
+    assert d.phase is Phase.PRECOMPILING and d.actions == ()
+    assert "vcctl job resume" in d.message
+
+
+def test_a_gang_restart_stays_in_training() -> None:
+    """Volcano goes Restarting -> Pending -> Running: one visible phase, the reason moves."""
+    seen = []
+    previous = "Training"
+    for child in (Child.RUNNING, Child.RESTARTING, Child.PENDING, Child.RUNNING):
+        obs = Observed(
+            storage_ready=True, cache_recorded=True, training=child, restarts=1,
+            previous_phase=previous,
+        )  # fmt: skip
+        d = decide(obs)
+        seen.append((d.phase, conds(obs)["Running"][1]))
+        previous = d.phase.value
+    assert [p for p, _ in seen] == [Phase.TRAINING] * 4
+    assert [r for _, r in seen] == ["GangRunning", "Restarting", "Restarting", "GangRunning"]
+
+
+@pytest.mark.parametrize("previous", ["Precompiling", "Training"])
+def test_the_phase_never_moves_back(previous: str) -> None:
+    queue = Blocker("QueueNotFound", "queue gone")
+    d = decide(Observed(storage_ready=True, queue_blocker=queue, previous_phase=previous))
+    assert d.phase is Phase(previous)
+
+
+def test_after_precompile_the_job_goes_to_training_not_back_to_pending() -> None:
+    d = decide(Observed(storage_ready=True, precompile=Child.SUCCEEDED, cache_recorded=True))
+    assert d.phase is Phase.TRAINING and d.actions == (Action.CREATE_TRAINING,)
+
+
+def test_terminal_phases_are_not_held_back_by_the_guard() -> None:
+    obs = Observed(storage_ready=True, cache_recorded=True, training=Child.FAILED)
+    assert decide(obs).phase is Phase.FAILED
