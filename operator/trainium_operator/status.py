@@ -10,6 +10,19 @@ from trainium_operator.lifecycle import TERMINAL, Decision
 Json = dict[str, Any]
 
 
+#: Longest message kept on status (each condition and the phase message): a rejected spec with a
+#: huge env, or a long API error, must not grow the object towards etcd's 1.5 MiB limit.
+MAX_MESSAGE = 4096
+
+
+def clip(message: str, limit: int = MAX_MESSAGE) -> str:
+    """The message, cut to limit characters with a marker when longer."""
+    if len(message) <= limit:
+        return message
+    marker = f"... ({len(message) - limit} more characters)"
+    return message[: limit - len(marker)] + marker
+
+
 def now_iso() -> str:
     """RFC 3339 UTC timestamp, second precision as Kubernetes writes them."""
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -27,7 +40,7 @@ def conditions(decision: Decision, previous: list[Json], generation: int, now: s
                 "type": cond.type,
                 "status": cond.status,
                 "reason": cond.reason,
-                "message": cond.message,
+                "message": clip(cond.message),
                 "lastTransitionTime": now if changed else old.get("lastTransitionTime", now),
                 "observedGeneration": generation,
             }
@@ -49,7 +62,7 @@ def render(
     """The full status for this decision, keeping start/completion times once set."""
     status: Json = {
         "phase": decision.phase.value,
-        "message": decision.message,
+        "message": clip(decision.message),
         "observedGeneration": generation,
         "conditions": conditions(decision, previous.get("conditions", []), generation, now),
         "restarts": decision.restarts,

@@ -8,14 +8,18 @@ runs the operator with the production resync, so events, not polling, must drive
 from __future__ import annotations
 
 import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
+import pytest
 from test_operator_e2e import (
     TJ,
     claim,
     condition,
     events,
     job,
+    operator_passes,
     prerequisites,
     queue,
     status,
@@ -26,6 +30,8 @@ from test_operator_e2e import (
 
 from controllers import Refusal
 from harness import (
+    OPERATOR_COMMAND,
+    OPERATORS,
     EmulatorServer,
     OperatorProcess,
     apply,
@@ -267,3 +273,35 @@ def test_invalid_shapes_fail_once_and_are_not_deleted_by_their_ttl(
         ]
     assert operator.running and "Traceback" not in operator.log()
     assert "spec" in status(ns, "spec-string")["message"]  # the field is named
+
+
+@pytest.fixture
+def eager_operator(
+    crd: Path, request: pytest.FixtureRequest, tmp_path: Path
+) -> Iterator[OperatorProcess]:
+    """The operator with a 1 s backstop, to watch many backstop passes in a short test."""
+    env = {"TRAINIUM_RESYNC_SECONDS": "1"}
+    proc = OperatorProcess(OPERATOR_COMMAND, tmp_path / "operator.log", env=env)
+    request.node.stash.setdefault(OPERATORS, []).append(proc)
+    proc.start()
+    yield proc
+    proc.stop()
+
+
+def test_the_backstop_only_reads(
+    eager_operator: OperatorProcess, ns: str, k8s: EmulatorServer, api_requests: list[Any]
+) -> None:
+    """An unsettled job re-checked again and again writes nothing: no status, no annotations."""
+    q = prerequisites(ns)
+    apply(job(ns, "steady", q, precompile={"policy": "Never"}))
+    vcjob(k8s, ns, "steady-train")
+    simulate_vcjob_phase(ns, "steady-train", "Running")
+    wait_for(lambda: condition(ns, "steady", "Running").get("reason") == "GangRunning",
+             what="GangRunning")  # fmt: skip
+    start = len(api_requests)
+    first = operator_passes(api_requests, ns, "steady")
+    wait_for(lambda: operator_passes(api_requests, ns, "steady") >= first + 3,
+             what="three backstop passes")  # fmt: skip
+    ours = [r for r in api_requests[start:] if r.client in ("trainium-operator", "kopf")]
+    writes = [r for r in ours if r.verb in ("create", "patch", "update", "delete")]
+    assert writes == [], writes
