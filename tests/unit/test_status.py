@@ -118,8 +118,10 @@ def test_huge_messages_are_clipped_on_status() -> None:
     from trainium_operator.status import MAX_MESSAGE, render
 
     problems = [f"spec.env[{i}].value: {'x' * 40000} is too long" for i in range(30)]
-    new = render(invalid(problems), {}, generation=1, now="2026-11-22T00:00:00Z",
-                 cache_key=None, cache_name=None, precompile_job=None, training_job=None)  # fmt: skip
+    new = render(
+        invalid(problems), {}, generation=1, now="2026-11-22T00:00:00Z",
+        cache_key=None, cache_name=None, precompile_job=None, training_job=None,
+    )  # fmt: skip
     assert len(new["message"]) == MAX_MESSAGE and new["message"].endswith("more characters)")
     assert all(len(c["message"]) <= MAX_MESSAGE for c in new["conditions"])
     assert len(str(new)) < 4 * MAX_MESSAGE
