@@ -18,7 +18,7 @@ from typing import Any, cast
 
 import kopf
 
-from trainium_operator import k8s, metrics, naming
+from trainium_operator import k8s, metrics, naming, peering
 from trainium_operator.builders import ANNOTATION_OWNER, LABEL_JOB, LABEL_MANAGED_BY, MANAGED_BY
 from trainium_operator.crd import GROUP, PLURAL, VERSION
 from trainium_operator.lifecycle import TERMINAL
@@ -117,6 +117,11 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.posting.reporting_instance = os.environ.get("POD_NAME") or socket.gethostname()
     settings.watching.server_timeout = 300
     logging.getLogger("kopf.objects").addFilter(_quiet_events)
+    if settings.peering.mandatory:
+        settings.peering.priority = peering.distinct_priority(settings.peering.priority)
+        log.warning("peering %r with priority %d: the highest-priority peer acts, the others "
+                    "stand by", settings.peering.name, settings.peering.priority)  # fmt: skip
+        peering.ensure(settings.peering.name, clusterwide=settings.peering.clusterwide)
     metrics.start_from_env()
     SCHEDULER.start()
 

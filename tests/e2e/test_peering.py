@@ -1,0 +1,81 @@
+"""Two operator processes with kopf peering: exactly one acts; a missing CRD is said, not hidden."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_operator_e2e import job, prerequisites, vcjob, wait_phase
+
+from harness import (
+    OPERATORS,
+    EmulatorServer,
+    OperatorProcess,
+    apply,
+    kubectl,
+    simulate_vcjob_phase,
+    wait_for,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+PEERING_CRD = REPO / "crds" / "kopf-peering.yaml"
+RESUMED = "Resuming operations after the pause"
+COMMAND = [sys.executable, "-m", "trainium_operator", "operator", "--all-namespaces",
+           "--peering=trainium"]  # fmt: skip
+
+
+@pytest.fixture
+def peers(
+    crd: Path, request: pytest.FixtureRequest, tmp_path: Path
+) -> Iterator[list[OperatorProcess]]:
+    made: list[OperatorProcess] = []
+    for i in range(2):
+        proc = OperatorProcess(COMMAND, tmp_path / f"operator-{i}.log")
+        request.node.stash.setdefault(OPERATORS, []).append(proc)
+        made.append(proc)
+    yield made
+    for proc in made:
+        proc.stop()
+
+
+def test_peering_without_its_crd_says_so_then_one_of_two_peers_acts(
+    peers: list[OperatorProcess], ns: str, k8s: EmulatorServer, api_requests: list[Any]
+) -> None:
+    first, second = peers
+    first.start()
+    wait_for(lambda: "needs the CRD clusterkopfpeerings.kopf.dev" in first.log(),
+             what="an ERROR line naming the missing peering CRD")  # fmt: skip
+    first.stop()
+
+    kubectl("apply", "--validate=false", "-f", str(PEERING_CRD))
+    first.start()
+    second.start()
+    active = wait_for(lambda: [p for p in peers if RESUMED in p.log()], timeout=30,
+                      what="the higher-priority peer acting")  # fmt: skip
+    assert len(active) == 1
+    standby = second if active[0] is first else first
+
+    q = prerequisites(ns)
+    apply(job(ns, "shared", q, precompile={"policy": "Never"}))
+    vcjob(k8s, ns, "shared-train")
+    simulate_vcjob_phase(ns, "shared-train", "Completed")
+    wait_phase(ns, "shared", "Succeeded")
+    assert len(creates(api_requests, ns)) == 1  # two processes, one actor
+    assert RESUMED not in standby.log()
+
+    active[0].stop()  # a clean exit leaves the peering: the standby takes over
+    wait_for(lambda: RESUMED in standby.log(), timeout=30, what="the standby taking over")
+    apply(job(ns, "after", q, precompile={"policy": "Never"}))
+    vcjob(k8s, ns, "after-train")
+    assert len(creates(api_requests, ns)) == 2
+
+
+def creates(api_requests: list[Any], ns: str) -> list[Any]:
+    """Volcano jobs created in the namespace."""
+    return [
+        r for r in api_requests
+        if r.verb == "create" and r.namespace == ns and r.resource == "jobs" and r.code == 201
+    ]  # fmt: skip
