@@ -38,7 +38,6 @@ class Child(str, enum.Enum):
 #: Volcano Job status.state.phase -> Child (unknown phases count as pending).
 VOLCANO_PHASES = {
     "Pending": Child.PENDING,
-    "Inqueue": Child.PENDING,
     "Running": Child.RUNNING,
     "Completing": Child.RUNNING,
     "Restarting": Child.RESTARTING,
