@@ -61,6 +61,7 @@ class StageContext:
     python: str = "python3"
     #: Prefix argv of the precompile stage; empty locally where there is no Neuron compiler.
     compile_launcher: tuple[str, ...] = ("neuron_parallel_compile",)
+    #: Port of the rendezvous store; local runs pick a free one so they never share a store.
     rdzv_port: int = RDZV_PORT
 
 
@@ -126,7 +127,10 @@ def user_args(spec: TrainiumJobSpec, stage: str) -> list[str]:
 
 
 def torchrun_argv(spec: TrainiumJobSpec, ctx: StageContext) -> list[str]:
-    """`python3 -m torch.distributed.run ... <module|script> <args>` of every node but 0."""
+    """`python3 -m torch.distributed.run ... <module|script> <args>` of every node but 0.
+
+    This is the container's argv: the worker's part is escaped for torchrun's own substitution.
+    """
     argv = [
         ctx.python, "-m", "torch.distributed.run",
         "--nnodes", str(spec.nodes),
