@@ -3,6 +3,10 @@
 The cluster backend turns it into a Volcano Job with TorchX's Kubernetes scheduler; the local
 backend runs the very same AppDef with TorchX's local scheduler. Argv lists only: no `bash -c`,
 the c10d rendezvous endpoint is a plain element (Volcano's svc plugin gives pod 0 a stable name).
+
+TorchX substitutes its macros (`${replica_id}`, `$app_id`, ...) in every arg and env value, and
+torchrun its `${local_rank}` in the worker's args, both with Python's string.Template: all text
+we did not write as a macro is escaped (`$` -> `$$`) for each substitution it passes through.
 """
 
 from __future__ import annotations
@@ -13,11 +17,14 @@ from dataclasses import dataclass
 from torchx import specs
 
 from trainium_operator import naming
+from trainium_operator.cachekey import strip_flag
 from trainium_operator.instances import EFA_RESOURCE, INSTANCE_TYPE_LABEL
 from trainium_operator.spec import TrainiumJobSpec
 from trainium_trainer import contract
 
 RDZV_PORT = 29500
+#: The replica that hosts the c10d rendezvous store (TorchX task `node-0`).
+STORE_HOST_REPLICA = 0
 PRECOMPILE = contract.STAGE_PRECOMPILE
 TRAIN = contract.STAGE_TRAIN
 
@@ -45,7 +52,7 @@ class StageContext:
     cache_name: str
     #: Volcano job name (cluster) or run name (local); the rendezvous id.
     run_id: str
-    #: Host of the rendezvous store: pod 0's DNS name on a cluster, localhost locally.
+    #: Host of the rendezvous store for replicas other than 0: pod 0's DNS name on a cluster.
     rank0_host: str
     #: Where the storage is mounted in the container (cluster) or lives on disk (local).
     mount_root: str
@@ -54,6 +61,13 @@ class StageContext:
     python: str = "python3"
     #: Prefix argv of the precompile stage; empty locally where there is no Neuron compiler.
     compile_launcher: tuple[str, ...] = ("neuron_parallel_compile",)
+    #: Port of the rendezvous store; local runs pick a free one so they never share a store.
+    rdzv_port: int = RDZV_PORT
+
+
+def escape(text: str) -> str:
+    """Text that TorchX's macro substitution (string.Template) gives back unchanged."""
+    return text.replace("$", "$$")
 
 
 def cache_dir(spec: TrainiumJobSpec, ctx: StageContext, replica: str) -> str:
@@ -71,28 +85,73 @@ def output_dir(spec: TrainiumJobSpec, ctx: StageContext) -> str:
     return posixpath.join(base, "precompile") if ctx.stage == PRECOMPILE else base
 
 
+def rendezvous_conf(spec: TrainiumJobSpec, host: bool) -> str:
+    """torchrun's --rdzv_conf: who hosts the store, and how long to wait for the other nodes.
+
+    torch's c10d defaults (read_timeout 60 s, join_timeout 600 s) fail a node whose peers start
+    minutes later (image pulls, volume mounts); `is_host` is explicit because torch's guess
+    resolves the endpoint, and pod 0's own DNS record may not exist yet.
+    """
+    timeout = spec.runPolicy.rendezvousTimeoutSeconds
+    return f"is_host={int(host)},join_timeout={timeout},read_timeout={timeout}"
+
+
+def rendezvous_args(spec: TrainiumJobSpec, ctx: StageContext, host: bool) -> list[str]:
+    """Endpoint and conf of one node: the store host listens via localhost, the rest dial it."""
+    endpoint = "localhost" if host else ctx.rank0_host
+    return [
+        "--rdzv_endpoint", f"{endpoint}:{ctx.rdzv_port}",
+        "--rdzv_conf", rendezvous_conf(spec, host),
+    ]  # fmt: skip
+
+
+def store_host_argv(spec: TrainiumJobSpec, ctx: StageContext, argv: list[str]) -> list[str]:
+    """Replica 0's argv from any replica's: the first (our own) rendezvous flags are swapped.
+
+    TorchX builds every replica from one role, so both backends rewrite replica 0 after
+    TorchX's dry run; the user's args come after ours and are never touched.
+    """
+    out = list(argv)
+    flags = rendezvous_args(spec, ctx, host=True)
+    for flag, value in zip(flags[::2], flags[1::2], strict=True):
+        out[out.index(flag) + 1] = value
+    return out
+
+
+def user_args(spec: TrainiumJobSpec, stage: str) -> list[str]:
+    """The user's args; precompile replaces the step flag (either form) with its own limit."""
+    if stage != PRECOMPILE:
+        return list(spec.args)
+    flag = spec.precompile.stepsArg
+    return [*strip_flag(spec.args, flag), flag, str(spec.precompile.steps)]
+
+
 def torchrun_argv(spec: TrainiumJobSpec, ctx: StageContext) -> list[str]:
-    """`python3 -m torch.distributed.run ... <module|script> <args>` for this stage."""
+    """`python3 -m torch.distributed.run ... <module|script> <args>` of every node but 0.
+
+    This is the container's argv: the worker's part is escaped for torchrun's own substitution.
+    """
     argv = [
         ctx.python, "-m", "torch.distributed.run",
         "--nnodes", str(spec.nodes),
         "--nproc_per_node", str(spec.procs_per_node),
         "--rdzv_backend", "c10d",
-        "--rdzv_endpoint", f"{ctx.rank0_host}:{RDZV_PORT}",
+        *rendezvous_args(spec, ctx, host=False),
         "--rdzv_id", ctx.run_id,
         "--max_restarts", "0",
     ]  # fmt: skip
     module = spec.entry_module
-    argv += ["-m", module] if module else [spec.script or ""]
-    argv += list(spec.args)
-    if ctx.stage == PRECOMPILE:
-        argv += [spec.precompile.stepsArg, str(spec.precompile.steps)]
-    return argv
+    worker = ["-m", module] if module else [spec.script or ""]
+    # torchrun substitutes `${local_rank}` in the worker's argv (string.Template) as well.
+    return argv + [escape(arg) for arg in [*worker, *user_args(spec, ctx.stage)]]
 
 
 def stage_env(spec: TrainiumJobSpec, ctx: StageContext) -> dict[str, str]:
-    """Operator defaults, then the user's env on top (the user wins), cache flags always ours."""
-    cdir = cache_dir(spec, ctx, "${replica_id}")
+    """Operator defaults, then the user's env on top (the user wins), cache flags always ours.
+
+    Values are TorchX templates: escaped text plus the `${replica_id}` of the cache dir.
+    """
+    cdir = escape(cache_dir(spec, ctx, "")) + specs.macros.replica_id
     env = dict(BASE_ENV)
     if spec.instance.efa_interfaces:
         env.update(EFA_ENV)
@@ -103,7 +162,6 @@ def stage_env(spec: TrainiumJobSpec, ctx: StageContext) -> dict[str, str]:
             contract.ENV_JOB_NAME: ctx.job_name,
             contract.ENV_STAGE: ctx.stage,
             contract.ENV_OUTPUT_DIR: output_dir(spec, ctx),
-            contract.ENV_CACHE_DIR: cdir,
             contract.ENV_PRECISION: spec.precision,
             contract.ENV_HF_HOME: posixpath.join(ctx.mount_root, "hf_home"),
             contract.ENV_HF_OFFLINE: "1",
@@ -112,8 +170,10 @@ def stage_env(spec: TrainiumJobSpec, ctx: StageContext) -> dict[str, str]:
     if ctx.stage == PRECOMPILE and not ctx.compile_launcher:
         # neuron_parallel_compile sets this itself; without it, say so for the trainer.
         env[contract.ENV_EXTRACT_GRAPHS_ONLY] = "1"
-    env.update({e.name: e.value for e in spec.env})
-    env[NEURON_CC_FLAGS] = " ".join([f"--cache_dir={cdir}", *spec.compilerFlags])
+    env = {name: escape(value) for name, value in env.items()}
+    env[contract.ENV_CACHE_DIR] = cdir
+    env.update({e.name: escape(e.value) for e in spec.env})
+    env[NEURON_CC_FLAGS] = " ".join([f"--cache_dir={cdir}", *map(escape, spec.compilerFlags)])
     return env
 
 
@@ -140,8 +200,8 @@ def build_appdef(spec: TrainiumJobSpec, ctx: StageContext) -> specs.AppDef:
     role = specs.Role(
         name=naming.ROLE,
         image=spec.image,
-        entrypoint=argv[0],
-        args=argv[1:],
+        entrypoint=argv[0],  # TorchX substitutes no macros in the entrypoint
+        args=[escape(arg) for arg in argv[1:]],
         num_replicas=spec.nodes,
         env=stage_env(spec, ctx),
         resource=resource(spec),

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kubernetes.client import ApiClient
-from torchx.schedulers.kubernetes_scheduler import KubernetesScheduler
+from torchx.schedulers.kubernetes_scheduler import PLACEHOLDER_FIELD_PATH, KubernetesScheduler
 from torchx.specs.overlays import set_overlay
 
 from trainium_operator import appdef, naming
@@ -183,8 +183,12 @@ def _overlay_job(job: Json, spec: TrainiumJobSpec, owner: Owner, stage: str, nam
     }
     job["spec"]["minAvailable"] = spec.nodes
     job["spec"]["maxRetry"] = spec.runPolicy.maxRetries
+    ctx = stage_context(spec, owner, stage)
     for task in job["spec"]["tasks"]:
         _overlay_pod(task["template"], spec, owner, stage, name)
+        if task["name"] == naming.task_name(appdef.STORE_HOST_REPLICA):
+            for container in task["template"]["spec"]["containers"]:
+                container["command"] = appdef.store_host_argv(spec, ctx, container["command"])
     return job
 
 
@@ -193,11 +197,21 @@ def _overlay_pod(pod: Json, spec: TrainiumJobSpec, owner: Owner, stage: str, vcj
     pod["metadata"]["labels"].update(labels(owner, stage))
     pod["metadata"]["labels"]["app.kubernetes.io/instance"] = vcjob
     for container in pod["spec"]["containers"]:
+        _restore_field_path_env(container)
         res = container.setdefault("resources", {})
         for kind in ("requests", "limits"):
             wanted = getattr(spec.resources, kind)
             if wanted:
                 res.setdefault(kind, {}).update({k: str(v) for k, v in wanted.items()})
+
+
+def _restore_field_path_env(container: Json) -> None:
+    """Undo TorchX's `[FIELD_PATH]x` -> fieldRef rewrite: every env value we set is literal."""
+    for var in container.get("env", []):
+        field_ref = (var.get("valueFrom") or {}).get("fieldRef")
+        if field_ref:
+            var["value"] = PLACEHOLDER_FIELD_PATH + field_ref["fieldPath"]
+            del var["valueFrom"]
 
 
 def build_cache_record(spec: TrainiumJobSpec, owner: Owner, completed_at: str) -> Json:

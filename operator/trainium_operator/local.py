@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import sys
 import time
 from dataclasses import dataclass, field, replace
@@ -33,6 +34,14 @@ SCHEDULER = "local_cwd"
 POLL_SECONDS = 1.0
 
 
+def free_port() -> int:
+    """A TCP port free now, so local runs (and tests) beside each other never share a store."""
+    with socket.socket() as sock:
+        sock.bind(("localhost", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
 @dataclass
 class LocalRun:
     """One local job: its folders, its TorchX apps and the times each phase took."""
@@ -40,6 +49,7 @@ class LocalRun:
     name: str
     spec: TrainiumJobSpec
     root: Path
+    rdzv_port: int = field(default_factory=free_port)
     apps: dict[str, str] = field(default_factory=dict)
     phase_started: dict[str, float] = field(default_factory=dict)
     phase_seconds: dict[str, float] = field(default_factory=dict)
@@ -71,7 +81,7 @@ class LocalRun:
 
 
 def stage_context(run: LocalRun, stage: str) -> StageContext:
-    """The local StageContext: localhost rendezvous, this Python, no Neuron launcher."""
+    """The local StageContext: rendezvous on localhost, this Python, no Neuron launcher."""
     return StageContext(
         job_name=run.name,
         stage=stage,
@@ -82,6 +92,7 @@ def stage_context(run: LocalRun, stage: str) -> StageContext:
         claim=None,
         python=sys.executable,
         compile_launcher=(),
+        rdzv_port=run.rdzv_port,
     )
 
 
@@ -92,13 +103,19 @@ def local_spec(run: LocalRun) -> TrainiumJobSpec:
     return replace(spec, args=tuple(run.local_path(a) for a in spec.args), env=env)
 
 
+def dryrun(run: LocalRun, stage: str, runner: Any) -> Any:
+    """TorchX's local request for one stage (one process per node), replica 0 hosting the store."""
+    spec, ctx = local_spec(run), stage_context(run, stage)
+    cfg = {"log_dir": str(run.root / "logs" / stage), "prepend_cwd": True}
+    info = runner.dryrun(appdef.build_appdef(spec, ctx), SCHEDULER, cfg=cfg)
+    host = info.request.role_params[naming.ROLE][appdef.STORE_HOST_REPLICA]
+    host.args = appdef.store_host_argv(spec, ctx, host.args)
+    return info
+
+
 def submit(run: LocalRun, stage: str, runner: Any) -> None:
     """Start one stage as a TorchX local app, logs under runs/<job>/logs."""
-    app = appdef.build_appdef(local_spec(run), stage_context(run, stage))
-    role = app.roles[0]
-    role.env = {k: v.replace("${replica_id}", "0") for k, v in role.env.items()}
-    cfg = {"log_dir": str(run.root / "logs" / stage), "prepend_cwd": True}
-    run.apps[stage] = runner.run(app, scheduler=SCHEDULER, cfg=cfg)
+    run.apps[stage] = runner.schedule(dryrun(run, stage, runner))
 
 
 def child_state(run: LocalRun, stage: str, runner: Any) -> Child:

@@ -90,6 +90,7 @@ class RunPolicy:
     """Retries, deadlines and clean-up; mutable after creation."""
 
     maxRetries: int = 3
+    rendezvousTimeoutSeconds: int = 1800
     activeDeadlineSeconds: int | None = None
     ttlSecondsAfterFinished: int | None = None
     suspend: bool = False

@@ -9,6 +9,8 @@ from typing import Any
 import kubernetes_validate
 import pytest
 from support import example_spec, job
+from torch.distributed.elastic.utils.api import macros as torchrun_macros
+from torch.distributed.run import config_from_args, parse_args
 
 from trainium_operator import builders, naming
 from trainium_operator.builders import Owner
@@ -278,6 +280,21 @@ def _argv(container: Json) -> list[str]:
     return [*container.get("command", []), *container.get("args", [])]
 
 
+def _worker_argv(container: Json) -> list[str]:
+    """What torchrun hands each worker: its own parsing and `${local_rank}` substitution."""
+    argv = _argv(container)
+    torchrun_args = parse_args(argv[argv.index("torch.distributed.run") + 1 :])
+    _, _, worker_args = config_from_args(torchrun_args)
+    return list(torchrun_macros.substitute(worker_args, "0"))
+
+
+def _rdzv(argv: list[str]) -> tuple[str, dict[str, str]]:
+    """(endpoint, conf) of torchrun's first --rdzv_endpoint/--rdzv_conf in argv."""
+    endpoint = argv[argv.index("--rdzv_endpoint") + 1]
+    conf = argv[argv.index("--rdzv_conf") + 1]
+    return endpoint, dict(item.split("=", 1) for item in conf.split(","))
+
+
 @pytest.mark.parametrize("stage", STAGES)
 def test_argv_is_a_list_without_a_shell(tutorial_jobs: dict[str, Json], stage: str) -> None:
     vcjob = tutorial_jobs[stage]
@@ -286,17 +303,48 @@ def test_argv_is_a_list_without_a_shell(tutorial_jobs: dict[str, Json], stage: s
         argv = _argv(container)
         assert "bash" not in argv and "sh" not in argv and "-c" not in argv
         assert all(isinstance(a, str) for a in argv)
-        assert f"{name}-node-0-0.{name}:29500" in argv
-        i = argv.index("--rdzv_endpoint")
-        assert argv[i + 1] == f"{name}-node-0-0.{name}:29500"
+        assert argv[argv.index("--rdzv_backend") + 1] == "c10d"
         assert argv[argv.index("--nnodes") + 1] == "2"
         assert argv[argv.index("--nproc_per_node") + 1] == "32"
         assert argv[argv.index("--rdzv_id") + 1] == name
 
 
-def test_every_node_runs_the_same_argv(tutorial_jobs: dict[str, Json]) -> None:
+@pytest.mark.parametrize("stage", STAGES)
+def test_pod_0_hosts_the_store_without_its_own_dns_record(
+    tutorial_jobs: dict[str, Json], stage: str
+) -> None:
+    vcjob = tutorial_jobs[stage]
+    name = vcjob["metadata"]["name"]
+    wait = {"join_timeout": "1800", "read_timeout": "1800"}  # the CRD's default
+    got = {i: _rdzv(_argv(c)) for i, _, c in pods(vcjob)}
+    assert got[0] == ("localhost:29500", {"is_host": "1", **wait})
+    assert got[1] == (f"{name}-node-0-0.{name}:29500", {"is_host": "0", **wait})
+
+
+def test_rendezvous_timeouts_follow_run_policy() -> None:
+    vcjob = build(nodes=3, runPolicy={"rendezvousTimeoutSeconds": 5400})
+    for _, _, container in pods(vcjob):
+        _, conf = _rdzv(_argv(container))
+        assert conf["join_timeout"] == conf["read_timeout"] == "5400"
+
+
+def test_nodes_differ_only_in_the_rendezvous_endpoint_and_host(
+    tutorial_jobs: dict[str, Json],
+) -> None:
     for vcjob in tutorial_jobs.values():
-        assert len({tuple(_argv(c)) for _, _, c in pods(vcjob)}) == 1
+        argvs = set()
+        for _, _, container in pods(vcjob):
+            argv = _argv(container)
+            for flag in ("--rdzv_endpoint", "--rdzv_conf"):
+                argv[argv.index(flag) + 1] = "*"
+            argvs.add(tuple(argv))
+        assert len(argvs) == 1
+
+
+def test_user_args_that_look_like_rendezvous_flags_are_left_alone() -> None:
+    mine = ["--rdzv_endpoint", "elsewhere:1", "--rdzv_conf", "is_host=0"]
+    for _, _, container in pods(build(nodes=2, args=mine)):
+        assert _argv(container)[-4:] == mine
 
 
 def test_training_argv_ends_with_the_module_and_the_users_args(
@@ -318,7 +366,23 @@ def test_precompile_argv_is_the_training_argv_plus_the_step_limit(
     same_rdzv = [
         a.replace(compile_["metadata"]["name"], train["metadata"]["name"]) for a in compile_argv
     ]
-    assert same_rdzv == ["neuron_parallel_compile", *train_argv, "--max-steps", "10"]
+    i = train_argv.index("--max-steps")
+    assert train_argv[i : i + 2] == ["--max-steps", "28125"]  # the example trains 28125 steps
+    without_limit = train_argv[:i] + train_argv[i + 2 :]
+    assert same_rdzv == ["neuron_parallel_compile", *without_limit, "--max-steps", "10"]
+
+
+@pytest.mark.parametrize(
+    "given",
+    [["--max-steps", "500"], ["--max-steps=500"], ["--max-steps", "5", "--max-steps=6"]],
+)
+def test_precompile_replaces_the_users_step_flag(given: list[str]) -> None:
+    args = ["bert-pretrain", *given, "--lr", "0.1"]
+    train = _argv(first_container(build("train", args=args)))
+    compile_ = _argv(first_container(build("precompile", args=args)))
+    assert train[-len(args) :] == args  # training keeps the user's own limit
+    start = compile_.index("bert-pretrain")
+    assert compile_[start:] == ["bert-pretrain", "--lr", "0.1", "--max-steps", "10"]
 
 
 def test_aws_script_argv_and_its_own_step_flag() -> None:
@@ -338,9 +402,62 @@ def test_aws_script_argv_and_its_own_step_flag() -> None:
 )
 def test_user_args_pass_through_unchanged_as_single_elements(hostile: str) -> None:
     vcjob = build(args=["bert-pretrain", "--tag", hostile])
-    argv = _argv(first_container(vcjob))
-    assert argv[-3:] == ["bert-pretrain", "--tag", hostile]
-    assert argv.count(hostile) == 1
+    argv = _worker_argv(first_container(vcjob))
+    assert argv == ["-u", "-m", "trainium_trainer", "bert-pretrain", "--tag", hostile]
+
+
+# --- user text reaches the process unchanged (TorchX and torchrun substitute macros) -------------
+
+#: What TorchX's string.Template substitution would rewrite: `$$`, its macros, stray dollars.
+MACRO_TEXT = ["cost$$5", "$app_id", "${replica_id}", "${img_root}", "$rank0_env", "$", "a$", "$$$"]
+
+
+def _macro_job(stage: str) -> Json:
+    env = [{"name": f"USER_{i}", "value": text} for i, text in enumerate(MACRO_TEXT)]
+    return build(
+        stage,
+        nodes=2,
+        script="train$app_id.py",
+        args=MACRO_TEXT,
+        env=env,
+        compilerFlags=["--opt=$$x"],
+    )
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_user_text_with_macros_reaches_every_process_unchanged(stage: str) -> None:
+    vcjob = _macro_job(stage)
+    cacheset = vcjob["metadata"]["labels"]["trainium.dev/cache-name"]
+    limit = ["--max-steps", "10"] if stage == "precompile" else []
+    for i, _, container in pods(vcjob):
+        assert _worker_argv(container) == ["-u", "train$app_id.py", *MACRO_TEXT, *limit]
+        env = env_of(container)
+        assert [env[f"USER_{j}"] for j in range(len(MACRO_TEXT))] == MACRO_TEXT
+        # Our own macro is still expanded: one cache dir per node.
+        assert env["NEURON_CC_FLAGS"] == f"--cache_dir=/data/neuron_cache/{cacheset}_{i} --opt=$$x"
+
+
+def test_render_is_deterministic_with_app_id_in_the_args() -> None:
+    assert _macro_job("train") == _macro_job("train")
+
+
+def test_env_values_that_look_like_torchx_field_paths_stay_values() -> None:
+    vcjob = build(nodes=2, env=[{"name": "POD", "value": "[FIELD_PATH]metadata.name"}])
+    for _, _, container in pods(vcjob):
+        (var,) = [e for e in container["env"] if e["name"] == "POD"]
+        assert var == {"name": "POD", "value": "[FIELD_PATH]metadata.name"}
+
+
+def test_aws_script_example_sets_the_tutorials_bf16_env() -> None:
+    # AWS's tutorial component sets XLA_DOWNCAST_BF16=1 with --bf16 True on its 1.13-era image,
+    # the image this example runs; the operator does not (torch-xla >= 2.4 deprecates it).
+    spec, owner = example_spec("aws-bert-script.yaml")
+    assert spec.precision == "bf16"
+    for stage in STAGES:
+        for _, _, container in pods(builders.build_vcjob(spec, owner, stage)):
+            assert env_of(container)["XLA_DOWNCAST_BF16"] == "1"
+    default_env = env_of(first_container(build(precision="bf16")))
+    assert "XLA_DOWNCAST_BF16" not in default_env
 
 
 # --- storage manifests and the cache record -------------------------------------------------------
