@@ -37,10 +37,12 @@ OPERATOR_COMMAND = [
 ]  # fmt: skip
 VCJOB = "jobs.v1alpha1.batch.volcano.sh"  # fully qualified: plain `jobs` is ambiguous with batch/v1
 QUEUE = "queues.v1beta1.scheduling.volcano.sh"
+#: Volcano's Job phases, from the committed copy of its job.go constants (tests/unit/).
 VOLCANO_PHASES = {
-    "Pending", "Aborting", "Aborted", "Running", "Restarting", "Completing", "Completed",
-    "Terminating", "Terminated", "Failed",
-}  # fmt: skip
+    line.strip()
+    for line in (Path(__file__).parent / "unit" / "volcano_job_phases.txt").read_text().splitlines()
+    if line.strip() and not line.startswith("#")
+}
 _VOLCANO = {
     "batch.volcano.sh/v1alpha1/jobs": ("Job", True, ["vcjob", "vj"]),
     "scheduling.volcano.sh/v1beta1/queues": ("Queue", False, ["q", "queue-v1beta1"]),
