@@ -6,9 +6,11 @@ lifecycle decides on in the same pass; throttling, 5xx and network errors propag
 
 from __future__ import annotations
 
+import datetime
+
 from kubernetes.client.exceptions import ApiException
 
-from trainium_operator import builders, k8s
+from trainium_operator import builders, cache, k8s
 from trainium_operator.builders import Owner
 from trainium_operator.lifecycle import Action, Rejection
 from trainium_operator.observe import Seen
@@ -44,7 +46,36 @@ def _one(action: Action, spec: TrainiumJobSpec, owner: Owner, seen: Seen) -> Non
         k8s.release_claim_ref(seen.volume)
     elif action is Action.CREATE_PRECOMPILE:
         k8s.create_vcjob(builders.build_vcjob(spec, owner, "precompile"))
-    elif action is Action.RECORD_CACHE:
-        k8s.create_configmap(builders.build_cache_record(spec, owner, now_iso()))
+    elif action in _CACHE_ACTIONS:
+        _cache_action(action, spec, owner, seen)
     elif action is Action.CREATE_TRAINING:
         k8s.create_vcjob(builders.build_vcjob(spec, owner, "train"))
+
+
+_CACHE_ACTIONS = (Action.ACQUIRE_CACHE, Action.RECORD_CACHE, Action.RECORD_CACHE_FAILED)
+
+
+def _cache_action(action: Action, spec: TrainiumJobSpec, owner: Owner, seen: Seen) -> None:
+    """Take the entry's lease and mark it Compiling; or record the outcome and release."""
+    ident, now = cache.identity(spec), now_iso()
+    if action is Action.ACQUIRE_CACHE:
+        micro = _micro_now()
+        if seen.lease is None:
+            k8s.create_lease(cache.lease(ident, owner, micro))
+        else:  # stale: its holder is gone or finished
+            k8s.take_lease(seen.lease, cache.holder(owner), micro)
+        k8s.put_configmap(
+            cache.record(ident, spec, owner, cache.COMPILING, started_at=now, now=now)
+        )
+        return
+    state = cache.READY if action is Action.RECORD_CACHE else cache.FAILED
+    started = seen.entry.started_at if seen.entry else ""
+    k8s.put_configmap(cache.record(ident, spec, owner, state, started_at=started, now=now))
+    if seen.lease is not None and cache.read_holder(seen.lease) == cache.holder(owner):
+        k8s.delete_lease(seen.lease)
+
+
+def _micro_now() -> str:
+    """MicroTime, as Lease fields want it."""
+    now = datetime.datetime.now(datetime.timezone.utc)
+    return now.strftime("%Y-%m-%dT%H:%M:%S.%fZ")

@@ -212,31 +212,3 @@ def _restore_field_path_env(container: Json) -> None:
         if field_ref:
             var["value"] = PLACEHOLDER_FIELD_PATH + field_ref["fieldPath"]
             del var["valueFrom"]
-
-
-def build_cache_record(spec: TrainiumJobSpec, owner: Owner, completed_at: str) -> Json:
-    """ConfigMap saying one cache key is compiled into one cacheset; not owned, it outlives jobs."""
-    key = cache_key(spec)
-    cname = cache_name(spec, key)
-    return {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {
-            "name": naming.cache_record_name(cname, key),
-            "namespace": owner.namespace,
-            "labels": {
-                LABEL_MANAGED_BY: MANAGED_BY,
-                LABEL_CACHE_KEY: key,
-                LABEL_CACHE_NAME: cname,
-            },
-        },
-        "data": {
-            "key": key,
-            "cacheName": cname,
-            "cachePath": spec.storage.mountPath + "/" + spec.cache.path,
-            "compiledBy": f"{owner.namespace}/{owner.name}",
-            "completedAt": completed_at,
-            "instanceType": spec.instanceType,
-            "nodes": str(spec.nodes),
-        },
-    }

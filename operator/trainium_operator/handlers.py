@@ -20,6 +20,7 @@ import kopf
 
 from trainium_operator import k8s, metrics, naming, peering
 from trainium_operator.builders import ANNOTATION_OWNER, LABEL_JOB, LABEL_MANAGED_BY, MANAGED_BY
+from trainium_operator.cache import LABEL_CACHE_ENTRY
 from trainium_operator.crd import GROUP, PLURAL, VERSION
 from trainium_operator.lifecycle import TERMINAL
 from trainium_operator.observe import Views
@@ -54,6 +55,7 @@ def handle(key: Key) -> float | None:
         _written[key] = outcome.written_version
     if outcome.transition:
         metrics.count_transition(outcome.transition)
+    metrics.count_compile(outcome.cache_figures)
     if outcome.phase is None:
         forget(key)
         return None
@@ -152,6 +154,29 @@ def tj_by_queue(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> 
     """Jobs by Volcano queue, so a queue's events wake the jobs waiting for it."""
     queue = _field(body, "scheduling", "queue")
     return {queue or "default": (namespace, name)}
+
+
+@kopf.index(GROUP, VERSION, PLURAL)
+def tj_by_cache_entry(
+    namespace: str | None, name: str, body: kopf.Body, **_: Any
+) -> dict[Any, Any]:
+    """Jobs by the cache entry on their status, so the entry's record and lease wake them."""
+    status = body.get("status")
+    entry = (status.get("cache") or {}).get("entry") if isinstance(status, Mapping) else None
+    return {(namespace, entry): name} if entry else {}
+
+
+@kopf.on.event("", "v1", "configmaps", labels={LABEL_CACHE_ENTRY: kopf.PRESENT})
+@kopf.on.event("coordination.k8s.io", "v1", "leases", labels={LABEL_CACHE_ENTRY: kopf.PRESENT})
+def on_cache_entry(
+    type: str, namespace: str | None, labels: Mapping[str, str], **kwargs: Any
+) -> None:
+    """An entry turned Ready or Failed, or its writer let go: wake the jobs that use it."""
+    if type is None or namespace is None:
+        return
+    index = cast(kopf.Index[Any, str], kwargs["tj_by_cache_entry"])
+    for job in index.get((namespace, labels[LABEL_CACHE_ENTRY]), []):
+        _wake((namespace, job))
 
 
 @kopf.on.event(GROUP, VERSION, PLURAL)

@@ -190,3 +190,55 @@ def get_queue(name: str) -> Json | None:
     """The cluster-scoped Volcano queue, or None."""
     args = (QUEUE_GROUP, QUEUE_VERSION, QUEUES, name)
     return _missing_is_none(custom().get_cluster_custom_object, *args)  # type: ignore[no-any-return]
+
+
+def coordination() -> client.CoordinationV1Api:
+    """coordination.k8s.io/v1 (Leases)."""
+    return client.CoordinationV1Api(api_client())
+
+
+def get_lease(namespace: str, name: str) -> Json | None:
+    """A Lease, or None."""
+    return to_dict(_missing_is_none(coordination().read_namespaced_lease, name, namespace))
+
+
+def create_lease(body: Json) -> None:
+    """Create a Lease; an existing one is NOT success here: someone else holds it (409)."""
+    ns = body["metadata"]["namespace"]
+    coordination().create_namespaced_lease(ns, body, _request_timeout=TIMEOUT)
+
+
+def take_lease(observed: Json, holder: str, now_micro: str) -> None:
+    """Take over a stale Lease; guarded by the resourceVersion read (409 when it moved)."""
+    md, spec = observed["metadata"], observed.get("spec") or {}
+    body = {
+        "metadata": {"resourceVersion": md["resourceVersion"]},
+        "spec": {
+            "holderIdentity": holder,
+            "acquireTime": now_micro,
+            "renewTime": now_micro,
+            "leaseTransitions": int(spec.get("leaseTransitions") or 0) + 1,
+        },
+    }
+    coordination().patch_namespaced_lease(
+        md["name"], md["namespace"], body, _content_type=MERGE_PATCH, _request_timeout=TIMEOUT
+    )
+
+
+def delete_lease(observed: Json) -> None:
+    """Release a Lease we hold (gone already is fine); preconditioned on its uid."""
+    md = observed["metadata"]
+    body = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=md["uid"]))
+    _missing_is_none(coordination().delete_namespaced_lease, md["name"], md["namespace"], body=body)
+
+
+def put_configmap(body: Json) -> None:
+    """Create a ConfigMap, or merge its data into the existing one (None values remove keys)."""
+    data = {k: v for k, v in (body.get("data") or {}).items() if v is not None}
+    if create_configmap({**body, "data": data}):
+        return
+    md = body["metadata"]
+    patch = {"metadata": {"labels": md.get("labels", {})}, "data": body.get("data", {})}
+    core().patch_namespaced_config_map(
+        md["name"], md["namespace"], patch, _content_type=MERGE_PATCH, _request_timeout=TIMEOUT
+    )

@@ -15,6 +15,8 @@ class Phase(str, enum.Enum):
     """TrainiumJob status.phase values, in the order a job moves through them."""
 
     PENDING = "Pending"
+    #: Another job holds the writer's lease of this cache entry: training follows its graphs.
+    WAITING_FOR_CACHE = "WaitingForCache"
     PRECOMPILING = "Precompiling"
     TRAINING = "Training"
     SUCCEEDED = "Succeeded"
@@ -23,7 +25,7 @@ class Phase(str, enum.Enum):
 
 TERMINAL = (Phase.SUCCEEDED, Phase.FAILED)
 #: A job never moves back to an earlier phase (a gang restart is not "Pending" again).
-_RANK = {Phase.PENDING: 0, Phase.PRECOMPILING: 1, Phase.TRAINING: 2}
+_RANK = {Phase.PENDING: 0, Phase.WAITING_FOR_CACHE: 1, Phase.PRECOMPILING: 1, Phase.TRAINING: 2}
 _PHASES = frozenset(p.value for p in Phase)
 
 
@@ -69,8 +71,13 @@ class Action(str, enum.Enum):
     CREATE_STORAGE = "CreateStorage"
     #: A Released static PV of ours: clear its stale claimRef so the new claim can bind.
     REPAIR_STORAGE = "RepairStorage"
+    #: Take the entry's writer lease (or a stale one over) and mark the entry Compiling.
+    ACQUIRE_CACHE = "AcquireCache"
     CREATE_PRECOMPILE = "CreatePrecompile"
+    #: The entry is Ready (compiled by this job's precompile); the lease is released.
     RECORD_CACHE = "RecordCache"
+    #: This job's precompile failed: the entry is Failed; the lease is released.
+    RECORD_CACHE_FAILED = "RecordCacheFailed"
     CREATE_TRAINING = "CreateTraining"
 
 
@@ -121,7 +128,14 @@ class Observed:
     #: Our static PV is Released with a stale claimRef (an earlier job of the same name).
     storage_released: bool = False
     queue_blocker: Blocker | None = None
+    #: The cache entry is Ready (its graphs compiled for this exact identity).
     cache_recorded: bool = False
+    #: Who holds the entry's writer lease: "none" (free or stale), "self" or "other".
+    cache_holder: str = "none"
+    #: The other holder (namespace/name), for messages.
+    cache_holder_job: str = ""
+    #: How long the entry's graphs took to compile (what a hit saves).
+    cache_seconds: float | None = None
     precompile: Child = Child.ABSENT
     precompile_message: str = ""
     training: Child = Child.ABSENT
@@ -178,6 +192,8 @@ def invalid(problems: list[str]) -> Decision:
 
 
 _REJECTED = {
+    Action.ACQUIRE_CACHE: "CacheRecordRejected",
+    Action.RECORD_CACHE_FAILED: "CacheRecordRejected",
     Action.CREATE_STORAGE: "StorageRejected",
     Action.REPAIR_STORAGE: "StorageRejected",
     Action.CREATE_PRECOMPILE: "PrecompileRejected",
@@ -185,6 +201,8 @@ _REJECTED = {
     Action.CREATE_TRAINING: "TrainingRejected",
 }
 _WHAT = {
+    Action.ACQUIRE_CACHE: "the compile-cache lease or record",
+    Action.RECORD_CACHE_FAILED: "the compile-cache record",
     Action.CREATE_STORAGE: "the FSx PersistentVolume or claim",
     Action.REPAIR_STORAGE: "the FSx PersistentVolume's claimRef",
     Action.CREATE_PRECOMPILE: "the precompile Volcano job",
@@ -211,7 +229,7 @@ def _decide(obs: Observed) -> Decision:
         return storage
     conds.append(Condition("StorageReady", "True", "StorageReady", "claim bound to its volume"))
     decision = _after_storage(obs, conds, hit)
-    if obs.precompile is Child.SUCCEEDED and not obs.cache_recorded:
+    if obs.precompile is Child.SUCCEEDED and (not obs.cache_recorded or obs.cache_holder == "self"):
         rejection = obs.rejected(Action.RECORD_CACHE)
         if rejection is not None:
             return _refused(decision, rejection, "Precompiled", obs)
@@ -301,13 +319,21 @@ def _precompiling(obs: Observed, conds: list[Condition], hit: bool | None) -> De
     if obs.precompile is Child.FAILED:
         msg = obs.precompile_message or "the precompile job failed"
         conds.append(Condition("Precompiled", "False", "PrecompileFailed", msg))
-        return _failed(conds, "PrecompileFailed", msg, hit, obs)
+        failed = _failed(conds, "PrecompileFailed", msg, hit, obs)
+        if obs.cache_holder == "self":  # the entry says Failed; the next job retries once
+            return replace(failed, actions=(Action.RECORD_CACHE_FAILED,))
+        return failed
+    if obs.precompile is Child.ABSENT and obs.cache_holder == "other":
+        return _waiting_for_cache(obs, conds, hit)
     if obs.precompile is Child.ABSENT and obs.queue_blocker:
         conds.append(Condition("Precompiled", "False", *_b(obs.queue_blocker)))
         return _pending(conds, obs.queue_blocker, (), hit, obs)
     reason, msg = _STAGE_WAIT.get(obs.precompile, ("Compiling", "neuron_parallel_compile running"))
     conds.append(Condition("Precompiled", "False", reason, msg))
-    actions = (Action.CREATE_PRECOMPILE,) if obs.precompile is Child.ABSENT else ()
+    actions: tuple[Action, ...] = ()
+    if obs.precompile is Child.ABSENT:
+        take = () if obs.cache_holder == "self" else (Action.ACQUIRE_CACHE,)
+        actions = (*take, Action.CREATE_PRECOMPILE)
     decision = Decision(
         phase=Phase.PRECOMPILING,
         message="filling the Neuron compile cache" if reason == "Compiling" else msg,
@@ -316,8 +342,22 @@ def _precompiling(obs: Observed, conds: list[Condition], hit: bool | None) -> De
         cache_hit=hit,
         restarts=obs.restarts,
     )
-    rejection = obs.rejected(Action.CREATE_PRECOMPILE)
-    return decision if rejection is None else _refused(decision, rejection, "Precompiled", obs)
+    for action in (Action.ACQUIRE_CACHE, Action.CREATE_PRECOMPILE):
+        if (rejection := obs.rejected(action)) is not None:
+            return _refused(decision, rejection, "Precompiled", obs)
+    return decision
+
+
+def _waiting_for_cache(obs: Observed, conds: list[Condition], hit: bool | None) -> Decision:
+    """One writer per entry: follow the job compiling the same graphs instead of competing."""
+    msg = (
+        f"job {obs.cache_holder_job} is compiling the same graphs into this cache; "
+        "training starts when they are Ready"
+    )
+    conds.append(Condition("Precompiled", "False", "WaitingForCache", msg))
+    return Decision(
+        Phase.WAITING_FOR_CACHE, msg, _close(conds, running=False), (), hit, obs.restarts
+    )
 
 
 #: Child states that hold a stage without failing it: (condition reason, message).

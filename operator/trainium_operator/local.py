@@ -21,7 +21,7 @@ from typing import Any
 from torchx.runner import get_runner
 from torchx.specs import AppState
 
-from trainium_operator import appdef, lifecycle, naming, status
+from trainium_operator import appdef, cache, lifecycle, naming, status
 from trainium_operator.appdef import StageContext
 from trainium_operator.cachekey import cache_key, cache_name
 from trainium_operator.lifecycle import Action, Child, Decision, Observed, Phase
@@ -68,8 +68,7 @@ class LocalRun:
     @property
     def cache_record(self) -> Path:
         """Local cache record: the ConfigMap's stand-in, next to the cache it describes."""
-        cname = cache_name(self.spec, self.key)
-        record = naming.cache_record_name(cname, self.key)
+        record = cache.identity(self.spec).record_name
         return self.volume / self.spec.cache.path / ".records" / f"{record}.json"
 
     def local_path(self, text: str) -> str:

@@ -125,3 +125,18 @@ def _set_job_gauge() -> None:
         counts[phase] = counts.get(phase, 0) + 1
     for phase, n in counts.items():
         JOBS.labels(phase=phase).set(n)
+
+
+COMPILE_SECONDS = Counter(
+    "trainium_operator_compile_seconds_total",
+    "Neuron compile time: spent by precompile jobs, and saved by cache hits",
+    ["kind"],
+)
+for _kind in ("spent", "saved"):
+    COMPILE_SECONDS.labels(kind=_kind)
+
+
+def count_compile(figures: tuple[tuple[str, float], ...]) -> None:
+    """Add the compile seconds a job spent (compileSeconds) or a hit saved (savedSeconds)."""
+    for name, seconds in figures:
+        COMPILE_SECONDS.labels(kind="saved" if name == "savedSeconds" else "spent").inc(seconds)

@@ -73,8 +73,3 @@ def claim_name(job: str) -> str:
 def volume_name(namespace: str, job: str) -> str:
     """Cluster-scoped PV name; includes the namespace so two namespaces never collide."""
     return fit(f"{namespace}-{job}", "fsx", DNS_LABEL_MAX)
-
-
-def cache_record_name(cache_name: str, key: str) -> str:
-    """ConfigMap recording that one cache key is compiled into one cacheset."""
-    return f"trainium-cache-{short_hash(cache_name)}-{key[:16]}"

@@ -10,10 +10,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainium_operator import fsx, k8s, lifecycle, naming
+from trainium_operator import cache, fsx, k8s, lifecycle, naming
 from trainium_operator.builders import Owner
-from trainium_operator.cachekey import cache_key, cache_name
-from trainium_operator.lifecycle import Blocker, Child, Observed
+from trainium_operator.lifecycle import TERMINAL, Blocker, Child, Observed
 from trainium_operator.spec import TrainiumJobSpec
 
 Json = dict[str, Any]
@@ -39,6 +38,9 @@ class Seen:
     names: fsx.FsxNames | None = None
     #: Our static PV as read (to repair a stale claimRef against its resourceVersion).
     volume: Json | None = None
+    #: The cache entry's writer lease and record as read (to take over or release them).
+    lease: Json | None = None
+    entry: cache.Entry | None = None
 
 
 def observe(
@@ -46,24 +48,55 @@ def observe(
 ) -> Seen:
     """Read the job's world: storage, queue, cache record and both Volcano jobs."""
     storage = _storage(spec, owner, lookup or fsx.describe)
-    key = cache_key(spec)
     pre = k8s.get_vcjob(owner.namespace, naming.vcjob_name(owner.name, "precompile"))
     train = k8s.get_vcjob(owner.namespace, naming.vcjob_name(owner.name, "train"))
-    record = naming.cache_record_name(cache_name(spec, key), key)
+    ident = cache.identity(spec)
+    entry, lease, holder, holder_job = _cache(ident, owner, spec.precompile.policy)
     observed = Observed(
         policy=spec.precompile.policy,
         storage_ready=storage.ready,
         storage_blocker=storage.blocker,
         storage_released=storage.released,
         queue_blocker=None if train is not None else queue_blocker(spec.scheduling.queue, views),
-        cache_recorded=k8s.get_configmap(owner.namespace, record) is not None,
+        cache_recorded=entry is not None and entry.state == cache.READY,
+        cache_holder=holder,
+        cache_holder_job=holder_job,
+        cache_seconds=entry.seconds if entry else None,
         precompile=_child(pre),
         precompile_message=_child_message(pre),
         training=_child(train),
         training_message=_child_message(train),
         restarts=int(((train or {}).get("status") or {}).get("retryCount", 0)),
     )
-    return Seen(observed, storage.names, storage.volume)
+    return Seen(observed, storage.names, storage.volume, lease, entry)
+
+
+def _cache(
+    ident: cache.Identity, owner: Owner, policy: str
+) -> tuple[cache.Entry | None, Json | None, str, str]:
+    """The entry, its lease, and who holds it: "self", "other" (a live job) or "none"."""
+    if policy == "Never":
+        return None, None, "none", ""
+    name = ident.record_name
+    entry = cache.read_entry(k8s.get_configmap(owner.namespace, name))
+    lease = k8s.get_lease(owner.namespace, name)
+    who = cache.read_holder(lease)
+    if who is None:
+        return entry, lease, "none", ""
+    if who == cache.holder(owner):
+        return entry, lease, "self", ""
+    ns, _sep, rest = who.partition("/")
+    job, _sep, uid = rest.partition("/")
+    return entry, lease, ("other" if _alive(ns, job, uid) else "none"), f"{ns}/{job}"
+
+
+def _alive(namespace: str, name: str, uid: str) -> bool:
+    """A lease holder is live while its job exists (same uid) and has not finished."""
+    body = k8s.get_trainiumjob(namespace, name)
+    if body is None or body["metadata"].get("uid") != uid:
+        return False
+    phase = (body.get("status") or {}).get("phase")
+    return phase not in {p.value for p in TERMINAL}
 
 
 def queue_blocker(name: str, views: Views) -> Blocker | None:

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from trainium_operator import actions, k8s, lifecycle, naming, status
+from trainium_operator import actions, cache, k8s, lifecycle, naming, status
 from trainium_operator.builders import Owner
 from trainium_operator.cachekey import cache_key, cache_name
 from trainium_operator.lifecycle import Action, Child, Decision, Observed
@@ -50,6 +50,8 @@ class Outcome:
     waiting: bool = False
     #: The resourceVersion our status patch produced (its watch event needs no new pass).
     written_version: str | None = None
+    #: Cache figures that appeared on status in this pass (compileSeconds, savedSeconds).
+    cache_figures: tuple[tuple[str, float], ...] = ()
 
 
 def reconcile(
@@ -82,7 +84,21 @@ def reconcile(
     new, transition, rv = _report(body, decision, spec, emit, observed)
     outcome = expire(body, new, spec)
     return replace(
-        outcome, transition=transition, waiting=decision.blocker is not None, written_version=rv
+        outcome,
+        transition=transition,
+        waiting=decision.blocker is not None,
+        written_version=rv,
+        cache_figures=_new_figures(previous, new),
+    )
+
+
+def _new_figures(previous: Json, new: Json) -> tuple[tuple[str, float], ...]:
+    """Compile seconds spent or saved that this pass put on status for the first time."""
+    before, after = previous.get("cache") or {}, new.get("cache") or {}
+    return tuple(
+        (k, float(after[k]))
+        for k in ("compileSeconds", "savedSeconds")
+        if k in after and k not in before
     )
 
 
@@ -173,11 +189,23 @@ def _report(
             owner_name, "precompile", obs.precompile is not Child.ABSENT, acts
         ),
         training_job=_job_name(owner_name, "train", obs.training is not Child.ABSENT, acts),
+        cache_extra=_cache_figures(spec, decision, obs) if spec else None,
     )
     if not status.changed(previous, new):
         return previous, None, None
     rv = k8s.patch_trainiumjob_status(meta["namespace"], owner_name, new)
     return new, _announce(body, previous, new, decision, emit), rv
+
+
+def _cache_figures(spec: TrainiumJobSpec, decision: Decision, obs: Observed) -> Json:
+    """The entry this job uses, and the compile time it spent or a hit saved."""
+    out: Json = {"entry": cache.identity(spec).record_name}
+    seconds = obs.cache_seconds
+    if seconds is not None and decision.cache_hit:
+        out["savedSeconds"] = seconds
+    elif seconds is not None and obs.precompile is Child.SUCCEEDED and obs.cache_recorded:
+        out["compileSeconds"] = seconds
+    return out
 
 
 def _announce(

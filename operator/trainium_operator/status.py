@@ -48,6 +48,10 @@ def conditions(decision: Decision, previous: list[Json], generation: int, now: s
     return out
 
 
+#: Figures about the cache entry that stay on status once known.
+_KEPT_CACHE_FIELDS = ("compileSeconds", "savedSeconds")
+
+
 def render(
     decision: Decision,
     previous: Json,
@@ -58,6 +62,7 @@ def render(
     cache_name: str | None,
     precompile_job: str | None,
     training_job: str | None,
+    cache_extra: Json | None = None,
 ) -> Json:
     """The full status for this decision, keeping start/completion times once set."""
     status: Json = {
@@ -73,6 +78,9 @@ def render(
         if decision.cache_hit is not None:
             cache["hit"] = decision.cache_hit
             cache["outcome"] = "hit" if decision.cache_hit else "miss"
+        before = previous.get("cache") or {}
+        cache.update({k: before[k] for k in _KEPT_CACHE_FIELDS if k in before})
+        cache.update(cache_extra or {})
         status["cache"] = cache
     if precompile_job:
         status["precompileJob"] = precompile_job

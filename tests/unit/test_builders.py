@@ -12,7 +12,7 @@ from support import example_spec, job
 from torch.distributed.elastic.utils.api import macros as torchrun_macros
 from torch.distributed.run import config_from_args, parse_args
 
-from trainium_operator import builders, naming
+from trainium_operator import builders, cache, naming
 from trainium_operator.builders import Owner
 from trainium_operator.spec import TrainiumJobSpec, parse
 
@@ -509,7 +509,12 @@ def test_pod_claim_is_the_generated_pvc(
 
 
 def _cache_record(spec: TrainiumJobSpec, owner: Owner) -> Json:
-    return builders.build_cache_record(spec, owner, "2026-01-01T00:00:00Z")
+    record = cache.record(
+        cache.identity(spec), spec, owner, cache.READY,
+        started_at="2026-01-01T00:00:00Z", now="2026-01-01T00:30:00Z",
+    )  # fmt: skip
+    assert record["data"]["durationSeconds"] == "1800"
+    return record
 
 
 def test_cache_record_names_the_key_and_is_not_owned(
@@ -528,7 +533,8 @@ def test_every_core_manifest_passes_strict_kubernetes_validation(
     tutorial: tuple[TrainiumJobSpec, Owner], fsx_manifests: tuple[Json, Json]
 ) -> None:
     spec, owner = tutorial
-    for obj in (*fsx_manifests, _cache_record(spec, owner)):
+    lease = cache.lease(cache.identity(spec), owner, "2026-01-01T00:00:00.000000Z")
+    for obj in (*fsx_manifests, _cache_record(spec, owner), lease):
         kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
 
 

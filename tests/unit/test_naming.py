@@ -113,14 +113,6 @@ def test_rank0_host_is_pod_zero_under_the_job_service() -> None:
     assert naming.rank0_host(vcjob) == "bert-train-node-0-0.bert-train"
 
 
-def test_cache_record_name_is_a_dns_label_and_depends_on_both_inputs() -> None:
-    key = "0123456789abcdef" * 2
-    name = naming.cache_record_name("bert-large", key)
-    assert _is_label(name)
-    assert name != naming.cache_record_name("bert-base", key)
-    assert name != naming.cache_record_name("bert-large", "f" * 32)
-
-
 def test_vcjob_names_start_with_a_letter_for_volcano_services() -> None:
     # Volcano's svc plugin creates a Service named after the job: DNS-1035, letter first.
     assert naming.vcjob_name("1job", "train") == "tj-1job-train"

@@ -47,7 +47,12 @@ request the operator made in the e2e suite against what these rules render to.
   verbs: [get, list, watch, create]
 - apiGroups: [""]
   resources: [configmaps]
-  verbs: [get, create]
+  # compile-cache records: watched (labelled) so a Ready entry wakes the jobs waiting for it
+  verbs: [get, list, watch, create, patch]
+- apiGroups: [coordination.k8s.io]
+  resources: [leases]
+  # one writer per compile-cache entry
+  verbs: [get, list, watch, create, patch, delete]
 - apiGroups: [""]
   resources: [pods]
   verbs: [get, list, watch]
