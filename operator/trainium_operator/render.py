@@ -172,9 +172,10 @@ def _storage(spec: TrainiumJobSpec, owner: Owner, lookup: FsxLookup | None) -> R
             raise UsageError([f"{owner.name}: spec.storage.fsx.fileSystemId: {exc}"]) from None
         dns, mount = dns or found.dns_name, mount or found.mount_name
     if not (dns and mount):
+        pv_name = naming.volume_name(owner.namespace, owner.name)
         note = (
-            f"{owner.name}: skipped PersistentVolume {naming.volume_name(owner.namespace, owner.name)}"
-            f" and PersistentVolumeClaim {naming.claim_name(owner.name)}: their FSx dnsName and "
+            f"{owner.name}: skipped PersistentVolume {pv_name} and PersistentVolumeClaim "
+            f"{naming.claim_name(owner.name)}: their FSx dnsName and "
             f"mountName come from the operator's look-up of {fs.fileSystemId} "
             "(fsx:DescribeFileSystems); add --fsx-lookup to look them up now with your AWS "
             "credentials, or set spec.storage.fsx.dnsName and mountName"
