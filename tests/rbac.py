@@ -42,7 +42,9 @@ def _binds(binding: Obj, subject: Subject | None) -> bool:
     return any(
         s.get("kind") == subject.kind
         and s.get("name") == subject.name
-        and (subject.kind != "ServiceAccount" or s.get("namespace", default_ns) == subject.namespace)
+        and (
+            subject.kind != "ServiceAccount" or s.get("namespace", default_ns) == subject.namespace
+        )
         for s in binding.get("subjects") or []
     )
 
@@ -78,9 +80,9 @@ def _aggregated(docs: list[Obj], role: Obj, seen: frozenset[str]) -> list[Obj]:
         wanted = (selector.get("matchLabels") or {}).items()
         for d in docs:
             md = d.get("metadata") or {}
-            if d.get("kind") == "ClusterRole" and md.get("name") not in seen:
-                if wanted <= (md.get("labels") or {}).items():
-                    out += _rules(docs, "ClusterRole", md["name"], None, seen)
+            matches = wanted <= (md.get("labels") or {}).items()
+            if d.get("kind") == "ClusterRole" and md.get("name") not in seen and matches:
+                out += _rules(docs, "ClusterRole", md["name"], None, seen)
     return out
 
 

@@ -204,8 +204,9 @@ def test_service_monitor_namespace_is_overridable(helm_bin: Path) -> None:
 def test_precompile_slow_threshold_is_the_duration_in_seconds(
     helm_bin: Path, duration: str, seconds: int
 ) -> None:
-    rule = one(render("metrics.prometheusRule.enabled=true",
-                      f"metrics.prometheusRule.precompileSlowAfter={duration}"), "PrometheusRule")  # fmt: skip
+    sets = ("metrics.prometheusRule.enabled=true",
+            f"metrics.prometheusRule.precompileSlowAfter={duration}")  # fmt: skip
+    rule = one(render(*sets), "PrometheusRule")
     [slow] = [r for g in rule["spec"]["groups"] for r in g["rules"]
               if r["alert"] == "TrainiumJobPrecompileSlow"]  # fmt: skip
     assert slow["expr"].endswith(f"> {seconds}")

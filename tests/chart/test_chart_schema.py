@@ -25,8 +25,10 @@ REJECTED = [
     ("image.tag=12", "at '/image/tag': got number, want string"),  # --set-string image.tag=12
     ("replicaCount=2", "at '/replicaCount': maximum: got 2, want 1"),
     ("env[0].nmae=X", "at '/env/0': additional properties 'nmae' not allowed"),
-    ("env[0].name=X,env[0].valueFrom.secretKeyRef.name=s,env[0].valueFrom.fieldRef.x=y",
-     "at '/env/0/valueFrom': maxProperties"),
+    (
+        "env[0].name=X,env[0].valueFrom.secretKeyRef.name=s,env[0].valueFrom.fieldRef.x=y",
+        "at '/env/0/valueFrom': maxProperties",
+    ),
     ("tolerations[0].keyy=X", "at '/tolerations/0': additional properties 'keyy' not allowed"),
     ("tolerations[0].operator=Exist", "at '/tolerations/0/operator': value must be one of"),
     ("imagePullSecrets={regcred}", "at '/imagePullSecrets/0': got string, want object"),
@@ -87,7 +89,9 @@ def test_every_duration_uses_prometheus_operators_pattern() -> None:
     assert schema["definitions"]["duration"]["pattern"] == PROMETHEUS_OPERATOR_DURATION
     durations = {p for p, ref in _refs(schema) if ref == "#/definitions/duration"}
     assert {p.rsplit("/", 1)[-1] for p in durations} == {
-        "interval", "failureWindow", "precompileSlowAfter"
+        "interval",
+        "failureWindow",
+        "precompileSlowAfter",
     }
     # No other copy of a duration pattern anywhere in the schema.
     assert json.dumps(schema).count("([0-9]+)ms") == 1

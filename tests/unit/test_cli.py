@@ -31,10 +31,11 @@ def _bad_tutorial() -> str:
 
 def _alias_bomb(levels: int = 9) -> str:
     """'Billion laughs': 9 levels of 9 aliases each expand to 9**9 strings in spec.args."""
-    lines = ['x-lol:', '  l0: &l0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    lines = ["x-lol:", '  l0: &l0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
     for i in range(1, levels + 1):
         lines.append(f"  l{i}: &l{i} [" + ", ".join([f"*l{i - 1}"] * 9) + "]")
-    spec = f"spec: {{image: i, instanceType: trn1.2xlarge, storage: {{claimName: c}}, args: *l{levels}}}"
+    spec = "spec: {image: i, instanceType: trn1.2xlarge, storage: {claimName: c}, args: *l%d}"
+    spec %= levels
     return HEAD + "metadata: {name: x}\n" + "\n".join(lines) + "\n" + spec + "\n"
 
 
@@ -270,7 +271,8 @@ def test_a_few_ordinary_aliases_still_render(run_inline: Any) -> None:
 
 FSX_ID_ONLY = HEAD + (
     "metadata: {name: bert}\n"
-    "spec: {image: i, instanceType: trn1.2xlarge, storage: {fsx: {fileSystemId: fs-0123456789abcdef0}}}\n"
+    "spec: {image: i, instanceType: trn1.2xlarge,\n"
+    "       storage: {fsx: {fileSystemId: fs-0123456789abcdef0}}}\n"
 )
 
 

@@ -62,10 +62,9 @@ def test_failure_reasons_cover_every_reason_the_lifecycle_fails_with() -> None:
 
 
 def test_no_empty_label_values_after_a_first_transition() -> None:
-    metrics.count_transition(
-        Transition(namespace="ns-m", name="first", old_phase=None, new_phase="Pending",
-                   reason="Created", message="created")  # fmt: skip
-    )
+    first = Transition(namespace="ns-m", name="first", old_phase=None, new_phase="Pending",
+                       reason="Created", message="created")  # fmt: skip
+    metrics.count_transition(first)
     samples = scrape()
     key = ("trainium_operator_phase_transitions_total",
            (("from_phase", "New"), ("to_phase", "Pending")))  # fmt: skip
