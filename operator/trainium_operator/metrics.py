@@ -1,32 +1,45 @@
 """Prometheus metrics of the operator (prometheus-client), served on TRAINIUM_METRICS_PORT.
 
 Names follow Prometheus conventions: `trainium_operator_` prefix, base units, `_total` counters.
-Stage durations are measured from the transitions this process saw.
+Stage durations are measured from the transitions this process saw; per-job state is read from
+the TrainiumJob objects themselves at scrape time (jobstate.py).
 """
 
 from __future__ import annotations
 
+import copy
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from prometheus_client import Counter, Gauge, Histogram
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram
 from prometheus_client import start_http_server as _serve
+
+from trainium_operator.jobstate import JobIndex, JobStateCollector, snapshot
 
 if TYPE_CHECKING:
     from trainium_operator.reconcile import Transition
 
 PHASES = ("Pending", "Precompiling", "Training", "Succeeded", "Failed")
+#: Every status reason of a Failed job (the Failed condition's reason); tests/unit/test_metrics.py
+#: walks the lifecycle and fails when it can produce one that is missing here.
+FAILURE_REASONS = ("InvalidSpec", "PrecompileFailed", "TrainingFailed")
+#: API errors counted as Api<HTTP status>: the ones a reconcile pass can meet.
+ERROR_KINDS = tuple(
+    f"Api{code}" for code in (400, 401, 403, 404, 409, 410, 422, 429, 500, 502, 503, 504)
+)
+#: from_phase of a job's first transition (a label value is never empty).
+NEW = "New"
 _STAGE_BUCKETS = (30, 60, 120, 300, 600, 1200, 1800, 3600, 7200, 14400, 43200, 86400, 259200)
 
 
 JOBS = Gauge("trainium_operator_jobs", "TrainiumJobs by phase", ["phase"])
 TRANSITIONS = Counter(
     "trainium_operator_phase_transitions_total",
-    "Phase transitions of TrainiumJobs",
+    f"Phase transitions of TrainiumJobs (from_phase {NEW} for a job's first phase)",
     ["from_phase", "to_phase"],
 )
 FAILURES = Counter(
@@ -55,7 +68,22 @@ CACHE_LOOKUPS = Counter(
     "Compile-cache lookups, by result (hit or miss)",
     ["result"],
 )
+JOB_STATES = JobStateCollector()
+REGISTRY.register(JOB_STATES)
 _lock = threading.Lock()
+
+
+def _zero_known_labels() -> None:
+    """Export every known label value at 0, so increase() sees the first failure of each."""
+    for reason in FAILURE_REASONS:
+        FAILURES.labels(reason=reason)
+    for kind in ERROR_KINDS:
+        ERRORS.labels(kind=kind)
+    for result in ("hit", "miss"):
+        CACHE_LOOKUPS.labels(result=result)
+
+
+_zero_known_labels()
 _phases: dict[tuple[str, str], str] = {}
 _entered: dict[tuple[str, str], float] = {}
 
@@ -69,6 +97,16 @@ def start_from_env() -> int | None:
     for phase in PHASES:
         JOBS.labels(phase=phase).set(0)
     return int(port)
+
+
+def watch_jobs(index: JobIndex) -> None:
+    """Serve per-job state from the handlers' kopf index (read live at every scrape)."""
+    JOB_STATES.source = lambda: snapshot(index)
+
+
+def indexed_status(status: Mapping[str, Any]) -> dict[str, Any]:
+    """The copy of a job's status that the index keeps (kopf's views change under us)."""
+    return copy.deepcopy(dict(status))
 
 
 @contextmanager
@@ -92,7 +130,7 @@ def count_transition(t: Transition) -> None:
         started = _entered.get(key)
         _entered[key] = now
         _set_job_gauge()
-    TRANSITIONS.labels(from_phase=t.old_phase or "", to_phase=t.new_phase).inc()
+    TRANSITIONS.labels(from_phase=t.old_phase or NEW, to_phase=t.new_phase).inc()
     if t.new_phase == "Failed":
         FAILURES.labels(reason=t.reason).inc()
     if started is not None and t.old_phase in STAGE_SECONDS:

@@ -11,23 +11,19 @@ from rbac import Subject, allows
 
 SA = Subject("t-trainium-operator", "ops")
 FRAMEWORK = {
-    ("", "events"): {"create", "patch"},
-    ("events.k8s.io", "events"): {"create", "patch"},
-    ("apiextensions.k8s.io", "customresourcedefinitions"): {"get", "list", "watch"},
-    ("", "namespaces"): {"list", "watch"},
+    ("", "events"): {"create"},
+    ("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"},
 }
 CLUSTER_SCOPED = {
     ("", "persistentvolumes"): {"get", "create", "delete"},
-    ("scheduling.volcano.sh", "queues"): {"get", "list", "watch"},
+    ("scheduling.volcano.sh", "queues"): {"get"},
 }
 NAMESPACED = {
     ("trainium.dev", "trainiumjobs"): {"get", "list", "watch", "patch", "delete"},
-    ("trainium.dev", "trainiumjobs/status"): {"get", "patch", "update"},
-    ("batch.volcano.sh", "jobs"): {"get", "list", "watch", "create", "delete"},
-    ("", "persistentvolumeclaims"): {"get", "list", "watch", "create"},
+    ("trainium.dev", "trainiumjobs/status"): {"patch"},
+    ("batch.volcano.sh", "jobs"): {"get", "list", "watch", "create"},
+    ("", "persistentvolumeclaims"): {"get", "create"},
     ("", "configmaps"): {"get", "create"},
-    ("", "pods"): {"get", "list", "watch"},
-    ("", "pods/log"): {"get"},
 }
 
 
@@ -45,7 +41,7 @@ def named(docs: list[dict[str, Any]], kind: str, suffix: str) -> list[dict[str, 
 
 
 def test_default_cluster_roles_are_exactly_framework_and_application(helm_bin: Path) -> None:
-    docs = render()
+    docs = render("rbac.userRoles=false")
     [framework] = named(docs, "ClusterRole", "-framework")
     [application] = named(docs, "ClusterRole", "-application")
     assert flat(framework) == FRAMEWORK
@@ -54,7 +50,7 @@ def test_default_cluster_roles_are_exactly_framework_and_application(helm_bin: P
 
 
 def test_watch_namespaces_moves_application_rules_into_roles(helm_bin: Path) -> None:
-    docs = render("watchNamespaces={team-a,team-b}")
+    docs = render("watchNamespaces={team-a,team-b}", "rbac.userRoles=false")
     [application] = named(docs, "ClusterRole", "-application")
     assert flat(application) == CLUSTER_SCOPED
     roles = by_kind(docs, "Role")
@@ -66,6 +62,48 @@ def test_watch_namespaces_moves_application_rules_into_roles(helm_bin: Path) -> 
     assert allows(docs, job, SA)
     assert not allows(docs, Req("create", "batch.volcano.sh", "jobs", namespace="other"), SA)
     assert allows(docs, Req("create", "", "persistentvolumes", name="pv"), SA)
+
+
+#: Kubernetes' bootstrap roles, as far as aggregation goes: view -> edit -> admin.
+BUILTIN = [
+    {"kind": "ClusterRole", "metadata": {"name": name, "labels": labels},
+     "aggregationRule": {"clusterRoleSelectors": [
+         {"matchLabels": {f"rbac.authorization.k8s.io/aggregate-to-{name}": "true"}}]}}
+    for name, labels in [
+        ("admin", {}),
+        ("edit", {"rbac.authorization.k8s.io/aggregate-to-admin": "true"}),
+        ("view", {"rbac.authorization.k8s.io/aggregate-to-edit": "true"}),
+    ]
+]  # fmt: skip
+TJ = ("trainium.dev", "trainiumjobs")
+
+
+def bound(user: str, role: str, ns: str) -> dict[str, Any]:
+    return {"kind": "RoleBinding", "metadata": {"name": f"{user}-{role}", "namespace": ns},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                        "name": role},
+            "subjects": [{"kind": "User", "name": user}]}  # fmt: skip
+
+
+def test_namespace_users_get_trainiumjobs_through_edit_view_and_admin(helm_bin: Path) -> None:
+    docs = render() + BUILTIN + [bound("ed", "edit", "team-a"), bound("vi", "view", "team-a"),
+                                 bound("ad", "admin", "team-a")]  # fmt: skip
+    ed, vi, ad = (Subject(u, kind="User") for u in ("ed", "vi", "ad"))
+    create = Req("create", *TJ, namespace="team-a", name="bert")
+    for user in (ed, ad):
+        assert allows(docs, create, user)
+        assert allows(docs, Req("delete", *TJ, namespace="team-a", name="bert"), user)
+        assert not allows(docs, Req("create", *TJ, namespace="team-b", name="bert"), user)
+    assert not allows(docs, create, vi)
+    for verb in ("get", "list", "watch"):
+        assert allows(docs, Req(verb, *TJ, namespace="team-a"), vi)
+    assert allows(docs, Req("get", *TJ, "status", "team-a", "bert"), vi)
+    assert not allows(docs, Req("patch", *TJ, "status", "team-a", "bert"), ed)  # operator's
+
+
+def test_user_roles_can_be_left_out(helm_bin: Path) -> None:
+    names = {d["metadata"]["name"] for d in by_kind(render("rbac.userRoles=false"), "ClusterRole")}
+    assert names == {"t-trainium-operator-framework", "t-trainium-operator-application"}
 
 
 def test_no_wildcards_no_secrets_every_binding_names_the_service_account(helm_bin: Path) -> None:

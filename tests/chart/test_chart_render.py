@@ -93,7 +93,7 @@ def test_image_defaults_to_app_version_and_pod_options_pass_through(helm_bin: Pa
     chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
     assert container()["image"].endswith(f":{chart['appVersion']}")
     d = deployment(
-        "image.tag=dev", "imagePullSecrets={regcred}", "nodeSelector.pool=system",
+        "image.tag=dev", "imagePullSecrets[0].name=regcred", "nodeSelector.pool=system",
         "podAnnotations.a=b", "tolerations[0].key=k,tolerations[0].operator=Exists",
     )  # fmt: skip
     pod = d["spec"]["template"]
@@ -148,6 +148,8 @@ def test_service_monitor_scrapes_the_metrics_service(helm_bin: Path) -> None:
     assert sm["spec"]["namespaceSelector"] == {"matchNames": ["ops"]}
     [endpoint] = sm["spec"]["endpoints"]
     assert endpoint["port"] in {p["name"] for p in svc["spec"]["ports"]}
+    assert endpoint["honorLabels"] is True  # the per-job series' own `namespace` label
+    assert sm["metadata"]["namespace"] == "ops"
     pod_labels = one(docs, "Deployment")["spec"]["template"]["metadata"]["labels"]
     assert svc["spec"]["selector"].items() <= pod_labels.items()
 
@@ -160,9 +162,8 @@ def test_prometheus_rules_use_exported_metrics(helm_bin: Path) -> None:
         "increase(trainium_operator_job_failures_total[15m]) > 0"
     )
     assert rules["TrainiumJobPrecompileSlow"]["expr"] == (
-        'trainium_operator_jobs{phase="Precompiling"} > 0'
+        'time() - trainium_operator_job_phase_start_time_seconds{phase="Precompiling"} > 7200'
     )
-    assert rules["TrainiumJobPrecompileSlow"]["for"] == "2h"
     exported = exported_series()
     for r in rules.values():
         assert set(r) <= {"alert", "expr", "for", "labels", "annotations"}
@@ -188,3 +189,39 @@ def test_optional_parts_are_off_by_default(helm_bin: Path) -> None:
         "Service", "Deployment",
     }  # fmt: skip
     assert not by_kind(render("rbac.create=false"), "ClusterRole")
+
+
+def test_service_monitor_namespace_is_overridable(helm_bin: Path) -> None:
+    docs = render("metrics.serviceMonitor.enabled=true", "metrics.serviceMonitor.namespace=mon")
+    sm = one(docs, "ServiceMonitor")
+    assert sm["metadata"]["namespace"] == "mon"
+    assert sm["spec"]["namespaceSelector"] == {"matchNames": ["ops"]}  # still the operator's
+
+
+@pytest.mark.parametrize(
+    ("duration", "seconds"), [("2h", 7200), ("1h30m", 5400), ("1d2h3m4s", 93784), ("45s", 45)]
+)
+def test_precompile_slow_threshold_is_the_duration_in_seconds(
+    helm_bin: Path, duration: str, seconds: int
+) -> None:
+    sets = ("metrics.prometheusRule.enabled=true",
+            f"metrics.prometheusRule.precompileSlowAfter={duration}")  # fmt: skip
+    rule = one(render(*sets), "PrometheusRule")
+    [slow] = [r for g in rule["spec"]["groups"] for r in g["rules"]
+              if r["alert"] == "TrainiumJobPrecompileSlow"]  # fmt: skip
+    assert slow["expr"].endswith(f"> {seconds}")
+
+
+def test_openshift_restricted_scc_can_drop_the_fixed_ids(helm_bin: Path) -> None:
+    unset = [f"podSecurityContext.{k}=null" for k in ("runAsUser", "runAsGroup", "fsGroup")]
+    pod = deployment(*unset)["spec"]["template"]["spec"]
+    assert pod["securityContext"] == {"runAsNonRoot": True,
+                                      "seccompProfile": {"type": "RuntimeDefault"}}  # fmt: skip
+    sc = container("securityContext.readOnlyRootFilesystem=false")["securityContext"]
+    assert sc["readOnlyRootFilesystem"] is False and sc["capabilities"] == {"drop": ["ALL"]}
+
+
+def test_readiness_probe_on_kopf_health_endpoint(helm_bin: Path) -> None:
+    probe = container("readinessProbe.periodSeconds=7")["readinessProbe"]
+    assert probe["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert probe["periodSeconds"] == 7

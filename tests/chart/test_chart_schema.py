@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from helmchart import helm, template_args
+from helmchart import CHART, helm, template_args
 
 REJECTED = [
     ("imagee.repository=x", "additional properties 'imagee' not allowed"),
@@ -21,6 +23,21 @@ REJECTED = [
     ("podSecurityContext.runAsUser=0", "at '/podSecurityContext/runAsUser': minimum: got 0"),
     ("metrics.prometheusRule.failureWindow=15", "failureWindow': got number, want string"),
     ("image.tag=12", "at '/image/tag': got number, want string"),  # --set-string image.tag=12
+    ("replicaCount=2", "at '/replicaCount': maximum: got 2, want 1"),
+    ("env[0].nmae=X", "at '/env/0': additional properties 'nmae' not allowed"),
+    (
+        "env[0].name=X,env[0].valueFrom.secretKeyRef.name=s,env[0].valueFrom.fieldRef.x=y",
+        "at '/env/0/valueFrom': maxProperties",
+    ),
+    ("tolerations[0].keyy=X", "at '/tolerations/0': additional properties 'keyy' not allowed"),
+    ("tolerations[0].operator=Exist", "at '/tolerations/0/operator': value must be one of"),
+    ("imagePullSecrets={regcred}", "at '/imagePullSecrets/0': got string, want object"),
+    ("podSecurityContext.runAsUsr=5", "additional properties 'runAsUsr' not allowed"),
+    ("securityContext.readOnlyRootFileSystem=true", "'readOnlyRootFileSystem' not allowed"),
+    ("readinessProbe.period=5", "at '/readinessProbe': additional properties 'period' not"),
+    ("metrics.serviceMonitor.namespace=Mon", "at '/metrics/serviceMonitor/namespace'"),
+    ("metrics.serviceMonitor.interval=5s5s", "'5s5s' does not match pattern"),
+    ("metrics.prometheusRule.precompileSlowAfter=2hours", "'2hours' does not match pattern"),
 ]
 
 
@@ -38,6 +55,11 @@ ACCEPTED = [
     ("--set", "serviceAccount.annotations.eks\\.amazonaws\\.com/role-arn=arn:aws:iam::1:role/x"),
     ("--set", "env[0].name=LOG_LEVEL,env[0].value=debug"),
     ("--set", "tolerations[0].key=dedicated,tolerations[0].operator=Exists"),
+    ("--set", "env[0].name=NODE,env[0].valueFrom.fieldRef.fieldPath=spec.nodeName"),
+    ("--set", "replicaCount=0"),
+    ("--set", "podSecurityContext.runAsUser=null"),
+    ("--set", "metrics.serviceMonitor.interval=1m30s"),
+    ("--set", "metrics.prometheusRule.failureWindow=1h"),
 ]
 
 
@@ -45,3 +67,38 @@ ACCEPTED = [
 def test_schema_accepts_valid_values(helm_bin: Path, flag: str, value: str) -> None:
     args = template_args()
     helm(*args, flag, value)
+
+
+#: prometheus-operator's monitoringv1.Duration (pkg/apis/monitoring/v1/types.go), which its
+#: ServiceMonitor `interval` and PrometheusRule `for` are validated against.
+PROMETHEUS_OPERATOR_DURATION = (
+    "^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$"
+)
+
+
+def _refs(node: object, path: str = "") -> Iterator[tuple[str, str]]:
+    if isinstance(node, dict):
+        if "$ref" in node:
+            yield path, node["$ref"]
+        for k, v in node.items():
+            yield from _refs(v, f"{path}/{k}")
+
+
+def test_every_duration_uses_prometheus_operators_pattern() -> None:
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    assert schema["definitions"]["duration"]["pattern"] == PROMETHEUS_OPERATOR_DURATION
+    durations = {p for p, ref in _refs(schema) if ref == "#/definitions/duration"}
+    assert {p.rsplit("/", 1)[-1] for p in durations} == {
+        "interval",
+        "failureWindow",
+        "precompileSlowAfter",
+    }
+    # No other copy of a duration pattern anywhere in the schema.
+    assert json.dumps(schema).count("([0-9]+)ms") == 1
+
+
+def test_replica_limit_says_why() -> None:
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    replicas = schema["properties"]["replicaCount"]
+    assert replicas["maximum"] == 1
+    assert "--standalone" in replicas["description"] and "peering" in replicas["description"]

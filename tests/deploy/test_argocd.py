@@ -1,26 +1,60 @@
-"""Argo CD: the TrainiumJob health check in Lua 5.1 (as gopher-lua runs it), its one source,
-and the Application for the chart."""
+"""Argo CD: the TrainiumJob health check run as Argo CD runs it (Lua 5.1 with only the base,
+table and safe os libraries: tests/argocd.py), its upstream health_test.yaml, its one source,
+argocd-cm's ignoreResourceUpdates, and the Application for the chart."""
 
 from __future__ import annotations
 
-from pathlib import Path
+import json
+import shutil
+import subprocess
 from typing import Any
 
 import lupa.lua51
 import pytest
 import yaml
 
-ARGOCD = Path(__file__).resolve().parents[2] / "deploy" / "argocd"
+from argocd import ARGOCD, CUSTOMIZATION, HEALTH_LUA, health, health_tests, restricted_runtime
+
 HEALTH_KEY = "resource.customizations.health.trainium.dev_TrainiumJob"
+IGNORE_KEY = "resource.customizations.ignoreResourceUpdates.trainium.dev_TrainiumJob"
 Obj = dict[str, Any]
+CASES = health_tests()
 
 
-def health(obj: Obj) -> dict[str, str]:
-    """Run health.lua over obj like Argo CD: the script is a function body over `obj`."""
-    rt = lupa.lua51.LuaRuntime(unpack_returned_tuples=True)
-    assert rt.eval("_VERSION") == "Lua 5.1"
-    check = rt.eval("function(obj) " + (ARGOCD / "health.lua").read_text() + "\nend")
-    return dict(check(rt.table_from(obj, recursive=True)))
+@pytest.mark.parametrize(("obj", "expected", "path"), CASES, ids=[c[2] for c in CASES])
+def test_upstream_health_test_yaml(obj: Obj, expected: dict[str, str], path: str) -> None:
+    """Each health_test.yaml case, as Argo CD's util/lua test runner checks it."""
+    assert health(obj) == expected
+
+
+def test_health_tests_cover_every_testdata_file_and_health() -> None:
+    files = {f"testdata/{p.name}" for p in (CUSTOMIZATION / "testdata").iterdir()}
+    assert files == {path for _, _, path in CASES}
+    assert {e["status"] for _, e, _ in CASES} == {"Progressing", "Healthy", "Degraded"}
+
+
+@pytest.mark.parametrize(
+    "snippet",
+    [
+        'return {status = string.format("%s", "Healthy")}',
+        'return {status = ("x"):upper()}',
+        "return {status = tostring(math.floor(1.5))}",
+        'return {status = io.write("")}',
+    ],
+    ids=["string.format", "string-method", "math", "io"],
+)
+def test_the_runtime_has_only_argo_cds_libraries(snippet: str) -> None:
+    """What passes with every library open fails here, as it would in Argo CD."""
+    everything = lupa.lua51.LuaRuntime()
+    assert everything.execute(snippet.replace("return", "local r =", 1) + " return r") is not None
+    with pytest.raises(lupa.lua51.LuaError):
+        restricted_runtime(snippet)({})
+
+
+def test_the_runtime_keeps_what_argo_cd_opens() -> None:
+    script = ("local t = {} table.insert(t, obj.a) "
+              "return {status = t[1] .. tostring(#t) .. type(os.time())}")  # fmt: skip
+    assert restricted_runtime(script)({"a": "ok"}) == {"status": "ok1number"}
 
 
 def job(status: Obj | None = None, generation: int = 1) -> Obj:
@@ -92,10 +126,41 @@ def test_stale_status_is_progressing_even_when_it_says_succeeded() -> None:
 def test_argocd_cm_embeds_exactly_health_lua() -> None:
     cm = yaml.safe_load((ARGOCD / "argocd-cm.yaml").read_text())
     assert (cm["kind"], cm["metadata"]["name"]) == ("ConfigMap", "argocd-cm")
-    assert cm["data"][HEALTH_KEY] == (ARGOCD / "health.lua").read_text(), (
+    assert cm["data"][HEALTH_KEY] == HEALTH_LUA.read_text(), (
         "deploy/argocd/argocd-cm.yaml differs from health.lua: copy health.lua into it, "
         "indented by 4 spaces"
     )
+
+
+def test_ignore_resource_updates_names_kopfs_annotation_prefix() -> None:
+    from trainium_operator.handlers import PREFIX
+
+    cm = yaml.safe_load((ARGOCD / "argocd-cm.yaml").read_text())
+    assert cm["data"]["resource.ignoreResourceUpdatesEnabled"] == "true"
+    [expr] = yaml.safe_load(cm["data"][IGNORE_KEY])["jqPathExpressions"]
+    assert f'startswith("{PREFIX}/")' in expr
+
+
+@pytest.mark.skipif(shutil.which("jq") is None, reason="jq not installed (apt-get install jq)")
+def test_ignore_resource_updates_drops_only_kopfs_annotations() -> None:
+    """Argo CD applies each jqPathExpression as del(EXPR); jq does the same here."""
+    cm = yaml.safe_load((ARGOCD / "argocd-cm.yaml").read_text())
+    [expr] = yaml.safe_load(cm["data"][IGNORE_KEY])["jqPathExpressions"]
+    obj, _, _ = CASES[-1]
+    annotations = {"trainium.dev/last-handled-configuration": "{}", "trainium.dev/on_job": "{}",
+                   "team": "ml"}  # fmt: skip
+    live = dict(obj, metadata=dict(obj["metadata"], annotations=annotations))
+    proc = subprocess.run(["jq", "-c", f"del({expr})"], input=json.dumps(live),
+                          capture_output=True, text=True, check=True, timeout=30)  # fmt: skip
+    out = json.loads(proc.stdout)
+    assert out["metadata"]["annotations"] == {"team": "ml"}
+    assert out["status"] == obj["status"]
+
+
+def test_ttl_with_self_heal_is_documented() -> None:
+    doc = (ARGOCD / "README.md").read_text()
+    for words in ("ttlSecondsAfterFinished", "selfHeal", "recreates"):
+        assert words in doc
 
 
 def test_application_deploys_the_chart_with_server_side_apply() -> None:

@@ -19,6 +19,8 @@ from support import EXAMPLES, REPO
 from trainium_operator import cli
 
 TUTORIAL = EXAMPLES / "bert-large-pretrain.yaml"
+HEAD = "apiVersion: trainium.dev/v1alpha1\nkind: TrainiumJob\n"
+SPEC = "spec: {image: i, instanceType: trn1.2xlarge, storage: {claimName: c}}\n"
 
 
 def _bad_tutorial() -> str:
@@ -27,9 +29,21 @@ def _bad_tutorial() -> str:
     return yaml.safe_dump(job)
 
 
-#: The subprocess cases: name -> (argv after `trainium`, stdin).
+def _alias_bomb(levels: int = 9) -> str:
+    """'Billion laughs': 9 levels of 9 aliases each expand to 9**9 strings in spec.args."""
+    lines = ["x-lol:", '  l0: &l0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    for i in range(1, levels + 1):
+        lines.append(f"  l{i}: &l{i} [" + ", ".join([f"*l{i - 1}"] * 9) + "]")
+    spec = "spec: {image: i, instanceType: trn1.2xlarge, storage: {claimName: c}, args: *l%d}"
+    spec %= levels
+    return HEAD + "metadata: {name: x}\n" + "\n".join(lines) + "\n" + spec + "\n"
+
+
+#: The subprocess cases: name -> (argv after `trainium`, stdin). A subprocess also bounds a hang.
 COMMANDS: dict[str, tuple[list[str], str | None]] = {
     "yaml": (["render", "-f", str(TUTORIAL)], None),
+    "alias-bomb": (["render", "-f", "-"], _alias_bomb()),
+    "deep": (["render", "-f", "-"], HEAD + "metadata: {name: x}\nspec: " + "[" * 50_000 + "\n"),
     "json": (["render", "-f", str(TUTORIAL), "-o", "json"], None),
     "invalid": (["render", "-f", "-"], _bad_tutorial()),
     "missing": (["render", "-f", "examples/does-not-exist.yaml"], None),
@@ -52,7 +66,12 @@ def runs() -> dict[str, subprocess.CompletedProcess[str]]:
     }
     results = {}
     for name, proc in procs.items():
-        out, err = proc.communicate(COMMANDS[name][1] or "", timeout=120)
+        try:
+            out, err = proc.communicate(COMMANDS[name][1] or "", timeout=120)
+        except subprocess.TimeoutExpired:  # a hang is a failure of that case, not a leak
+            proc.kill()
+            out, err = proc.communicate()
+            err += "\n(killed: no answer within 120 s)"
         results[name] = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
     return results
 
@@ -164,10 +183,13 @@ def test_non_trainiumjob_document(run_inline: Any, text: str) -> None:
     assert lines == ["error: -: document 1 is not a TrainiumJob"]
 
 
-def test_wrong_api_group(run_inline: Any) -> None:
-    text = "apiVersion: example.com/v1\nkind: TrainiumJob\nmetadata: {name: x}\nspec: {}\n"
+@pytest.mark.parametrize("api_version", ["example.com/v1", "trainium.dev/v1", "trainium.dev"])
+def test_wrong_api_group_or_version(run_inline: Any, api_version: str) -> None:
+    text = f"apiVersion: {api_version}\nkind: TrainiumJob\nmetadata: {{name: x}}\n" + SPEC
     (line,) = _errors(run_inline("render", "-f", "-", stdin=text))
-    assert "apiVersion must be trainium.dev/v1alpha1" in line
+    assert line == (
+        f"error: -: document 1: apiVersion '{api_version}' is not served; use trainium.dev/v1alpha1"
+    )
 
 
 def test_not_yaml(run_inline: Any) -> None:
@@ -177,10 +199,6 @@ def test_not_yaml(run_inline: Any) -> None:
 
 def test_empty_input(run_inline: Any) -> None:
     assert _errors(run_inline("render", "-f", "-", stdin="")) == ["error: -: no TrainiumJob found"]
-
-
-HEAD = "apiVersion: trainium.dev/v1alpha1\nkind: TrainiumJob\n"
-SPEC = "spec: {image: i, instanceType: trn1.2xlarge, storage: {claimName: c}}\n"
 
 
 @pytest.mark.parametrize(
@@ -215,3 +233,89 @@ def test_usage_error_from_argparse(capsys: pytest.CaptureFixture[str]) -> None:
         cli.main(["render"])
     assert exit_.value.code == 2
     assert "-f/--filename" in capsys.readouterr().err
+
+
+def test_help_says_what_the_tool_is(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["--help"])
+    assert exit_.value.code == 0
+    out = capsys.readouterr().out
+    assert "run PyTorch training on AWS Trainium from one TrainiumJob" in out
+    assert "argument parsing only" not in out  # the module docstring is for developers
+    assert "trainium render -f examples/bert-large-pretrain.yaml" in out
+
+
+def test_alias_bomb_is_one_error_line(runs: dict[str, subprocess.CompletedProcess[str]]) -> None:
+    assert _errors(runs["alias-bomb"]) == [
+        "error: -: refused: expands to more than 100,000 nodes (YAML aliases)"
+    ]
+
+
+def test_deep_nesting_is_one_error_line(runs: dict[str, subprocess.CompletedProcess[str]]) -> None:
+    assert _errors(runs["deep"]) == ["error: -: refused: nested deeper than 100 levels"]
+
+
+def test_recursive_alias_is_one_error_line(run_inline: Any) -> None:
+    text = HEAD + "metadata: {name: x}\nspec: &s {image: i, nested: *s}\n"
+    assert _errors(run_inline("render", "-f", "-", stdin=text)) == [
+        "error: -: refused: alias *s refers to itself"
+    ]
+
+
+def test_a_few_ordinary_aliases_still_render(run_inline: Any) -> None:
+    text = HEAD + "metadata: {name: x}\nx-args: &a [bert-pretrain, --seq-len, '128']\n"
+    text += "spec: {image: i, instanceType: trn1.2xlarge, storage: {claimName: c}, args: *a}\n"
+    result = run_inline("render", "-f", "-", stdin=text)
+    assert result.returncode == 0, result.stderr
+
+
+FSX_ID_ONLY = HEAD + (
+    "metadata: {name: bert}\n"
+    "spec: {image: i, instanceType: trn1.2xlarge,\n"
+    "       storage: {fsx: {fileSystemId: fs-0123456789abcdef0}}}\n"
+)
+
+
+def test_fsx_by_id_only_names_what_was_skipped_and_why(run_inline: Any) -> None:
+    result = run_inline("render", "-f", "-", stdin=FSX_ID_ONLY)
+    assert result.returncode == 0, result.stderr
+    kinds = [d["kind"] for d in yaml.safe_load_all(result.stdout)]
+    assert kinds == ["Job", "Job"]
+    (note,) = result.stderr.splitlines()
+    assert note.startswith(
+        "note: bert: skipped PersistentVolume default-bert-fsx and PersistentVolumeClaim bert-fsx"
+    )
+    assert "fs-0123456789abcdef0 (fsx:DescribeFileSystems)" in note
+    assert "--fsx-lookup" in note
+
+
+def test_fsx_lookup_renders_the_volume_with_the_looked_up_names() -> None:
+    from trainium_operator import fsx, render
+
+    def lookup(fs_id: str) -> fsx.FsxNames:
+        assert fs_id == "fs-0123456789abcdef0"
+        return fsx.FsxNames(f"{fs_id}.fsx.eu-west-1.amazonaws.com", "mnt1234")
+
+    rendered = render.render_job(yaml.safe_load(FSX_ID_ONLY), lookup)
+    assert rendered.notes == []
+    volume, claim = rendered.manifests[:2]
+    assert volume["spec"]["csi"]["volumeAttributes"] == {
+        "dnsname": "fs-0123456789abcdef0.fsx.eu-west-1.amazonaws.com",
+        "mountname": "mnt1234",
+    }
+    assert claim["spec"]["volumeName"] == volume["metadata"]["name"]
+
+
+def test_fsx_lookup_flag_asks_aws_and_reports_its_answer(
+    run_inline: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from moto import mock_aws
+
+    for key, value in {"AWS_DEFAULT_REGION": "us-west-2", "AWS_ACCESS_KEY_ID": "testing",
+                       "AWS_SECRET_ACCESS_KEY": "testing"}.items():  # fmt: skip
+        monkeypatch.setenv(key, value)
+    with mock_aws():  # an account without that file system
+        lines = _errors(run_inline("render", "-f", "-", "--fsx-lookup", stdin=FSX_ID_ONLY))
+    assert lines == [
+        "error: bert: spec.storage.fsx.fileSystemId: FSx file system fs-0123456789abcdef0 not found"
+    ]

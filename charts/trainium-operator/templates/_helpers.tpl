@@ -60,3 +60,20 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
   name: {{ include "trainium-operator.serviceAccountName" . }}
   namespace: {{ .Release.Namespace }}
 {{- end }}
+
+{{/*
+Seconds in a Prometheus duration ("2h", "1h30m", "90s", "0"), for comparisons in PromQL, which
+has no duration literals in Prometheus 2. Units as in Prometheus: y = 365d, w = 7d.
+*/}}
+{{- define "trainium-operator.durationSeconds" -}}
+{{- $unit := dict "y" 31536000 "w" 604800 "d" 86400 "h" 3600 "m" 60 "s" 1 -}}
+{{- $total := 0 -}}
+{{- range regexFindAll "[0-9]+(ms|[ywdhms])" . -1 -}}
+{{- $n := regexFind "^[0-9]+" . | int64 -}}
+{{- $u := trimPrefix (regexFind "^[0-9]+" .) . -}}
+{{- if ne $u "ms" -}}
+{{- $total = add $total (mul $n (get $unit $u)) -}}
+{{- end -}}
+{{- end -}}
+{{- $total -}}
+{{- end }}

@@ -1,6 +1,7 @@
 -- Argo CD health of a trainium.dev TrainiumJob, from status.phase (set by the operator).
 -- Edit this file, never argocd-cm.yaml: that embeds a copy, and tests/deploy/test_argocd.py
--- fails when the copy differs. Lua 5.1 (Argo CD runs gopher-lua); `obj` is the live object.
+-- fails when the copy differs. Lua 5.1 as Argo CD runs it (gopher-lua, only the base, table and
+-- safe os libraries: no string.*, no ("x"):method()); `obj` is the live object.
 local hs = {}
 
 -- The Failed condition's message says why; fall back to status.message.

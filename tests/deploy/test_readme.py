@@ -1,0 +1,97 @@
+"""The README's commands work as written: its make targets exist, `make render > x.yaml` is pure
+YAML, its TrainiumJob renders, and its helm install line passes the chart's schema and renders."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from helmchart import HELM, REPO, helm_bin  # noqa: F401  (helm_bin is a fixture)
+
+README = (REPO / "README.md").read_text()
+VENV = Path(sys.prefix)
+
+
+def blocks(lang: str) -> list[str]:
+    return re.findall(rf"```{lang}\n(.*?)```", README, flags=re.S)
+
+
+def commands() -> list[list[str]]:
+    """Each shell command of the README's bash blocks, continuation lines joined, no comments."""
+    out = []
+    for block in blocks("bash"):
+        for line in block.replace("\\\n", " ").splitlines():
+            argv = shlex.split(line, comments=True)
+            if argv:
+                out.append(argv)
+    return out
+
+
+def make(*args: str) -> subprocess.CompletedProcess[str]:
+    """make in the repository with this venv, its install stamp taken as up to date (-o)."""
+    return subprocess.run(
+        ["make", "--no-print-directory", f"VENV={VENV}", "-o", f"{VENV}/.installed", *args],
+        cwd=REPO, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+
+
+def test_every_make_target_in_the_readme_exists() -> None:
+    listed = {line.split()[0] for line in make("help").stdout.splitlines() if line.strip()}
+    named = set(re.findall(r"\bmake ([a-z][a-z0-9-]*)", README))
+    assert named and named <= listed, named - listed
+
+
+def test_make_render_prints_only_yaml() -> None:
+    proc = make("render")
+    assert proc.returncode == 0, proc.stderr
+    docs = list(yaml.safe_load_all(proc.stdout))
+    assert [d["kind"] for d in docs] == ["PersistentVolume", "PersistentVolumeClaim", "Job", "Job"]
+
+
+def test_the_readme_job_renders_and_names_what_it_skipped() -> None:
+    from trainium_operator import render
+
+    [doc] = [d for b in blocks("yaml") if (d := yaml.safe_load(b)).get("kind") == "TrainiumJob"]
+    rendered = render.render_job(doc)
+    assert [m["kind"] for m in rendered.manifests] == ["Job", "Job"]
+    [note] = rendered.notes
+    assert "skipped PersistentVolume" in note and "--fsx-lookup" in note
+
+
+def test_paths_the_readme_names_exist() -> None:
+    paths = set(re.findall(r"`((?:examples|deploy|charts|crds|docker|scripts)/[^`\s]*)`", README))
+    assert paths
+    missing = [p for p in sorted(paths) if not (REPO / p.rstrip("/")).exists()]
+    assert not missing, missing
+
+
+def test_the_helm_install_line_works_as_written(helm_bin: Path) -> None:  # noqa: F811
+    """Run the README's install commands with `helm template` instead of a cluster."""
+    cmds = commands()
+    [export] = [c for c in cmds if c[0] == "export"]
+    assert export == ["export", "PATH=$PWD/.tools/bin:$PATH"]
+    assert HELM == REPO / ".tools" / "bin" / "helm" or "HELM" in os.environ
+    [install] = [c for c in cmds if c[:2] == ["helm", "install"]]
+    proc = subprocess.run(
+        [str(HELM), "template", *install[2:]], cwd=REPO, capture_output=True, text=True,
+        timeout=60, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    [sa] = [d for d in yaml.safe_load_all(proc.stdout) if d and d["kind"] == "ServiceAccount"]
+    assert sa["metadata"]["annotations"]["eks.amazonaws.com/role-arn"].startswith("arn:aws:iam::")
+    assert sa["metadata"]["namespace"] == "trainium-system"
+
+
+@pytest.mark.parametrize("argv", [c for c in commands() if c[0].endswith("trainium")],
+                         ids=lambda c: " ".join(c[1:]))  # fmt: skip
+def test_trainium_commands_run(argv: list[str]) -> None:
+    proc = subprocess.run([str(VENV / "bin" / "trainium"), *argv[1:]], cwd=REPO,
+                          capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
