@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any, cast
 
 import kopf
+from kubernetes.client.exceptions import ApiException
 
 from trainium_operator import k8s, metrics, naming, peering
 from trainium_operator.builders import ANNOTATION_OWNER, LABEL_JOB, LABEL_MANAGED_BY, MANAGED_BY
@@ -64,7 +65,8 @@ def handle(key: Key) -> float | None:
 
 
 def _failed_pass(key: Key, exc: Exception) -> float | None:
-    kind = f"Api{exc.status}" if hasattr(exc, "status") else type(exc).__name__
+    kind = f"Api{exc.status}" if isinstance(exc, ApiException) else "Internal"
+    kind = "Network" if isinstance(exc, k8s.NETWORK_ERRORS) else kind
     metrics.count_error(kind)
     level = logging.WARNING if k8s.transient(exc) else logging.ERROR
     log.log(level, "reconcile of %s/%s failed (%s): %s", *key, kind, exc, exc_info=level > 30)

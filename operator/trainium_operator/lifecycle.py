@@ -200,6 +200,13 @@ _REJECTED = {
     Action.RECORD_CACHE: "CacheRecordRejected",
     Action.CREATE_TRAINING: "TrainingRejected",
 }
+#: Every reason a job fails with (its Failed condition's reason): metrics export each at 0.
+FAILURE_REASONS = (
+    "InvalidSpec",
+    "PrecompileFailed",
+    "TrainingFailed",
+    *sorted(set(_REJECTED.values())),
+)
 _WHAT = {
     Action.ACQUIRE_CACHE: "the compile-cache lease or record",
     Action.RECORD_CACHE_FAILED: "the compile-cache record",

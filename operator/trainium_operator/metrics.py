@@ -19,17 +19,19 @@ from prometheus_client import REGISTRY, Counter, Gauge, Histogram
 from prometheus_client import start_http_server as _serve
 
 from trainium_operator.jobstate import JobIndex, JobStateCollector, snapshot
+from trainium_operator.lifecycle import FAILURE_REASONS, Phase
 
 if TYPE_CHECKING:
     from trainium_operator.reconcile import Transition
 
-PHASES = ("Pending", "Precompiling", "Training", "Succeeded", "Failed")
-#: Every status reason of a Failed job (the Failed condition's reason); tests/unit/test_metrics.py
-#: walks the lifecycle and fails when it can produce one that is missing here.
-FAILURE_REASONS = ("InvalidSpec", "PrecompileFailed", "TrainingFailed")
+PHASES = tuple(p.value for p in Phase)
+#: Every status reason of a Failed job (the Failed condition's reason), from the lifecycle;
+#: tests/unit/test_metrics.py walks the lifecycle and fails when it produces one not listed.
 #: API errors counted as Api<HTTP status>: the ones a reconcile pass can meet.
-ERROR_KINDS = tuple(
-    f"Api{code}" for code in (400, 401, 403, 404, 409, 410, 422, 429, 500, 502, 503, 504)
+ERROR_KINDS = (
+    *(f"Api{code}" for code in (400, 401, 403, 404, 409, 410, 422, 429, 500, 502, 503, 504)),
+    "Network",  # reset, refused or timed-out connections
+    "Internal",  # anything else: a bug, logged with its traceback
 )
 #: from_phase of a job's first transition (a label value is never empty).
 NEW = "New"

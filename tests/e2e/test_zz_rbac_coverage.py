@@ -44,13 +44,7 @@ SUBJECT = Subject("t-trainium-operator", "ops")  # what render() names the Servi
 Obj = dict[str, Any]
 #: Granted to the operator but used by no request of this session: (verb, group, resource) and
 #: why the grant stays. Keep it short; every entry is a verb a test cannot show is needed.
-ALLOWED_UNUSED: dict[tuple[str, str, str], str] = {
-    ("delete", "", "persistentvolumes"): (
-        "on_delete removes a deleted FSx job's static PV (ownerReferences cannot reach cluster "
-        "scope); without a finalizer kopf never calls it, so no session records it until the "
-        "PV clean-up of issue 7 lands: then drop this entry"
-    ),
-}
+ALLOWED_UNUSED: dict[tuple[str, str, str], str] = {}
 
 
 def tj(name: str, storage: Obj, **spec: Any) -> Obj:

@@ -42,7 +42,7 @@ def test_a_programming_error_is_logged_and_retried_not_raised(
 
     monkeypatch.setattr(handlers, "reconcile", boom)
     assert handlers.handle(("ns", "broken")) == 1.0
-    assert "reconcile of ns/broken failed (KeyError)" in caplog.text
+    assert "reconcile of ns/broken failed (Internal)" in caplog.text and "KeyError" in caplog.text
 
 
 @pytest.mark.parametrize(

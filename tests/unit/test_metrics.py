@@ -52,12 +52,19 @@ def _failed_reasons() -> set[str]:
         decision = lifecycle.decide(obs)
         if decision.phase is lifecycle.Phase.FAILED:
             reasons |= {c.reason for c in decision.conditions if c.type == "Failed"}
+    for action, pre in itertools.product(lifecycle.Action, (Child.ABSENT, Child.SUCCEEDED)):
+        refused = (lifecycle.Rejection(action, 422, "invalid"),)
+        for storage_ready in (False, True):
+            obs = Observed(storage_ready=storage_ready, precompile=pre, rejections=refused)
+            decision = lifecycle.decide(obs)
+            if decision.phase is lifecycle.Phase.FAILED:
+                reasons |= {c.reason for c in decision.conditions if c.type == "Failed"}
     return reasons
 
 
 def test_failure_reasons_cover_every_reason_the_lifecycle_fails_with() -> None:
     found = _failed_reasons()
-    assert found >= {"InvalidSpec", "PrecompileFailed", "TrainingFailed"}  # the grid reaches them
+    assert found >= {"InvalidSpec", "PrecompileFailed", "TrainingFailed", "TrainingRejected"}
     assert found <= set(metrics.FAILURE_REASONS), found - set(metrics.FAILURE_REASONS)
 
 
