@@ -176,19 +176,31 @@ def on_cache_entry(
     """An entry turned Ready or Failed, or its writer let go: wake the jobs that use it."""
     if type is None or namespace is None:
         return
+    _wake_entry_users(namespace, labels[LABEL_CACHE_ENTRY], kwargs)
+
+
+def _wake_entry_users(namespace: str, entry: str, kwargs: Mapping[str, Any]) -> None:
     index = cast(kopf.Index[Any, str], kwargs["tj_by_cache_entry"])
-    for job in index.get((namespace, labels[LABEL_CACHE_ENTRY]), []):
+    for job in index.get((namespace, entry), []):
         _wake((namespace, job))
 
 
+def _wake_cache_users(namespace: str, body: kopf.Body, kwargs: Mapping[str, Any]) -> None:
+    status = body.get("status")
+    entry = (status.get("cache") or {}).get("entry") if isinstance(status, Mapping) else None
+    if entry:
+        _wake_entry_users(namespace, entry, kwargs)
+
+
 @kopf.on.event(GROUP, VERSION, PLURAL)
-def on_job(type: str, body: kopf.Body, namespace: str | None, name: str, **_: Any) -> None:
+def on_job(type: str, body: kopf.Body, namespace: str | None, name: str, **kwargs: Any) -> None:
     """The job changed (or was listed at start-up): reconcile it unless nothing can change."""
     if namespace is None:
         return
     key = (namespace, name)
     if type == "DELETED":
         forget(key)
+        _wake_cache_users(namespace, body, kwargs)  # a writer gone mid-compile frees its entry
         return
     if _written.get(key) == body.metadata.get("resourceVersion"):
         return  # the echo of our own status patch

@@ -1,0 +1,102 @@
+"""The managed compile cache end to end: one writer per entry, waiting jobs, identity, restarts."""
+
+from __future__ import annotations
+
+from test_operator_e2e import (
+    claim,
+    condition,
+    job,
+    prerequisites,
+    status,
+    vcjob,
+    vcjobs,
+    wait_phase,
+)
+
+from harness import EmulatorServer, OperatorProcess, apply, kubectl, simulate_vcjob_phase, wait_for
+
+RECORDS, LEASES = "v1/configmaps", "coordination.k8s.io/v1/leases"
+
+
+def entry_state(k8s: EmulatorServer, ns: str) -> list[str]:
+    return [r["data"]["state"] for r in k8s.list(RECORDS, ns) if "state" in r.get("data", {})]
+
+
+def test_two_jobs_with_one_key_compile_once(
+    operator: OperatorProcess, ns: str, k8s: EmulatorServer
+) -> None:
+    q = prerequisites(ns)
+    apply(job(ns, "first", q))
+    vcjob(k8s, ns, "first-compile")
+    wait_phase(ns, "first", "Precompiling")
+    assert entry_state(k8s, ns) == ["Compiling"]
+    lease = k8s.list(LEASES, ns)[0]
+    assert lease["spec"]["holderIdentity"].startswith(f"{ns}/first/")
+
+    apply(job(ns, "second", q))  # same graphs, same claim, same cacheset
+    st = wait_phase(ns, "second", "WaitingForCache")
+    assert f"{ns}/first" in st["message"]
+    assert condition(ns, "second", "Precompiled")["reason"] == "WaitingForCache"
+
+    simulate_vcjob_phase(ns, "first-compile", "Completed")
+    vcjob(k8s, ns, "second-train")  # woken by the entry turning Ready, not by a timer
+    assert "second-compile" not in vcjobs(k8s, ns)
+    wait_for(lambda: entry_state(k8s, ns) == ["Ready"], what="the entry Ready")
+    assert k8s.list(LEASES, ns) == []  # released by its writer
+    second = wait_for(lambda: status(ns, "second").get("cache", {}).get("hit") is True,
+                      what="second: cache hit")  # fmt: skip
+    assert second
+    cache = status(ns, "second")["cache"]
+    assert "savedSeconds" in cache and cache["entry"] == status(ns, "first")["cache"]["entry"]
+    wait_for(lambda: "compileSeconds" in status(ns, "first")["cache"], what="first: compile time")
+
+
+def test_another_claim_is_another_cache(
+    operator: OperatorProcess, ns: str, k8s: EmulatorServer
+) -> None:
+    q = prerequisites(ns)
+    claim(ns, "other-claim")
+    apply(job(ns, "here", q, precompile={"policy": "Always"}))
+    vcjob(k8s, ns, "here-compile")
+    simulate_vcjob_phase(ns, "here-compile", "Completed")
+    vcjob(k8s, ns, "here-train")
+    apply(job(ns, "there", q, storage={"claimName": "other-claim"}))
+    vcjob(k8s, ns, "there-compile")  # the graphs are not on this volume: compile, no false hit
+    st = wait_phase(ns, "there", "Precompiling")
+    assert (
+        st["cache"]["outcome"] == "miss"
+        and st["cache"]["entry"] != status(ns, "here")["cache"]["entry"]
+    )
+    apply(job(ns, "elsewhere", q, cache={"name": "bert-large", "path": "other_cache"}))
+    vcjob(k8s, ns, "elsewhere-compile")
+
+
+def test_operator_restarted_while_a_job_waits_for_the_cache(
+    operator: OperatorProcess, ns: str, k8s: EmulatorServer
+) -> None:
+    q = prerequisites(ns)
+    apply(job(ns, "writer", q))
+    vcjob(k8s, ns, "writer-compile")
+    apply(job(ns, "reader", q))
+    wait_phase(ns, "reader", "WaitingForCache")
+    operator.kill()
+    simulate_vcjob_phase(ns, "writer-compile", "Completed")
+    operator.start()
+    vcjob(k8s, ns, "reader-train")
+    assert "reader-compile" not in vcjobs(k8s, ns)
+
+
+def test_a_stale_lease_is_taken_over(
+    operator: OperatorProcess, ns: str, k8s: EmulatorServer
+) -> None:
+    """The writer was deleted mid-compile: the next job takes its lease over and compiles."""
+    q = prerequisites(ns)
+    apply(job(ns, "gone", q))
+    vcjob(k8s, ns, "gone-compile")
+    apply(job(ns, "next", q))
+    wait_phase(ns, "next", "WaitingForCache")
+    kubectl("delete", "trainiumjobs.v1alpha1.trainium.dev", "gone", "-n", ns, "--wait=false")
+    vcjob(k8s, ns, "next-compile", timeout=30)  # the stale holder is judged by its job
+    lease = k8s.list(LEASES, ns)[0]
+    assert lease["spec"]["holderIdentity"].startswith(f"{ns}/next/")
+    assert lease["spec"]["leaseTransitions"] == 1
