@@ -10,7 +10,7 @@ import datetime
 
 from kubernetes.client.exceptions import ApiException
 
-from trainium_operator import builders, cache, k8s
+from trainium_operator import builders, cache, k8s, naming
 from trainium_operator.builders import Owner
 from trainium_operator.lifecycle import Action, Rejection
 from trainium_operator.observe import Seen
@@ -50,6 +50,11 @@ def _one(action: Action, spec: TrainiumJobSpec, owner: Owner, seen: Seen) -> Non
         _cache_action(action, spec, owner, seen)
     elif action is Action.CREATE_TRAINING:
         k8s.create_vcjob(builders.build_vcjob(spec, owner, "train"))
+    elif action is Action.STOP_TRAINING:
+        k8s.delete_vcjob(owner.namespace, naming.vcjob_name(owner.name, "train"))
+    elif action is Action.STOP_PRECOMPILE:
+        k8s.delete_vcjob(owner.namespace, naming.vcjob_name(owner.name, "precompile"))
+        _release(seen, owner)  # another job may compile these graphs meanwhile
 
 
 _CACHE_ACTIONS = (Action.ACQUIRE_CACHE, Action.RECORD_CACHE, Action.RECORD_CACHE_FAILED)
@@ -71,6 +76,11 @@ def _cache_action(action: Action, spec: TrainiumJobSpec, owner: Owner, seen: See
     state = cache.READY if action is Action.RECORD_CACHE else cache.FAILED
     started = seen.entry.started_at if seen.entry else ""
     k8s.put_configmap(cache.record(ident, spec, owner, state, started_at=started, now=now))
+    _release(seen, owner)
+
+
+def _release(seen: Seen, owner: Owner) -> None:
+    """Give up the entry's writer lease if this job holds it."""
     if seen.lease is not None and cache.read_holder(seen.lease) == cache.holder(owner):
         k8s.delete_lease(seen.lease)
 

@@ -77,7 +77,7 @@ def _failed_pass(key: Key, exc: Exception) -> float | None:
 def _next(key: Key, outcome: Outcome) -> float | None:
     waiting = outcome.waiting
     _attempts[key] = _attempts[key] + 1 if waiting else 0
-    return next_look(
+    delay = next_look(
         outcome.phase,
         terminal=outcome.phase in _TERMINAL,
         ttl_remaining=outcome.ttl_remaining,
@@ -85,6 +85,9 @@ def _next(key: Key, outcome: Outcome) -> float | None:
         attempt=max(0, _attempts[key] - 1),
         resync=resync_seconds(),
     )
+    if outcome.deadline_in is not None and delay is not None:
+        return min(delay, outcome.deadline_in + 0.5)  # look right after the deadline
+    return delay
 
 
 def forget(key: Key) -> None:

@@ -186,6 +186,14 @@ def create_vcjob(body: Json) -> bool:
     return _exists_is_ok(custom().create_namespaced_custom_object, *args)
 
 
+def delete_vcjob(namespace: str, name: str) -> None:
+    """Delete a Volcano job and (in the background) its pods; gone already is fine."""
+    args = (VOLCANO_GROUP, VOLCANO_VERSION, namespace, VOLCANO_JOBS, name)
+    _missing_is_none(
+        custom().delete_namespaced_custom_object, *args, propagation_policy="Background"
+    )
+
+
 def get_queue(name: str) -> Json | None:
     """The cluster-scoped Volcano queue, or None."""
     args = (QUEUE_GROUP, QUEUE_VERSION, QUEUES, name)

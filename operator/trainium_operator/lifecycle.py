@@ -19,6 +19,8 @@ class Phase(str, enum.Enum):
     WAITING_FOR_CACHE = "WaitingForCache"
     PRECOMPILING = "Precompiling"
     TRAINING = "Training"
+    #: runPolicy.suspend: the Volcano jobs are removed (checkpoints stay) until it is false.
+    SUSPENDED = "Suspended"
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
 
@@ -78,6 +80,9 @@ class Action(str, enum.Enum):
     RECORD_CACHE = "RecordCache"
     #: This job's precompile failed: the entry is Failed; the lease is released.
     RECORD_CACHE_FAILED = "RecordCacheFailed"
+    #: Stop the stage jobs (suspend, deadline): delete the live Volcano jobs, release the lease.
+    STOP_PRECOMPILE = "StopPrecompile"
+    STOP_TRAINING = "StopTraining"
     CREATE_TRAINING = "CreateTraining"
 
 
@@ -143,6 +148,10 @@ class Observed:
     restarts: int = 0
     #: The phase on status before this observation (the phase never moves back).
     previous_phase: str | None = None
+    #: runPolicy.suspend is set.
+    suspend: bool = False
+    #: runPolicy.activeDeadlineSeconds has passed since the job started.
+    deadline_exceeded: bool = False
     #: Actions the API server refused in this pass (fed back after acting).
     rejections: tuple[Rejection, ...] = ()
 
@@ -205,6 +214,7 @@ FAILURE_REASONS = (
     "InvalidSpec",
     "PrecompileFailed",
     "TrainingFailed",
+    "DeadlineExceeded",
     *sorted(set(_REJECTED.values())),
 )
 _WHAT = {
@@ -231,6 +241,8 @@ def decide(obs: Observed) -> Decision:
 def _decide(obs: Observed) -> Decision:
     conds = [Condition("Validated", "True", "SpecValid", "spec accepted")]
     hit = _cache_hit(obs)
+    if obs.deadline_exceeded or obs.suspend:
+        return _stopped(obs, conds, hit)
     storage = _storage(obs, conds, hit)
     if storage is not None:
         return storage
@@ -262,6 +274,34 @@ def _storage(obs: Observed, conds: list[Condition], hit: bool | None) -> Decisio
         return _pending(conds, obs.storage_blocker, (), hit, obs)
     conds.append(Condition("StorageReady", "False", "Creating", "creating the FSx volume"))
     return _pending(conds, None, (Action.CREATE_STORAGE,), hit, obs)
+
+
+_LIVE = (Child.PENDING, Child.RUNNING, Child.RESTARTING, Child.ABORTED, Child.TERMINATING)
+
+
+def _stop_actions(obs: Observed) -> tuple[Action, ...]:
+    """Delete the stage jobs still alive; a finished precompile stays (its graphs count)."""
+    out = []
+    if obs.precompile in _LIVE:
+        out.append(Action.STOP_PRECOMPILE)
+    if obs.training in _LIVE:
+        out.append(Action.STOP_TRAINING)
+    return tuple(out)
+
+
+def _stopped(obs: Observed, conds: list[Condition], hit: bool | None) -> Decision:
+    """Deadline passed: fail and stop. Suspended: stop, keep state, resume when unset."""
+    stop = _stop_actions(obs)
+    if obs.deadline_exceeded:
+        msg = "runPolicy.activeDeadlineSeconds passed; the job's Volcano jobs were stopped"
+        conds.append(Condition("Running", "False", "DeadlineExceeded", msg))
+        return replace(_failed(conds, "DeadlineExceeded", msg, hit, obs), actions=stop)
+    msg = (
+        "suspended (runPolicy.suspend): its Volcano jobs are removed, checkpoints and the "
+        "compile cache stay; set suspend to false to resume"
+    )
+    conds.append(Condition("Running", "False", "Suspended", msg))
+    return Decision(Phase.SUSPENDED, msg, _close(conds, running=None), stop, hit, obs.restarts)
 
 
 def _refused(decision: Decision, rejection: Rejection, ctype: str, obs: Observed) -> Decision:

@@ -50,6 +50,8 @@ class Outcome:
     waiting: bool = False
     #: The resourceVersion our status patch produced (its watch event needs no new pass).
     written_version: str | None = None
+    #: Seconds until runPolicy.activeDeadlineSeconds passes (a look is due then).
+    deadline_in: float | None = None
     #: Cache figures that appeared on status in this pass (compileSeconds, savedSeconds).
     cache_figures: tuple[tuple[str, float], ...] = ()
 
@@ -76,7 +78,13 @@ def reconcile(
         return Outcome(new.get("phase"), transition, written_version=rv)
     owner = Owner(name, namespace, body["metadata"].get("uid", ""))
     seen = observe(spec, owner, views or Views(), lookup)
-    observed = replace(seen.observed, previous_phase=previous.get("phase"))
+    deadline_in = _deadline_in(spec, previous)
+    observed = replace(
+        seen.observed,
+        previous_phase=previous.get("phase"),
+        suspend=spec.runPolicy.suspend,
+        deadline_exceeded=deadline_in is not None and deadline_in <= 0,
+    )
     decision = lifecycle.decide(observed)
     rejections = actions.perform(decision.actions, spec, owner, seen)
     if rejections:  # what the API server refused is observed, and decided on, in this pass
@@ -89,7 +97,16 @@ def reconcile(
         waiting=decision.blocker is not None,
         written_version=rv,
         cache_figures=_new_figures(previous, new),
+        deadline_in=deadline_in if deadline_in is not None and deadline_in > 0 else None,
     )
+
+
+def _deadline_in(spec: TrainiumJobSpec, previous: Json) -> float | None:
+    """Seconds left of runPolicy.activeDeadlineSeconds, counted from the job's start."""
+    deadline, started = spec.runPolicy.activeDeadlineSeconds, previous.get("startTime")
+    if deadline is None or not isinstance(started, str):
+        return None
+    return deadline - cache.seconds_between(started, now_iso())
 
 
 def _new_figures(previous: Json, new: Json) -> tuple[tuple[str, float], ...]:

@@ -142,3 +142,42 @@ def test_after_precompile_the_job_goes_to_training_not_back_to_pending() -> None
 def test_terminal_phases_are_not_held_back_by_the_guard() -> None:
     obs = Observed(storage_ready=True, cache_recorded=True, training=Child.FAILED)
     assert decide(obs).phase is Phase.FAILED
+
+
+# --- suspend and deadlines ------------------------------------------------------------------
+
+
+def test_suspend_stops_the_live_stage_jobs_and_keeps_state() -> None:
+    obs = Observed(storage_ready=True, cache_recorded=True, training=Child.RUNNING, suspend=True)
+    d = decide(obs)
+    assert d.phase is Phase.SUSPENDED and d.actions == (Action.STOP_TRAINING,)
+    assert conds(obs)["Running"] == ("False", "Suspended")
+    assert conds(obs)["Failed"] == ("False", "InProgress")
+
+
+def test_a_job_created_suspended_starts_nothing() -> None:
+    d = decide(Observed(suspend=True))
+    assert d.phase is Phase.SUSPENDED and d.actions == ()
+
+
+def test_suspend_mid_precompile_stops_it_and_resume_compiles_again() -> None:
+    obs = Observed(storage_ready=True, precompile=Child.RUNNING, cache_holder="self", suspend=True)
+    assert decide(obs).actions == (Action.STOP_PRECOMPILE,)
+    resumed = decide(Observed(storage_ready=True, previous_phase="Suspended"))
+    assert resumed.actions == (Action.ACQUIRE_CACHE, Action.CREATE_PRECOMPILE)
+
+
+def test_resume_after_precompile_recreates_training() -> None:
+    d = decide(Observed(storage_ready=True, precompile=Child.SUCCEEDED, cache_recorded=True,
+                        previous_phase="Suspended"))  # fmt: skip
+    assert d.phase is Phase.TRAINING and d.actions == (Action.CREATE_TRAINING,)
+
+
+def test_a_passed_deadline_fails_and_stops_what_runs() -> None:
+    obs = Observed(
+        storage_ready=True, precompile=Child.SUCCEEDED, cache_recorded=True,
+        training=Child.RUNNING, deadline_exceeded=True,
+    )  # fmt: skip
+    d = decide(obs)
+    assert d.phase is Phase.FAILED and d.actions == (Action.STOP_TRAINING,)
+    assert conds(obs)["Failed"] == ("True", "DeadlineExceeded")

@@ -39,7 +39,8 @@ collector through ownerReferences, so no delete on children). */}}
   verbs: [patch]
 - apiGroups: [batch.volcano.sh]
   resources: [jobs]
-  verbs: [get, list, watch, create]
+  # delete: runPolicy.suspend and activeDeadlineSeconds stop the live stage jobs
+  verbs: [get, list, watch, create, delete]
 - apiGroups: [""]
   resources: [persistentvolumeclaims]
   # watch: a claim created or bound wakes the jobs that mount it

@@ -1,0 +1,61 @@
+"""runPolicy end to end: suspend and resume, a job created suspended, activeDeadlineSeconds."""
+
+from __future__ import annotations
+
+import json
+
+from test_operator_e2e import TJ, condition, job, prerequisites, status, vcjob, vcjobs, wait_phase
+
+from harness import EmulatorServer, OperatorProcess, apply, kubectl, simulate_vcjob_phase, wait_for
+
+
+def set_suspend(ns: str, name: str, value: bool) -> None:
+    patch = {"spec": {"runPolicy": {"suspend": value}}}
+    kubectl("patch", TJ, name, "-n", ns, "--type=merge", "-p", json.dumps(patch))
+
+
+def test_suspend_removes_the_training_job_and_resume_recreates_it(
+    operator: OperatorProcess, ns: str, k8s: EmulatorServer
+) -> None:
+    q = prerequisites(ns)
+    apply(job(ns, "pausable", q, precompile={"policy": "Never"}))
+    vcjob(k8s, ns, "pausable-train")
+    simulate_vcjob_phase(ns, "pausable-train", "Running")
+    wait_phase(ns, "pausable", "Training")
+
+    set_suspend(ns, "pausable", True)
+    st = wait_phase(ns, "pausable", "Suspended")
+    assert "checkpoints" in st["message"] and "completionTime" not in st
+    wait_for(lambda: vcjobs(k8s, ns) == [], what="the training job removed")
+    assert condition(ns, "pausable", "Running")["reason"] == "Suspended"
+
+    set_suspend(ns, "pausable", False)
+    vcjob(k8s, ns, "pausable-train")  # recreated: the trainer resumes from its checkpoints
+    simulate_vcjob_phase(ns, "pausable-train", "Running")
+    wait_phase(ns, "pausable", "Training")
+
+
+def test_a_job_created_suspended_starts_nothing(
+    operator: OperatorProcess, ns: str, k8s: EmulatorServer
+) -> None:
+    q = prerequisites(ns)
+    apply(job(ns, "queued-up", q, runPolicy={"suspend": True}))
+    wait_phase(ns, "queued-up", "Suspended")
+    assert vcjobs(k8s, ns) == [] and k8s.list("coordination.k8s.io/v1/leases", ns) == []
+    set_suspend(ns, "queued-up", False)
+    vcjob(k8s, ns, "queued-up-compile")
+
+
+def test_active_deadline_fails_the_job_and_stops_its_pods(
+    operator: OperatorProcess, ns: str, k8s: EmulatorServer
+) -> None:
+    q = prerequisites(ns)
+    apply(job(ns, "bounded", q, precompile={"policy": "Never"},
+              runPolicy={"activeDeadlineSeconds": 3}))  # fmt: skip
+    vcjob(k8s, ns, "bounded-train")
+    simulate_vcjob_phase(ns, "bounded-train", "Running")
+    st = wait_phase(ns, "bounded", "Failed", timeout=30)  # woken at the deadline, not by a poll
+    assert condition(ns, "bounded", "Failed")["reason"] == "DeadlineExceeded"
+    assert "activeDeadlineSeconds" in st["message"]
+    wait_for(lambda: vcjobs(k8s, ns) == [], what="the training job stopped")
+    assert status(ns, "bounded")["completionTime"]
