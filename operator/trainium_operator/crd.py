@@ -156,3 +156,27 @@ def validate(obj: Json, old: Json | None = None, version: str = VERSION) -> tupl
         old_defaulted = apply_defaults(old, schema) if old is not None else None
         errors = cel_errors(defaulted, old_defaulted, version)
     return defaulted, errors
+
+
+@functools.cache
+def immutable_fields(version: str = VERSION) -> tuple[str, ...]:
+    """spec fields the CRD makes immutable (a `self == oldSelf` rule): they define the graphs."""
+    spec = version_schema(version)["properties"]["spec"]["properties"]
+    return tuple(
+        name
+        for name, sub in spec.items()
+        if any(r["rule"] == "self == oldSelf" for r in sub.get("x-kubernetes-validations", []))
+    )
+
+
+def spec_digests(body: Json, version: str = VERSION) -> dict[str, str]:
+    """A short digest of each immutable spec field as defaulted: what the job started with."""
+    import hashlib
+    import json
+
+    spec = apply_defaults(body, version_schema(version)).get("spec") or {}
+    out = {}
+    for name in immutable_fields(version):
+        blob = json.dumps(spec.get(name), sort_keys=True, separators=(",", ":"))
+        out[name] = hashlib.sha256(blob.encode()).hexdigest()[:12]
+    return out

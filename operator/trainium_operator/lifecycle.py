@@ -148,6 +148,8 @@ class Observed:
     restarts: int = 0
     #: The phase on status before this observation (the phase never moves back).
     previous_phase: str | None = None
+    #: Immutable spec fields changed since the job started (an API server without CEL let it).
+    changed_fields: tuple[str, ...] = ()
     #: runPolicy.suspend is set.
     suspend: bool = False
     #: runPolicy.activeDeadlineSeconds has passed since the job started.
@@ -231,11 +233,27 @@ _WHAT = {
 def decide(obs: Observed) -> Decision:
     """Derive phase, conditions and actions from one observation; the phase never moves back."""
     decision = _decide(obs)
+    if obs.changed_fields:
+        decision = _hold(decision, obs.changed_fields)
     before = _RANK.get(Phase(obs.previous_phase)) if obs.previous_phase in _PHASES else None
     now = _RANK.get(decision.phase)
     if before is not None and now is not None and before > now:
         return replace(decision, phase=Phase(obs.previous_phase))
     return decision
+
+
+def _hold(decision: Decision, fields: tuple[str, ...]) -> Decision:
+    """A graph-defining field changed on a live job: act on nothing, record nothing, say so."""
+    names = ", ".join(f"spec.{f}" for f in fields)
+    msg = (
+        f"{names} changed after the job started: graph-defining fields are immutable (the CRD's "
+        "rules refuse this where the API server enforces them); the job goes on with what it "
+        "started with; revert the change or create a new TrainiumJob"
+    )
+    refused = Condition("Validated", "False", "ImmutableFieldChanged", msg)
+    conds = tuple(refused if c.type == "Validated" else c for c in decision.conditions)
+    blocker = Blocker("ImmutableFieldChanged", msg)
+    return replace(decision, conditions=conds, actions=(), blocker=blocker, message=msg)
 
 
 def _decide(obs: Observed) -> Decision:

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from trainium_operator import actions, cache, k8s, lifecycle, naming, status
+from trainium_operator import actions, cache, crd, k8s, lifecycle, naming, status
 from trainium_operator.builders import Owner
 from trainium_operator.cachekey import cache_key, cache_name
 from trainium_operator.lifecycle import Action, Child, Decision, Observed
@@ -79,8 +79,12 @@ def reconcile(
     owner = Owner(name, namespace, body["metadata"].get("uid", ""))
     seen = observe(spec, owner, views or Views(), lookup)
     deadline_in = _deadline_in(spec, previous)
+    digests = crd.spec_digests(body)
+    started = previous.get("specDigests") or {}
+    changed = tuple(f for f in digests if f in started and started[f] != digests[f])
     observed = replace(
         seen.observed,
+        changed_fields=changed,
         previous_phase=previous.get("phase"),
         suspend=spec.runPolicy.suspend,
         deadline_exceeded=deadline_in is not None and deadline_in <= 0,
@@ -208,6 +212,8 @@ def _report(
         training_job=_job_name(owner_name, "train", obs.training is not Child.ABSENT, acts),
         cache_extra=_cache_figures(spec, decision, obs) if spec else None,
     )
+    if spec is not None:  # what the job started with: a later change is refused, not followed
+        new["specDigests"] = previous.get("specDigests") or crd.spec_digests(body)
     if not status.changed(previous, new):
         return previous, None, None
     rv = k8s.patch_trainiumjob_status(meta["namespace"], owner_name, new)

@@ -100,3 +100,26 @@ def test_a_stale_lease_is_taken_over(
     lease = k8s.list(LEASES, ns)[0]
     assert lease["spec"]["holderIdentity"].startswith(f"{ns}/next/")
     assert lease["spec"]["leaseTransitions"] == 1
+
+
+def test_a_graph_field_changed_on_a_live_job_is_refused_and_records_nothing(
+    operator: OperatorProcess, ns: str, k8s: EmulatorServer
+) -> None:
+    """The emulator, like an API server without CEL, stores the edit: the operator refuses it."""
+    q = prerequisites(ns)
+    apply(job(ns, "resized", q))
+    vcjob(k8s, ns, "resized-compile")
+    kubectl("patch", "trainiumjobs.v1alpha1.trainium.dev", "resized", "-n", ns, "--type=merge",
+            "-p", '{"spec": {"nodes": 4}}')  # fmt: skip
+    wait_for(lambda: condition(ns, "resized", "Validated").get("reason") == "ImmutableFieldChanged",
+             what="Validated=False ImmutableFieldChanged")  # fmt: skip
+    assert "spec.nodes" in condition(ns, "resized", "Validated")["message"]
+    simulate_vcjob_phase(ns, "resized-compile", "Completed")  # a 2-node compile finishing
+    wait_for(lambda: condition(ns, "resized", "Precompiled").get("status") == "True",
+             what="the operator saw the compile finish")  # fmt: skip
+    assert entry_state(k8s, ns) == ["Compiling"]  # not Ready: no 4-node job may trust it
+    assert "resized-train" not in vcjobs(k8s, ns)
+    kubectl("patch", "trainiumjobs.v1alpha1.trainium.dev", "resized", "-n", ns, "--type=merge",
+            "-p", '{"spec": {"nodes": 2}}')  # fmt: skip
+    vcjob(k8s, ns, "resized-train")
+    assert entry_state(k8s, ns) == ["Ready"]

@@ -292,3 +292,16 @@ def test_transition_rules_do_not_run_on_create() -> None:
     # The same object that fails as an update from OLD is fine when created.
     _, errors = crd.validate(job(nprocPerNode=16))
     assert errors == []
+
+
+def test_immutable_fields_come_from_the_crd_and_digests_see_a_change() -> None:
+    from trainium_operator import crd
+
+    fields = crd.immutable_fields()
+    assert {"image", "nodes", "args", "storage", "instanceType"} <= set(fields)
+    assert "runPolicy" not in fields
+    body = {"spec": {"image": "i", "instanceType": "trn1.32xlarge", "storage": {"claimName": "c"}}}
+    same = crd.spec_digests({"spec": {**body["spec"], "nodes": 1}})  # the default, written out
+    assert crd.spec_digests(body) == same
+    moved = crd.spec_digests({"spec": {**body["spec"], "nodes": 4}})
+    assert [f for f in fields if moved[f] != same[f]] == ["nodes"]

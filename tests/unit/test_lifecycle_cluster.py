@@ -181,3 +181,11 @@ def test_a_passed_deadline_fails_and_stops_what_runs() -> None:
     d = decide(obs)
     assert d.phase is Phase.FAILED and d.actions == (Action.STOP_TRAINING,)
     assert conds(obs)["Failed"] == ("True", "DeadlineExceeded")
+
+
+def test_a_changed_graph_field_holds_the_job_and_names_the_field() -> None:
+    obs = Observed(storage_ready=True, precompile=Child.SUCCEEDED, changed_fields=("nodes",))
+    d = decide(obs)
+    assert d.actions == ()  # no training created, no cache record for other graphs
+    assert d.blocker is not None and "spec.nodes" in d.blocker.message
+    assert conds(obs)["Validated"] == ("False", "ImmutableFieldChanged")
