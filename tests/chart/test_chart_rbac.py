@@ -15,15 +15,16 @@ FRAMEWORK = {
     ("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"},
 }
 CLUSTER_SCOPED = {
-    ("", "persistentvolumes"): {"get", "create", "delete"},
-    ("scheduling.volcano.sh", "queues"): {"get"},
+    ("", "persistentvolumes"): {"get", "list", "watch", "create", "patch", "delete"},
+    ("scheduling.volcano.sh", "queues"): {"get", "list", "watch"},
 }
 NAMESPACED = {
     ("trainium.dev", "trainiumjobs"): {"get", "list", "watch", "patch", "delete"},
     ("trainium.dev", "trainiumjobs/status"): {"patch"},
-    ("batch.volcano.sh", "jobs"): {"get", "list", "watch", "create"},
-    ("", "persistentvolumeclaims"): {"get", "create"},
-    ("", "configmaps"): {"get", "create"},
+    ("batch.volcano.sh", "jobs"): {"get", "list", "watch", "create", "delete"},
+    ("", "persistentvolumeclaims"): {"get", "list", "watch", "create"},
+    ("", "configmaps"): {"get", "list", "watch", "create", "patch"},
+    ("coordination.k8s.io", "leases"): {"get", "list", "watch", "create", "patch", "delete"},
 }
 
 

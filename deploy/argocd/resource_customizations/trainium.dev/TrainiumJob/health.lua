@@ -38,7 +38,8 @@ elseif phase == "Failed" then
 elseif phase == "Suspended" then
   hs.status = "Suspended"
   hs.message = status.message or "Suspended"
-elseif phase == "Pending" or phase == "Precompiling" or phase == "Training" then
+elseif phase == "Pending" or phase == "WaitingForCache" or phase == "Precompiling"
+    or phase == "Training" then
   hs.status = "Progressing"
   hs.message = status.message or phase
 else
