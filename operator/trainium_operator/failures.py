@@ -45,20 +45,17 @@ POLICIES: Mapping[str, Policy] = {
     "LossDiverged": Policy(False, True, "resuming replays the same steps into the same NaN"),
     "NeuronCompilerError": Policy(False, True, "neuronx-cc fails the same graph the same way"),
     "DeviceOutOfMemory": Policy(False, True, "the model does not fit the Neuron device memory"),
-    "EfaInitFailed": Policy(
-        True, True, "EFA/libfabric set-up is per node; a restart may land well"
-    ),
-    "NeuronRuntimeError": Policy(
-        True, True, "runtime/driver/collectives faults are often transient"
-    ),
+    "EfaInitFailed": Policy(True, True, "EFA/libfabric set-up is per node; retry may land well"),
+    "NeuronRuntimeError": Policy(True, True, "runtime, driver and CCOM faults are often transient"),
     "RendezvousTimeout": Policy(True, True, "a peer was late or gone; the next gang may meet"),
     "UserCodeError": Policy(False, True, "an exception in the training code repeats on restart"),
     "Unschedulable": Policy(False, False, "nothing ran; more of the short resource is needed"),
     "Unknown": Policy(True, True, "no evidence either way: restart within the budget"),
 }
 
-#: Reasons that say little on their own: any other cause in the gang is more telling.
-GENERIC = frozenset({"UserCodeError", "Unknown"})
+#: Reasons that say little on their own, or that a pod also shows when a peer died first (its
+#: rendezvous or gloo link breaks): any other cause in the gang is more telling.
+SECONDARY = frozenset({"UserCodeError", "Unknown", "RendezvousTimeout"})
 #: Reasons that explain the failures of every other pod in the gang.
 DISRUPTIONS = frozenset({"Evicted", "Preempted"})
 
@@ -193,31 +190,30 @@ LOG_RULES: tuple[Rule, ...] = (
 # 1.25's alpha name was PreemptionByKubeScheduler). Volcano's evictor instead sets Ready=False
 # with reason "Evict" and "Pod is evicted, because of preempt|reclaim" (pkg/scheduler/cache).
 _DISRUPTION_REASONS: Mapping[str, str] = {
-    "PreemptionByScheduler": "Preempted",
-    "PreemptionByKubeScheduler": "Preempted",
-    "EvictionByEvictionAPI": "Evicted",
-    "DeletionByTaintManager": "Evicted",
-    "DeletionByPodGC": "Evicted",
-    "TerminationByKubelet": "Evicted",
+    **dict.fromkeys(("PreemptionByScheduler", "PreemptionByKubeScheduler"), "Preempted"),
+    **dict.fromkeys(
+        (
+            "EvictionByEvictionAPI",
+            "DeletionByTaintManager",
+            "DeletionByPodGC",
+            "TerminationByKubelet",
+        ),
+        "Evicted",
+    ),
 }
 # status.reason set by the kubelet: node-pressure eviction, critical-pod preemption, graceful
 # node shutdown, and admission refusals (device plugin out of devices: "OutOf<resource>").
 _STATUS_REASONS: Mapping[str, str] = {
-    "Evicted": "Evicted",
+    **dict.fromkeys(("Evicted", "Shutdown", "Terminated", "NodeLost"), "Evicted"),
     "Preempting": "Preempted",
-    "Shutdown": "Evicted",
-    "Terminated": "Evicted",
-    "NodeLost": "Evicted",
-    "UnexpectedAdmissionError": "AdmissionRejected",
-    "NodeAffinity": "AdmissionRejected",
+    **dict.fromkeys(("UnexpectedAdmissionError", "NodeAffinity"), "AdmissionRejected"),
 }
 _WAITING_REASONS: Mapping[str, str] = {
-    "ErrImagePull": "ImagePullFailed",
-    "ImagePullBackOff": "ImagePullFailed",
-    "InvalidImageName": "ImagePullFailed",
-    "ErrImageNeverPull": "ImagePullFailed",
-    "CreateContainerConfigError": "ContainerConfigError",
-    "CreateContainerError": "ContainerConfigError",
+    **dict.fromkeys(
+        ("ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"),
+        "ImagePullFailed",
+    ),
+    **dict.fromkeys(("CreateContainerConfigError", "CreateContainerError"), "ContainerConfigError"),
 }
 
 
@@ -239,7 +235,7 @@ def make(
 
 
 def classify_pod(pod: Json, log_tail: Sequence[str] = ()) -> Failure | None:
-    """Why this pod failed, or None if it has not (running, succeeded or still pending)."""
+    """Why this pod failed, or None if it has not (running, succeeded, starting, unscheduled)."""
     found = _classify(pod, log_tail)
     return found.failure if found else None
 
@@ -248,7 +244,7 @@ def classify_gang(pods: Sequence[Json], logs: Mapping[str, Sequence[str]]) -> Fa
     """The most telling failure of a gang: a disruption, else the first specific cause to fail.
 
     A peer that lost its partner fails later with a rendezvous error or a bare traceback, so
-    order by finishedAt, and let any specific cause beat UserCodeError/Unknown.
+    let any primary cause beat the SECONDARY ones, and within a tier the first by finishedAt.
     """
     found = [
         (i, f) for i, pod in enumerate(pods) if (f := _classify(pod, logs.get(_name(pod), ())))
@@ -260,7 +256,7 @@ def classify_gang(pods: Sequence[Json], logs: Mapping[str, Sequence[str]]) -> Fa
     def rank(item: tuple[int, _Found]) -> tuple[int, datetime.datetime, int]:
         index, f = item
         reason = f.failure.reason
-        tier = 0 if reason in DISRUPTIONS else 2 if reason in GENERIC else 1
+        tier = 0 if reason in DISRUPTIONS else 2 if reason in SECONDARY else 1
         return tier, f.at or far, index
 
     return min(found, key=rank)[1].failure
@@ -352,17 +348,16 @@ def _label(text: str) -> str:
     return text
 
 
+_STUCK = ("PodScheduled", "False", "Unschedulable")
+
+
 def _unschedulable_message(pod: Json) -> str | None:
     """The PodScheduled=False/Unschedulable message of a Pending pod; None if it is not stuck."""
     status = pod.get("status") or {}
     if status.get("phase", "Pending") != "Pending":
         return None
     for cond in status.get("conditions") or ():
-        if (cond.get("type"), cond.get("status"), cond.get("reason")) == (
-            "PodScheduled",
-            "False",
-            "Unschedulable",
-        ):
+        if (cond.get("type"), cond.get("status"), cond.get("reason")) == _STUCK:
             return str(cond.get("message") or "")
     return None
 
@@ -434,9 +429,7 @@ def _from_log(
         line = next((ln for ln in lines if any(p.search(ln) for p in rule.patterns)), None)
         if line is not None:
             return make(rule.reason, f"{where} ({how}): {_cut(line.strip())}", tail)
-    return make(
-        "Unknown", f"{where} ({how}): no known error in its last {len(lines)} log lines", tail
-    )
+    return make("Unknown", f"{where} ({how}): no known error in {len(lines)} log lines", tail)
 
 
 def _statuses(status: Json) -> list[Json]:
