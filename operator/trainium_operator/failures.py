@@ -107,7 +107,8 @@ LOG_RULES: tuple[Rule, ...] = (
         # aws-neuron-sdk#1000 "[F134] neuronx-cc terminated abnormally".
         r"neuronx-cc terminated abnormally",
         # Compiler diagnostics: aws-neuron-sdk#1023 "[NLA001] Unhandled exception", #947
-        # "[TEN404] ... Internal tensorizer error"; NCC_ codes per the neuronx-cc error guide.
+        # "[TEN404] ... Internal tensorizer error"; NCC_ codes as public trn1/trn2 ports quote
+        # them: "[NCC_EVRF029] Operation sort is not supported", "[NCC_EOOM002] ... HBM limit".
         r"\[(?:NCC_[A-Z]+\d+|NLA\d{3}|TEN\d{3})\]",
         # aws-neuron-sdk#422/#284 "ERROR [neuron-cc]: An Internal Compiler Error has occurred".
         r"An Internal Compiler Error has occurred",
@@ -138,7 +139,7 @@ LOG_RULES: tuple[Rule, ...] = (
         # Runtime/driver log lines: aws-neuron-sdk#851 "ERROR   NRT:nrt_init  Failed to
         # initialize devices", "ERROR  TDRV:tdrv_init_mla_phase1 Could not open the nd3", #779
         # "ERROR   ENC:enc_load_operations", "ERROR  NMGR:dlr_kelf_stage".
-        r"\bERROR\s+(?:NRT|TDRV|NMGR|ENC|NCCL):\w+",
+        r"\bERROR\s+(?:NRT|TDRV|NMGR|ENC):\w+",
         # huggingface/optimum-neuron#668 "Failure: NRT_RESOURCE in nrt_load()"; aws-neuron-sdk#351
         # "nrt_execute: status=1004"; #493 "NRTD response code 'NERR_RESOURCE_NC'".
         r"Failure: NRT_\w+ in nrt_\w+",
@@ -225,7 +226,7 @@ class _Found:
     at: datetime.datetime | None
 
 
-def make(
+def make_failure(
     reason: str, message: str, log_tail: Sequence[str] = (), short: str | None = None
 ) -> Failure:
     """A Failure whose retry and budget come from the one policy table."""
@@ -291,7 +292,7 @@ def unschedulable(pods: Sequence[Json]) -> Failure | None:
     # Volcano marks the gang's other pods with a gang summary; a pod with a node reason says more.
     pod, msg = next(((p, m) for p, m in stuck if short_resource(m)), stuck[0])
     text = msg or "no message from the scheduler"
-    return make(
+    return make_failure(
         "Unschedulable", f"pod {_name(pod)} cannot be scheduled: {text}", (), short_resource(msg)
     )
 
@@ -373,13 +374,15 @@ def _disruption(name: str, status: Json, log_tail: Sequence[str]) -> _Found | No
             reason = "Preempted" if re.search(r"preempt|reclaim", msg) else "Evicted"
         if reason:
             text = f"pod {name}: {reason} ({why}): {msg}".rstrip(": ")
-            return _Found(make(reason, text, log_tail), _time(cond.get("lastTransitionTime")))
+            return _Found(
+                make_failure(reason, text, log_tail), _time(cond.get("lastTransitionTime"))
+            )
     why = status.get("reason") or ""
     reason = _STATUS_REASONS.get(why) or ("AdmissionRejected" if why.startswith("OutOf") else None)
     if reason is None:
         return None
     text = f"pod {name}: {reason} ({why}): {status.get('message') or ''}".rstrip(": ")
-    return _Found(make(reason, text, log_tail), None)
+    return _Found(make_failure(reason, text, log_tail), None)
 
 
 def _waiting(name: str, status: Json) -> Failure | None:
@@ -389,7 +392,7 @@ def _waiting(name: str, status: Json) -> Failure | None:
         reason = _WAITING_REASONS.get(waiting.get("reason", ""))
         if reason:
             detail = f"{waiting['reason']}: {waiting.get('message') or ''}".rstrip(": ")
-            return make(reason, f"pod {name} container {cs.get('name')}: {detail}")
+            return make_failure(reason, f"pod {name} container {cs.get('name')}: {detail}")
     return None
 
 
@@ -416,7 +419,7 @@ def _from_container(pod: str, container: str, term: Json, log_tail: Sequence[str
     said = tuple(str(term.get("message") or "").splitlines())
     tail = tuple(log_tail) or said
     if why == "OOMKilled":
-        return make("OOMKilled", f"{where}: OOMKilled (exit {code})", tail)
+        return make_failure("OOMKilled", f"{where}: OOMKilled (exit {code})", tail)
     return _from_log(where, (*log_tail, *said), f"{why}, exit {code}", tail)
 
 
@@ -428,8 +431,10 @@ def _from_log(
     for rule in LOG_RULES:
         line = next((ln for ln in lines if any(p.search(ln) for p in rule.patterns)), None)
         if line is not None:
-            return make(rule.reason, f"{where} ({how}): {_cut(line.strip())}", tail)
-    return make("Unknown", f"{where} ({how}): no known error in {len(lines)} log lines", tail)
+            return make_failure(rule.reason, f"{where} ({how}): {_cut(line.strip())}", tail)
+    return make_failure(
+        "Unknown", f"{where} ({how}): no known error in {len(lines)} log lines", tail
+    )
 
 
 def _statuses(status: Json) -> list[Json]:
