@@ -70,6 +70,8 @@ class K8sEmulator(kmock.KubernetesEmulator):
         self._outcomes: dict[rendering.Request, Obj] = {}
         #: Admission refusals tests inject (webhooks, quota, pod validation): see controllers.py.
         self.refusals: list[controllers.Refusal] = []
+        #: Container logs by (namespace, pod), served at pods/NAME/log as the kubelet would.
+        self.pod_logs: dict[tuple[str, str], str] = {}
         fallback = self.fallback**1  # outranks kmock's own fallbacks
         # POST answers 201: the python client's CustomObjectsApi returns None on a 200.
         fallback[enums.action.CREATE] << 201 << self._serve_outcome
@@ -321,6 +323,11 @@ class K8sEmulator(kmock.KubernetesEmulator):
         key: Key = (request.resource, ns, request.name or "")
         if (obj := self._live(key)) is None:
             raise self._not_found(key)
+        if request.subresource == "log":
+            lines = self.pod_logs.get((ns or "", key[2]), "").splitlines()
+            tail = request.params.get("tailLines")
+            lines = lines[-int(tail) :] if tail and tail.isdigit() else lines
+            return "".join(f"{line}\n" for line in lines).encode()  # type: ignore[return-value]
         return obj
 
     async def _serve_list(self, request: rendering.Request) -> Obj:

@@ -196,6 +196,8 @@ def _overlay_pod(pod: Json, spec: TrainiumJobSpec, owner: Owner, stage: str, vcj
     """Fix TorchX's bookkeeping labels to our deterministic names; add user resources."""
     pod["metadata"]["labels"].update(labels(owner, stage))
     pod["metadata"]["labels"]["app.kubernetes.io/instance"] = vcjob
+    annotations = pod["metadata"].setdefault("annotations", {})
+    annotations[ANNOTATION_OWNER] = f"{owner.namespace}/{owner.name}"  # pod events find the job
     for container in pod["spec"]["containers"]:
         _restore_field_path_env(container)
         res = container.setdefault("resources", {})

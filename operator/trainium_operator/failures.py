@@ -396,6 +396,12 @@ def _waiting(name: str, status: Json) -> Failure | None:
     return None
 
 
+def failed_container(pod: Json) -> str | None:
+    """The container whose log tells why the pod failed (None: none failed)."""
+    term = _failed_container(pod.get("status") or {})
+    return term[0] if term else None
+
+
 def _failed_container(status: Json) -> tuple[str, Json] | None:
     """The container that failed first: terminated non-zero (or OOMKilled), now or last time."""
     found: list[tuple[datetime.datetime, int, str, Json]] = []

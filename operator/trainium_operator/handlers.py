@@ -27,6 +27,7 @@ from trainium_operator.lifecycle import TERMINAL
 from trainium_operator.observe import Views
 from trainium_operator.reconcile import Outcome, expire, reconcile, settled
 from trainium_operator.scheduler import RESYNC, Key, Scheduler, next_look
+from trainium_operator.status import clip
 
 #: kopf's annotation prefix and finalizer name, decided on day one.
 PREFIX = GROUP
@@ -36,6 +37,7 @@ _locks: defaultdict[Key, threading.Lock] = defaultdict(threading.Lock)
 _attempts: defaultdict[Key, int] = defaultdict(int)
 _written: dict[Key, str] = {}
 _queue_parents: dict[str, str | None] = {}
+_pods_changed: dict[Key, bool] = {}
 log = logging.getLogger(__name__)
 
 
@@ -49,7 +51,8 @@ def handle(key: Key) -> float | None:
     namespace, name = key
     with _locks[key], metrics.reconcile_timer():
         try:
-            outcome = reconcile(namespace, name, _emit, Views(dict(_queue_parents)))
+            views = Views(dict(_queue_parents), pods_changed=_pods_changed.pop(key, False))
+            outcome = reconcile(namespace, name, _emit, views)
         except Exception as exc:  # never crash the handler: count, log, back off, retry
             return _failed_pass(key, exc)
     if outcome.written_version:
@@ -102,7 +105,7 @@ SCHEDULER = Scheduler(handle)
 
 
 def _emit(body: Json, kind: str, reason: str, message: str) -> None:
-    kopf.event(cast(kopf.Body, body), type=kind, reason=reason, message=message[:1024])
+    kopf.event(cast(kopf.Body, body), type=kind, reason=reason, message=clip(message))
 
 
 def _wake(key: Key) -> None:
@@ -232,6 +235,32 @@ def on_vcjob(
     owner = (meta.annotations or {}).get(ANNOTATION_OWNER) or f"{namespace}/{labels[LABEL_JOB]}"
     ns, _sep, name = owner.partition("/")
     _wake((ns, name))
+
+
+@kopf.on.event("", "v1", "pods", labels={LABEL_MANAGED_BY: MANAGED_BY})
+def on_pod(type: str, meta: kopf.Meta, status: kopf.Status, **_: Any) -> None:
+    """A gang pod failed or cannot start: read why while the pod (and its log) still exists."""
+    owner = (meta.annotations or {}).get(ANNOTATION_OWNER) or ""
+    ns, _sep, name = owner.partition("/")
+    if type is None or not (ns and name) or not _troubled(dict(status)):
+        return
+    _pods_changed[(ns, name)] = True
+    _wake((ns, name))
+
+
+def _troubled(status: Json) -> bool:
+    """A container terminated non-zero or stuck waiting on an error; or the pod failed."""
+    if status.get("phase") == "Failed" or status.get("reason") == "Evicted":
+        return True
+    for cs in status.get("containerStatuses") or []:
+        for key in ("state", "lastState"):
+            term = (cs.get(key) or {}).get("terminated") or {}
+            if term.get("exitCode") not in (None, 0):
+                return True
+        waiting = ((cs.get("state") or {}).get("waiting") or {}).get("reason") or ""
+        if waiting and waiting not in ("ContainerCreating", "PodInitializing"):
+            return True
+    return False
 
 
 @kopf.on.event("", "v1", "persistentvolumeclaims")

@@ -250,3 +250,22 @@ def put_configmap(body: Json) -> None:
     core().patch_namespaced_config_map(
         md["name"], md["namespace"], patch, _content_type=MERGE_PATCH, _request_timeout=TIMEOUT
     )
+
+
+def list_pods(namespace: str, selector: str) -> list[Json]:
+    """Pods matching a label selector."""
+    found = core().list_namespaced_pod(namespace, label_selector=selector, _request_timeout=TIMEOUT)
+    return [to_dict(p) or {} for p in found.items]
+
+
+def pod_log_tail(namespace: str, pod: str, container: str, lines: int) -> list[str]:
+    """The last lines of a container's log; none when the log is gone or unreadable."""
+    try:
+        text = core().read_namespaced_pod_log(
+            pod, namespace, container=container, tail_lines=lines, _request_timeout=TIMEOUT
+        )
+    except ApiException as exc:
+        if transient(exc):
+            raise
+        return []
+    return str(text or "").splitlines()[-lines:]

@@ -9,6 +9,12 @@ from __future__ import annotations
 import datetime
 import enum
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from trainium_operator.failures import POLICIES
+
+if TYPE_CHECKING:
+    from trainium_operator.failures import Failure
 
 
 class Phase(str, enum.Enum):
@@ -148,6 +154,8 @@ class Observed:
     restarts: int = 0
     #: The phase on status before this observation (the phase never moves back).
     previous_phase: str | None = None
+    #: Why the live stage's gang failed, classified from its pods (None: no pod failed).
+    failure: Failure | None = None
     #: Immutable spec fields changed since the job started (an API server without CEL let it).
     changed_fields: tuple[str, ...] = ()
     #: runPolicy.suspend is set.
@@ -218,6 +226,7 @@ FAILURE_REASONS = (
     "TrainingFailed",
     "DeadlineExceeded",
     *sorted(set(_REJECTED.values())),
+    *POLICIES,  # a gang failure classified from its pods fails with its class
 )
 _WHAT = {
     Action.ACQUIRE_CACHE: "the compile-cache lease or record",
@@ -381,13 +390,15 @@ def _precompiled_condition(obs: Observed, hit: bool | None) -> Condition:
 
 
 def _precompiling(obs: Observed, conds: list[Condition], hit: bool | None) -> Decision:
-    if obs.precompile is Child.FAILED:
-        msg = obs.precompile_message or "the precompile job failed"
-        conds.append(Condition("Precompiled", "False", "PrecompileFailed", msg))
-        failed = _failed(conds, "PrecompileFailed", msg, hit, obs)
+    fast = _fails_fast(obs, obs.precompile)
+    if obs.precompile is Child.FAILED or fast:
+        reason, msg = _why(obs, "PrecompileFailed", obs.precompile_message, "precompile")
+        conds.append(Condition("Precompiled", "False", reason, msg))
+        failed = _failed(conds, reason, msg, hit, obs)
+        stop = (Action.STOP_PRECOMPILE,) if fast else ()
         if obs.cache_holder == "self":  # the entry says Failed; the next job retries once
-            return replace(failed, actions=(Action.RECORD_CACHE_FAILED,))
-        return failed
+            return replace(failed, actions=(*stop, Action.RECORD_CACHE_FAILED))
+        return replace(failed, actions=stop)
     if obs.precompile is Child.ABSENT and obs.cache_holder == "other":
         return _waiting_for_cache(obs, conds, hit)
     if obs.precompile is Child.ABSENT and obs.queue_blocker:
@@ -442,13 +453,31 @@ def _training(obs: Observed, conds: list[Condition], hit: bool | None) -> Decisi
         conds.append(Condition("Succeeded", "True", "TrainingCompleted", "training completed"))
         conds.append(Condition("Failed", "False", "TrainingCompleted", ""))
         return Decision(Phase.SUCCEEDED, "training completed", tuple(conds), (), hit, obs.restarts)
-    if state is Child.FAILED:
-        msg = obs.training_message or "the training job failed"
-        conds.append(Condition("Running", "False", "TrainingFailed", msg))
-        return _failed(conds, "TrainingFailed", msg, hit, obs)
+    fast = _fails_fast(obs, state)
+    if state is Child.FAILED or fast:
+        reason, msg = _why(obs, "TrainingFailed", obs.training_message, "training")
+        conds.append(Condition("Running", "False", reason, msg))
+        stop = (Action.STOP_TRAINING,) if fast else ()
+        return replace(_failed(conds, reason, msg, hit, obs), actions=stop)
     status, reason, msg = _running(obs)
     conds.append(Condition("Running", status, reason, msg))
     return Decision(Phase.TRAINING, msg, _close(conds, running=None), (), hit, obs.restarts)
+
+
+def _fails_fast(obs: Observed, state: Child) -> bool:
+    """A live gang whose failure a restart cannot fix (bad image, compiler error, OOM...)."""
+    return state in _LIVE and obs.failure is not None and not obs.failure.retry
+
+
+def _why(obs: Observed, default: str, volcano: str, stage: str) -> tuple[str, str]:
+    """The failure's class and evidence (pod, reason, log tail), else Volcano's own words."""
+    failure = obs.failure
+    if failure is None:
+        return default, volcano or f"the {stage} job failed"
+    msg = failure.message
+    if failure.log_tail:
+        msg += "\nlast log lines:\n" + "\n".join(failure.log_tail)
+    return failure.reason, msg
 
 
 def _running(obs: Observed) -> tuple[str, str, str]:

@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainium_operator import cache, fsx, k8s, lifecycle, naming
+from trainium_operator import builders, cache, failures, fsx, k8s, lifecycle, naming
 from trainium_operator.builders import Owner
 from trainium_operator.lifecycle import TERMINAL, Blocker, Child, Observed
 from trainium_operator.spec import TrainiumJobSpec
@@ -24,6 +24,8 @@ class Views:
     """What the operator's watches know: each Volcano queue's parent (empty outside it)."""
 
     queue_parents: Mapping[str, str | None] = field(default_factory=dict)
+    #: A pod of this job changed (failed, restarted): read the pods in this pass.
+    pods_changed: bool = False
 
     def has_children(self, queue: str) -> bool:
         """Whether any known queue names this one as its parent (a non-leaf queue)."""
@@ -52,7 +54,9 @@ def observe(
     train = k8s.get_vcjob(owner.namespace, naming.vcjob_name(owner.name, "train"))
     ident = cache.identity(spec)
     entry, lease, holder, holder_job = _cache(ident, owner, spec.precompile.policy)
+    stage, job = ("train", train) if train is not None else ("precompile", pre)
     observed = Observed(
+        failure=stage_failure(owner, stage, _child(job), views),
         policy=spec.precompile.policy,
         storage_ready=storage.ready,
         storage_blocker=storage.blocker,
@@ -97,6 +101,28 @@ def _alive(namespace: str, name: str, uid: str) -> bool:
         return False
     phase = (body.get("status") or {}).get("phase")
     return phase not in {p.value for p in TERMINAL}
+
+
+#: Pods whose logs a pass reads at most (the first to fail tells; the rest say "peer gone").
+MAX_LOGS = 4
+_READ_PODS = (Child.FAILED, Child.RESTARTING)
+
+
+def stage_failure(owner: Owner, stage: str, child: Child, views: Views) -> failures.Failure | None:
+    """Why the live stage's gang failed, from its pods and their log tails, if it did."""
+    if child not in _READ_PODS and not (views.pods_changed and child is not Child.ABSENT):
+        return None
+    mine = builders.labels(owner, stage)
+    selector = ",".join(f"{k}={mine[k]}" for k in (builders.LABEL_JOB, builders.LABEL_STAGE))
+    pods = k8s.list_pods(owner.namespace, selector)
+    logs: dict[str, list[str]] = {}
+    for pod in pods:
+        container = failures.failed_container(pod)
+        if container and len(logs) < MAX_LOGS:
+            name = pod["metadata"]["name"]
+            tail = failures.LOG_TAIL_LINES
+            logs[name] = k8s.pod_log_tail(owner.namespace, name, container, tail)
+    return failures.classify_gang(pods, logs)
 
 
 def queue_blocker(name: str, views: Views) -> Blocker | None:

@@ -214,10 +214,23 @@ def _report(
     )
     if spec is not None:  # what the job started with: a later change is refused, not followed
         new["specDigests"] = previous.get("specDigests") or crd.spec_digests(body)
+    last = _last_failure(obs) or previous.get("lastFailure")
+    if last:
+        new["lastFailure"] = last
     if not status.changed(previous, new):
         return previous, None, None
     rv = k8s.patch_trainiumjob_status(meta["namespace"], owner_name, new)
     return new, _announce(body, previous, new, decision, emit), rv
+
+
+def _last_failure(obs: Observed) -> Json | None:
+    """The latest classified gang failure, with its evidence (kept once seen)."""
+    failure = obs.failure
+    if failure is None:
+        return None
+    tail = "\n".join(failure.log_tail)
+    message = status.clip(failure.message + ("\nlast log lines:\n" + tail if tail else ""))
+    return {"reason": failure.reason, "message": message, "retry": failure.retry}
 
 
 def _cache_figures(spec: TrainiumJobSpec, decision: Decision, obs: Observed) -> Json:
@@ -241,6 +254,9 @@ def _announce(
         emit(body, "Warning", blocker.reason, blocker.message)
     if decision.restarts > int(previous.get("restarts") or 0):
         emit(body, "Warning", "GangRestarted", f"whole-gang restart {decision.restarts}")
+    failure = new.get("lastFailure")
+    if failure and failure != previous.get("lastFailure") and new["phase"] != "Failed":
+        emit(body, "Warning", failure["reason"], failure["message"])  # before its pods go
     old_phase = previous.get("phase")
     if old_phase == new["phase"]:
         return None

@@ -24,6 +24,8 @@ NAMESPACED = {
     ("batch.volcano.sh", "jobs"): {"get", "list", "watch", "create", "delete"},
     ("", "persistentvolumeclaims"): {"get", "list", "watch", "create"},
     ("", "configmaps"): {"get", "list", "watch", "create", "patch"},
+    ("", "pods"): {"list", "watch"},
+    ("", "pods/log"): {"get"},
     ("coordination.k8s.io", "leases"): {"get", "list", "watch", "create", "patch", "delete"},
 }
 

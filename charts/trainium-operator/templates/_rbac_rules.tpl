@@ -49,6 +49,14 @@ collector through ownerReferences, so no delete on children). */}}
   resources: [configmaps]
   # compile-cache records: watched (labelled) so a Ready entry wakes the jobs waiting for it
   verbs: [get, list, watch, create, patch]
+- apiGroups: [""]
+  resources: [pods]
+  # watch: a gang pod's failure is classified while the pod still exists
+  verbs: [list, watch]
+- apiGroups: [""]
+  resources: [pods/log]
+  # the last 50 lines of the failing container go into an Event and the condition
+  verbs: [get]
 - apiGroups: [coordination.k8s.io]
   resources: [leases]
   # one writer per compile-cache entry

@@ -1,0 +1,85 @@
+"""Gang pod failures classified from what the pods say, while they still exist."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from test_operator_e2e import (
+    condition,
+    events,
+    job,
+    prerequisites,
+    status,
+    vcjob,
+    vcjobs,
+    wait_phase,
+)
+
+from harness import EmulatorServer, OperatorProcess, apply, kubectl, simulate_vcjob_phase, wait_for
+
+Obj = dict[str, Any]
+
+
+def gang_pod(k8s: EmulatorServer, ns: str, owner: str, replica: int, container_status: Obj,
+             log: str) -> str:  # fmt: skip
+    """A training pod as Volcano creates it from our template, then the kubelet's status."""
+    vcjob_obj = k8s.get("batch.volcano.sh/v1alpha1/jobs", ns, f"{owner}-train")
+    assert vcjob_obj is not None
+    template = vcjob_obj["spec"]["tasks"][replica]["template"]
+    name = f"{owner}-train-node-{replica}-0"
+    apply({"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": name, "namespace": ns, **template["metadata"]},
+           "spec": template["spec"]})  # fmt: skip
+    k8s.emulator.pod_logs[(ns, name)] = log
+    patch = {"status": {"phase": "Running", "containerStatuses": [container_status]}}
+    kubectl("patch", "pod", name, "-n", ns, "--subresource=status", "--type=merge",
+            "-p", json.dumps(patch))  # fmt: skip
+    return name
+
+
+def terminated(reason: str, code: int) -> Obj:
+    return {"name": "node", "ready": False, "restartCount": 0, "image": "trainer:1",
+            "imageID": "", "state": {"terminated": {
+                "reason": reason, "exitCode": code, "finishedAt": "2026-11-22T10:00:00Z",
+                "startedAt": "2026-11-22T09:00:00Z"}}}  # fmt: skip
+
+
+def test_an_oom_kill_fails_fast_with_the_log_tail(
+    operator: OperatorProcess, ns: str, k8s: EmulatorServer
+) -> None:
+    q = prerequisites(ns)
+    apply(job(ns, "hungry", q, precompile={"policy": "Never"}))
+    vcjob(k8s, ns, "hungry-train")
+    simulate_vcjob_phase(ns, "hungry-train", "Running")
+    wait_phase(ns, "hungry", "Training")
+    log = "\n".join(f"step {i} loss 7.{i}" for i in range(80)) + "\nKilled"
+    gang_pod(k8s, ns, "hungry", 0, terminated("OOMKilled", 137), log)
+    st = wait_phase(ns, "hungry", "Failed")
+    failed = condition(ns, "hungry", "Failed")
+    assert failed["reason"] == "OOMKilled" and "hungry-train-node-0-0" in failed["message"]
+    assert "step 79 loss" in failed["message"] and "step 20 loss" not in failed["message"]
+    assert st["lastFailure"]["reason"] == "OOMKilled" and st["lastFailure"]["retry"] is False
+    wait_for(lambda: vcjobs(k8s, ns) == [], what="the gang stopped: a restart would OOM again")
+    warned = [e for e in events(ns) if e["reason"] == "OOMKilled"]
+    assert warned and "step 79 loss" in warned[0]["message"]
+
+
+def test_an_efa_failure_restarts_and_says_why_before_the_pod_goes(
+    operator: OperatorProcess, ns: str, k8s: EmulatorServer
+) -> None:
+    q = prerequisites(ns)
+    apply(job(ns, "fabric", q, precompile={"policy": "Never"}))
+    vcjob(k8s, ns, "fabric-train")
+    simulate_vcjob_phase(ns, "fabric-train", "Running")
+    wait_phase(ns, "fabric", "Training")
+    log = ("2026-11-22 10:00:00 ERROR nccl_net_ofi_create_plugin:... "
+           "OFI fi_getinfo() call failed: No data available\n"
+           "RuntimeError: Failed to initialize EFA")  # fmt: skip
+    gang_pod(k8s, ns, "fabric", 1, terminated("Error", 1), log)
+    warned = wait_for(lambda: [e for e in events(ns) if e["reason"] == "EfaInitFailed"],
+                      what="an EfaInitFailed Warning with the log")  # fmt: skip
+    assert "fi_getinfo" in warned[0]["message"]
+    assert status(ns, "fabric")["phase"] == "Training"  # Volcano restarts the gang
+    assert status(ns, "fabric")["lastFailure"]["retry"] is True
+    assert vcjobs(k8s, ns) == ["fabric-train"]
