@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +29,8 @@ Json = dict[str, Any]
 MANAGED_BY = "trainium-operator"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 LABEL_JOB = f"{GROUP}/job-name"
+#: The owner's full name; LABEL_JOB holds a hash of it when it is longer than a label value.
+ANNOTATION_JOB = f"{GROUP}/job-name"
 LABEL_STAGE = f"{GROUP}/stage"
 LABEL_CACHE_KEY = f"{GROUP}/cache-key"
 LABEL_CACHE_NAME = f"{GROUP}/cache-name"
@@ -56,15 +59,40 @@ class Owner:
 
 def labels(owner: Owner, stage: str | None = None) -> dict[str, str]:
     """Labels every child carries, so children are found by selector, never by guessing."""
+    job = naming.label_value(owner.name)
     out = {
         LABEL_MANAGED_BY: MANAGED_BY,
-        LABEL_JOB: owner.name,
+        LABEL_JOB: job,
         "app.kubernetes.io/name": "trainiumjob",
-        "app.kubernetes.io/instance": owner.name,
+        "app.kubernetes.io/instance": job,
     }
     if stage:
         out[LABEL_STAGE] = stage
     return out
+
+
+def owner_annotations(owner: Owner) -> dict[str, str]:
+    """Annotations of the Volcano jobs: the owner's full name, which a label cannot always hold."""
+    return {ANNOTATION_JOB: owner.name}
+
+
+def owner_name(metadata: Mapping[str, Any]) -> str:
+    """The name of the TrainiumJob a child belongs to, for handlers that see only the child.
+
+    The annotation first, then the controller ownerReference, then the label (children made
+    before the annotation existed, whose labels held whole names: longer ones were refused).
+    """
+    name = (metadata.get("annotations") or {}).get(ANNOTATION_JOB)
+    if name:
+        return str(name)
+    for ref in metadata.get("ownerReferences") or []:
+        group = str(ref.get("apiVersion", "")).split("/")[0]
+        if ref.get("controller") and ref.get("kind") == KIND and group == GROUP and ref.get("name"):
+            return str(ref["name"])
+    label = (metadata.get("labels") or {}).get(LABEL_JOB)
+    if label:
+        return str(label)
+    raise ValueError(f"no {ANNOTATION_JOB} annotation, {KIND} owner or {LABEL_JOB} label")
 
 
 def claim_for(spec: TrainiumJobSpec, owner: Owner) -> str:
@@ -175,6 +203,7 @@ def _overlay_job(job: Json, spec: TrainiumJobSpec, owner: Owner, stage: str, nam
             LABEL_CACHE_KEY: key,
             LABEL_CACHE_NAME: cache_name(spec, key),
         },
+        "annotations": owner_annotations(owner),
         "ownerReferences": [owner.reference()],
     }
     job["spec"]["minAvailable"] = spec.nodes
