@@ -117,7 +117,7 @@ def _dotted(path: Any) -> str:
 
 
 #: CEL string literals (raw or not, any quotes): `matches` inside them is text, not a call.
-_CEL_STRING = re.compile(
+CEL_STRING_LITERAL = re.compile(
     r"""[rR]?('''.*?'''|\"\"\".*?\"\"\"|'(?:[^'\\\n]|\\.)*'|"(?:[^"\\\n]|\\.)*")""", re.S
 )
 _MATCHES = re.compile(r"\bmatches(?=\s*\()")
@@ -128,7 +128,7 @@ RE2_MATCHES = "re2_matches"
 def with_re2(rule: str) -> str:
     """rule with every matches() call routed to RE2, string literals left alone."""
     out, pos = [], 0
-    for literal in _CEL_STRING.finditer(rule):
+    for literal in CEL_STRING_LITERAL.finditer(rule):
         out += [_MATCHES.sub(RE2_MATCHES, rule[pos : literal.start()]), literal.group()]
         pos = literal.end()
     return "".join([*out, _MATCHES.sub(RE2_MATCHES, rule[pos:])])
