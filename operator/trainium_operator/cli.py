@@ -40,6 +40,8 @@ def load_jobs(path: str) -> list[Json]:
         raise UsageError([f"{path}: {exc.strerror}"]) from None
     except yaml.YAMLError as exc:
         raise UsageError([f"{path}: not valid YAML: {str(exc).splitlines()[0]}"]) from None
+    except RecursionError:  # PyYAML composes nested nodes recursively
+        raise UsageError([f"{path}: nested too deeply to be a {KIND}"]) from None
     problems = []
     for i, doc in enumerate(docs):
         if not isinstance(doc, dict) or doc.get("kind") != KIND:
