@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,7 +32,8 @@ LABEL_JOB = f"{GROUP}/job-name"
 LABEL_STAGE = f"{GROUP}/stage"
 LABEL_CACHE_KEY = f"{GROUP}/cache-key"
 LABEL_CACHE_NAME = f"{GROUP}/cache-name"
-#: "namespace/name" of the owning TrainiumJob, on children that watches map back to their job.
+#: "namespace/name" of the owning TrainiumJob, on children that watches map back to their job
+#: (LABEL_JOB holds a hash of the name when it is longer than a label value).
 ANNOTATION_OWNER = f"{GROUP}/owner"
 FSX_DRIVER = "fsx.csi.aws.com"
 
@@ -58,15 +60,40 @@ class Owner:
 
 def labels(owner: Owner, stage: str | None = None) -> dict[str, str]:
     """Labels every child carries, so children are found by selector, never by guessing."""
+    job = naming.label_value(owner.name)
     out = {
         LABEL_MANAGED_BY: MANAGED_BY,
-        LABEL_JOB: owner.name,
+        LABEL_JOB: job,
         "app.kubernetes.io/name": "trainiumjob",
-        "app.kubernetes.io/instance": owner.name,
+        "app.kubernetes.io/instance": job,
     }
     if stage:
         out[LABEL_STAGE] = stage
     return out
+
+
+def owner_annotations(owner: Owner) -> dict[str, str]:
+    """Annotations of children: the owner's namespace/name, which a label cannot always hold."""
+    return {ANNOTATION_OWNER: f"{owner.namespace}/{owner.name}"}
+
+
+def owner_name(metadata: Mapping[str, Any]) -> str:
+    """The name of the TrainiumJob a child belongs to, for handlers that see only the child.
+
+    The annotation first, then the controller ownerReference, then the label (children made
+    before the annotation existed, whose labels held whole names: longer ones were refused).
+    """
+    owner = (metadata.get("annotations") or {}).get(ANNOTATION_OWNER)
+    if owner:
+        return str(owner).partition("/")[2]
+    for ref in metadata.get("ownerReferences") or []:
+        group = str(ref.get("apiVersion", "")).split("/")[0]
+        if ref.get("controller") and ref.get("kind") == KIND and group == GROUP and ref.get("name"):
+            return str(ref["name"])
+    label = (metadata.get("labels") or {}).get(LABEL_JOB)
+    if label:
+        return str(label)
+    raise ValueError(f"no {ANNOTATION_OWNER} annotation, {KIND} owner or {LABEL_JOB} label")
 
 
 def claim_for(spec: TrainiumJobSpec, owner: Owner) -> str:
@@ -84,7 +111,7 @@ def build_fsx_volume(spec: TrainiumJobSpec, owner: Owner, dns_name: str, mount_n
         "metadata": {
             "name": naming.volume_name(owner.namespace, owner.name),
             "labels": labels(owner),
-            "annotations": {ANNOTATION_OWNER: f"{owner.namespace}/{owner.name}"},
+            "annotations": owner_annotations(owner),
         },
         "spec": {
             "capacity": {"storage": fsx.capacity},
@@ -178,7 +205,7 @@ def _overlay_job(job: Json, spec: TrainiumJobSpec, owner: Owner, stage: str, nam
             LABEL_CACHE_KEY: key,
             LABEL_CACHE_NAME: cache_name(spec, key),
         },
-        "annotations": {ANNOTATION_OWNER: f"{owner.namespace}/{owner.name}"},
+        "annotations": owner_annotations(owner),
         "ownerReferences": [owner.reference()],
     }
     job["spec"]["minAvailable"] = spec.nodes
@@ -197,7 +224,7 @@ def _overlay_pod(pod: Json, spec: TrainiumJobSpec, owner: Owner, stage: str, vcj
     pod["metadata"]["labels"].update(labels(owner, stage))
     pod["metadata"]["labels"]["app.kubernetes.io/instance"] = vcjob
     annotations = pod["metadata"].setdefault("annotations", {})
-    annotations[ANNOTATION_OWNER] = f"{owner.namespace}/{owner.name}"  # pod events find the job
+    annotations.update(owner_annotations(owner))  # pod events find the job
     for container in pod["spec"]["containers"]:
         _restore_field_path_env(container)
         res = container.setdefault("resources", {})

@@ -7,16 +7,18 @@ same verdict here. Only core CEL is used in the CRD, so every rule can be evalua
 
 from __future__ import annotations
 
-import copy
+import ast
 import functools
+import re
 from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import cel
-import jsonschema
 import yaml
+
+from trainium_operator import structural
 
 CRD_FILE = "trainiumjobs.trainium.dev.yaml"
 GROUP = "trainium.dev"
@@ -53,22 +55,17 @@ def version_schema(version: str = VERSION) -> Json:
 
 
 def apply_defaults(obj: Any, schema: Json) -> Any:
-    """Return a copy of obj with the schema's defaults filled in, as the API server would."""
-    obj = copy.deepcopy(obj)
-    _default_into(obj, schema)
+    """Return a copy of obj with nulls pruned and the schema's defaults filled in, as the server."""
+    obj = structural.decode(obj)
+    structural.prune_nulls_and_default(obj, schema)
     return obj
 
 
-def _default_into(obj: Any, schema: Json) -> None:
-    if isinstance(obj, dict):
-        for name, sub in schema.get("properties", {}).items():
-            if name not in obj and "default" in sub:
-                obj[name] = copy.deepcopy(sub["default"])
-            if name in obj:
-                _default_into(obj[name], sub)
-    elif isinstance(obj, list) and "items" in schema:
-        for item in obj:
-            _default_into(item, schema["items"])
+def server_view(obj: Any, schema: Json) -> Any:
+    """obj as the API server validates and stores it: decoded, null-pruned, defaulted, 2.0 -> 2."""
+    obj = apply_defaults(obj, schema)
+    structural.integers_to_int(obj, schema)
+    return obj
 
 
 def to_jsonschema(schema: Json) -> Json:
@@ -93,15 +90,25 @@ def to_jsonschema(schema: Json) -> Json:
 
 
 @functools.cache
-def _validator(version: str) -> jsonschema.Draft202012Validator:
-    root = to_jsonschema(version_schema(version))
-    return jsonschema.Draft202012Validator(root)
+def _validator(version: str) -> Any:
+    return structural.ServerValidator(to_jsonschema(version_schema(version)))
 
 
 def schema_errors(obj: Json, version: str = VERSION) -> list[str]:
-    """JSON-schema violations of a (defaulted) object, each naming its field."""
+    """OpenAPI and list-type violations of a (defaulted) object, each naming its field."""
     errors = sorted(_validator(version).iter_errors(obj), key=lambda e: list(e.absolute_path))
-    return [f"{_dotted(e.absolute_path)}: {e.message}" for e in errors]
+    found = [_message(e) for e in errors]
+    dupes = structural.list_type_errors(obj, version_schema(version))
+    return found + [d.lstrip(".") for d in dupes]
+
+
+def _message(error: Any) -> str:
+    """`field: problem`; a missing field is named itself (spec.image: required)."""
+    path = list(error.absolute_path)
+    if error.validator == "required":
+        name = ast.literal_eval(error.message.removesuffix(" is a required property"))
+        return f"{_dotted([*path, name])}: required"
+    return f"{_dotted(path)}: {error.message}"
 
 
 def _dotted(path: Any) -> str:
@@ -109,23 +116,85 @@ def _dotted(path: Any) -> str:
     return "".join(parts).lstrip(".") or "<root>"
 
 
+#: CEL string literals (raw or not, any quotes): `matches` inside them is text, not a call.
+CEL_STRING_LITERAL = re.compile(
+    r"""[rR]?('''.*?'''|\"\"\".*?\"\"\"|'(?:[^'\\\n]|\\.)*'|"(?:[^"\\\n]|\\.)*")""", re.S
+)
+_MATCHES = re.compile(r"\bmatches(?=\s*\()")
+#: The offline evaluator's own matches() uses Rust's Unicode classes; the server's is Go RE2.
+RE2_MATCHES = "re2_matches"
+
+
+def with_re2(rule: str) -> str:
+    """rule with every matches() call routed to RE2, string literals left alone."""
+    out, pos = [], 0
+    for literal in CEL_STRING_LITERAL.finditer(rule):
+        out += [_MATCHES.sub(RE2_MATCHES, rule[pos : literal.start()]), literal.group()]
+        pos = literal.end()
+    return "".join([*out, _MATCHES.sub(RE2_MATCHES, rule[pos:])])
+
+
 @functools.cache
 def _program(rule: str) -> Any:
-    return cel.compile(rule)
+    return cel.compile(with_re2(rule))
+
+
+#: CEL keywords a property may not be called; the server renames them `__name__`.
+_CEL_RESERVED = frozenset((
+    "true", "false", "null", "in", "as", "break", "const", "continue", "else", "for",
+    "function", "if", "import", "let", "loop", "package", "namespace", "return", "var",
+    "void", "while",
+))  # fmt: skip
+_ESCAPES = {"__": "__underscores__", ".": "__dot__", "-": "__dash__", "/": "__slash__"}
+_TO_ESCAPE = re.compile(r"__|[-./]|[^a-zA-Z0-9_]")
+
+
+def cel_field(name: str) -> str | None:
+    """A property name as CEL sees it (hugepages-2Mi -> hugepages__dash__2Mi), or None if hidden.
+
+    The apiserver's escaping rules (k8s.io/apiserver/pkg/cel/escaping.go).
+    """
+    if not name or name[0].isdigit():
+        return None
+    if name in _CEL_RESERVED:
+        return f"__{name}__"
+    if any(c not in _ESCAPES and not (c.isascii() and (c.isalnum() or c == "_")) for c in name):
+        return None
+    return _TO_ESCAPE.sub(lambda m: _ESCAPES[m.group()], name)
+
+
+def cel_value(value: Any, schema: Json) -> Any:
+    """value as a CEL rule sees it: declared properties escaped, maps' keys as they are."""
+    if isinstance(value, dict):
+        out = {}
+        for key, child, sub in structural.children(value, schema):
+            name = cel_field(str(key)) if "properties" in schema else str(key)
+            if name is not None:
+                out[name] = cel_value(child, sub)
+        return out
+    if isinstance(value, list):
+        return [cel_value(item, schema.get("items") or {}) for item in value]
+    return value
 
 
 def _walk(value: Any, old: Any, schema: Json, path: str) -> Iterator[tuple[str, Json, Any, Any]]:
     """Yield (path, rule, self, oldSelf) for every CEL rule that applies to a present value."""
     for rule in schema.get("x-kubernetes-validations", []):
-        yield path, rule, value, old
+        yield path, rule, cel_value(value, schema), None if old is None else cel_value(old, schema)
     if isinstance(value, dict):
         old_map = old if isinstance(old, dict) else {}
-        for name, sub in schema.get("properties", {}).items():
-            if name in value:
-                yield from _walk(value[name], old_map.get(name), sub, f"{path}.{name}")
-    elif isinstance(value, list) and "items" in schema:
-        for i, item in enumerate(value):
-            yield from _walk(item, None, schema["items"], f"{path}[{i}]")
+        for name, child, sub in structural.children(value, schema):
+            yield from _walk(child, old_map.get(name), sub, f"{path}.{name}")
+    elif isinstance(value, list):
+        for i, item, sub in structural.children(value, schema):
+            yield from _walk(item, None, sub, f"{path}[{i}]")
+
+
+def evaluate(rule: str, value: Any, old: Any = None) -> Any:
+    """The result of one CEL rule with self (and oldSelf) bound, as the API server computes it."""
+    ctx = cel.Context({"self": value} if old is None else {"self": value, "oldSelf": old})
+    ctx.add_function(RE2_MATCHES, lambda text, pattern: structural.re2_search(pattern, text))
+    return _program(rule).execute(ctx)
 
 
 def cel_errors(obj: Json, old: Json | None = None, version: str = VERSION) -> list[str]:
@@ -136,9 +205,8 @@ def cel_errors(obj: Json, old: Json | None = None, version: str = VERSION) -> li
         is_transition = "oldSelf" in text
         if is_transition and old_value is None:
             continue
-        ctx = {"self": value, "oldSelf": old_value} if is_transition else {"self": value}
         try:
-            ok = _program(text).execute(cel.Context(ctx))
+            ok = evaluate(text, value, old_value if is_transition else None)
         except Exception as exc:  # a rule that cannot be evaluated rejects, as the API server does
             out.append(f"{path.lstrip('.')}: rule {text!r} could not be evaluated: {exc}")
             continue
@@ -147,15 +215,23 @@ def cel_errors(obj: Json, old: Json | None = None, version: str = VERSION) -> li
     return out
 
 
-def validate(obj: Json, old: Json | None = None, version: str = VERSION) -> tuple[Json, list[str]]:
-    """Default then validate a whole TrainiumJob as `kubectl apply` would; return (obj, errors)."""
+def validate(obj: Any, old: Any = None, version: str = VERSION) -> tuple[Any, list[str]]:
+    """Decode, prune, default, then validate a whole TrainiumJob as the API server would.
+
+    Returns (the object as the server would store it, problems); a shape no stored object can
+    have (too deep, too big, a YAML alias loop) is one problem, found before anything walks it.
+    """
+    shape = structural.shape_problem(obj)
+    if shape:
+        return obj, [shape]
     schema = version_schema(version)
-    defaulted = apply_defaults(obj, schema)
-    errors = schema_errors(defaulted, version)
+    stored = server_view(obj, schema)
+    errors = schema_errors(stored, version)
     if not errors:
-        old_defaulted = apply_defaults(old, schema) if old is not None else None
-        errors = cel_errors(defaulted, old_defaulted, version)
-    return defaulted, errors
+        old_shape = None if old is None else structural.shape_problem(old)
+        old_stored = None if old is None or old_shape else server_view(old, schema)
+        errors = cel_errors(stored, old_stored, version)
+    return stored, errors
 
 
 @functools.cache
@@ -174,7 +250,8 @@ def spec_digests(body: Json, version: str = VERSION) -> dict[str, str]:
     import hashlib
     import json
 
-    spec = apply_defaults(body, version_schema(version)).get("spec") or {}
+    stored = server_view(body, version_schema(version))
+    spec = (stored.get("spec") if isinstance(stored, dict) else None) or {}
     out = {}
     for name in immutable_fields(version):
         blob = json.dumps(spec.get(name), sort_keys=True, separators=(",", ":"))

@@ -11,6 +11,7 @@ import hashlib
 import re
 
 DNS_LABEL_MAX = 63
+LABEL_VALUE_MAX = 63
 ROLE = "node"
 #: Characters a pod name adds after the Volcano job name: "-node-<replica>-0" for up to 3 digits.
 _POD_SUFFIX_MAX = len(f"-{ROLE}-999-0")
@@ -18,6 +19,7 @@ STAGE_SUFFIX = {"precompile": "compile", "train": "train"}
 _HASH_LEN = 8
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _NOT_LABEL = re.compile(r"[^a-z0-9-]+")
+_LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?")
 
 
 def short_hash(text: str, length: int = _HASH_LEN) -> str:
@@ -38,6 +40,20 @@ def fit(base: str, suffix: str, limit: int) -> str:
     keep = limit - len(suffix) - len(tag) - (2 if suffix else 1)
     head = _NOT_LABEL.sub("-", base[:keep].lower()).strip("-")
     return "-".join(part for part in (head, tag, suffix) if part)
+
+
+def label_value(text: str) -> str:
+    """text as a label value (63 characters at most): kept when it fits, else cut and hashed.
+
+    TrainiumJob names may have 253 characters; a label holding one is its first characters and
+    a hash of the whole name, so selectors stay unique and names that fit stay as they are.
+    """
+    if len(text) <= LABEL_VALUE_MAX and _LABEL_VALUE.fullmatch(text):
+        return text
+    tag = short_hash(text)
+    head = re.sub(r"[^-A-Za-z0-9_.]+", "-", text[: LABEL_VALUE_MAX - len(tag) - 1])
+    head = head.lstrip("-_.").rstrip("-_.")
+    return f"{head}-{tag}" if head else tag
 
 
 def vcjob_name(job: str, stage: str) -> str:

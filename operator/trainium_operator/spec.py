@@ -13,13 +13,48 @@ from trainium_operator import crd
 from trainium_operator.instances import InstanceType, instance_type
 from trainium_trainer.contract import DEFAULT_MODULE
 
+#: Bytes of one problem and of all of them joined: a rejected spec with a huge env must not
+#: turn into a huge status or Event (etcd refuses objects over 1.5 MiB).
+MAX_PROBLEM_BYTES = 1024
+MAX_MESSAGE_BYTES = 4096
+_SEPARATOR = "; "
+
 
 class SpecError(ValueError):
-    """A TrainiumJob the schema rejects; `problems` has one line per field."""
+    """A TrainiumJob the schema rejects; `problems` has one short line per field."""
 
     def __init__(self, problems: list[str]) -> None:
-        super().__init__("; ".join(problems))
-        self.problems = problems
+        self.problems = cap_problems(problems)
+        super().__init__(_SEPARATOR.join(self.problems))
+
+
+def _cut(text: str, limit: int) -> str:
+    """text on one line within limit UTF-8 bytes, marked with an ellipsis when cut."""
+    line = " ".join(text.split())
+    data = line.encode("utf-8", "replace")
+    if len(data) <= limit:
+        return line
+    return data[: limit - len("...")].decode("utf-8", "ignore") + "..."
+
+
+def cap_problems(problems: list[str]) -> list[str]:
+    """Each problem within 1 KiB and all of them, joined, within 4 KiB; the rest are counted."""
+    kept: list[str] = []
+    used = 0
+    for i, problem in enumerate(problems):
+        line = _cut(problem, MAX_PROBLEM_BYTES)
+        cost = len(line.encode("utf-8")) + (len(_SEPARATOR) if kept else 0)
+        after = len(problems) - i - 1  # room is kept for the line that counts those left out
+        reserve = len(_SEPARATOR + _more(after)) if after else 0
+        if used + cost + reserve > MAX_MESSAGE_BYTES:
+            return [*kept, _more(len(problems) - i)]
+        kept.append(line)
+        used += cost
+    return kept
+
+
+def _more(count: int) -> str:
+    return f"... and {count} more problems"
 
 
 @dataclass(frozen=True)
@@ -133,9 +168,12 @@ class TrainiumJobSpec:
         return None if self.script else (self.module or DEFAULT_MODULE)
 
 
-def parse(body: dict[str, Any], old: dict[str, Any] | None = None) -> TrainiumJobSpec:
-    """Validate a TrainiumJob object (or bare spec) against the CRD and build the typed spec."""
-    obj = body if "spec" in body else {"spec": body}
+def parse(body: Any, old: dict[str, Any] | None = None) -> TrainiumJobSpec:
+    """Validate a TrainiumJob object (or bare spec) against the CRD and build the typed spec.
+
+    Any shape is accepted as input; whatever is wrong with it comes back as one SpecError.
+    """
+    obj = body if isinstance(body, dict) and "spec" in body else {"spec": body}
     obj = {k: v for k, v in obj.items() if k in ("apiVersion", "kind", "metadata", "spec")}
     defaulted, problems = crd.validate(obj, old=old)
     if problems:

@@ -13,9 +13,9 @@ Json = dict[str, Any]
 
 #: (id, TrainiumJob, substring one of the errors must contain; it names the field).
 BAD: list[tuple[str, Json, str]] = [
-    ("missing-image", job_without("image"), "spec: 'image' is a required property"),
-    ("missing-instance-type", job_without("instanceType"), "'instanceType' is a required property"),
-    ("missing-storage", job_without("storage"), "'storage' is a required property"),
+    ("missing-image", job_without("image"), "spec.image: required"),
+    ("missing-instance-type", job_without("instanceType"), "spec.instanceType: required"),
+    ("missing-storage", job_without("storage"), "spec.storage: required"),
     (
         "unknown-instance-type",
         job(instanceType="p4d.24xlarge"),
@@ -35,7 +35,7 @@ BAD: list[tuple[str, Json, str]] = [
     ("bad-module-name", job(module="my-module"), "spec.module: 'my-module' does not match"),
     ("script-with-space", job(script="train me.py"), "spec.script: 'train me.py' does not match"),
     ("args-not-strings", job(args=["--steps", 5]), "spec.args[1]: 5 is not of type 'string'"),
-    ("env-without-name", job(env=[{"value": "1"}]), "spec.env[0]: 'name' is a required property"),
+    ("env-without-name", job(env=[{"value": "1"}]), "spec.env[0].name: required"),
     ("env-bad-name", job(env=[{"name": "1BAD"}]), "spec.env[0].name: '1BAD' does not match"),
     (
         "env-neuron-cc-flags",
@@ -67,7 +67,7 @@ BAD: list[tuple[str, Json, str]] = [
     (
         "fsx-without-id",
         job(storage={"fsx": {"dnsName": "x.example"}}),
-        "spec.storage.fsx: 'fileSystemId' is a required property",
+        "spec.storage.fsx.fileSystemId: required",
     ),
     (
         "claim-name-uppercase",
@@ -133,6 +133,61 @@ BAD: list[tuple[str, Json, str]] = [
         "spec.resources.limits: Additional properties are not allowed ('nvidia.com/gpu'",
     ),
     (
+        "cpu-decimal",
+        job(resources={"requests": {"cpu": "0.5"}}),
+        "spec.resources.requests.cpu: '0.5' does not match",
+    ),
+    (
+        "memory-decimal",
+        job(resources={"limits": {"memory": "1.5Gi"}}),
+        "spec.resources.limits.memory: '1.5Gi' does not match",
+    ),
+    (
+        "cpu-request-above-limit",
+        job(resources={"requests": {"cpu": "2"}, "limits": {"cpu": "1500m"}}),
+        "spec.resources.requests.cpu may not exceed spec.resources.limits.cpu",
+    ),
+    (
+        "memory-request-above-limit",
+        job(resources={"requests": {"memory": "500Gi"}, "limits": {"memory": "480Gi"}}),
+        "spec.resources.requests.memory may not exceed spec.resources.limits.memory",
+    ),
+    (
+        "memory-units-differ",
+        job(resources={"requests": {"memory": "400Gi"}, "limits": {"memory": "480000Mi"}}),
+        "written in the same unit",
+    ),
+    (
+        "hugepages-request-without-limit",
+        job(resources={"requests": {"memory": "1Gi", "hugepages-2Mi": "512Mi"}}),
+        "spec.resources.requests.hugepages-2Mi needs spec.resources.limits.hugepages-2Mi",
+    ),
+    (
+        "hugepages-request-not-limit",
+        job(
+            resources={
+                "requests": {"memory": "4Gi", "hugepages-1Gi": "2Gi"},
+                "limits": {"hugepages-1Gi": "1Gi"},
+            }
+        ),
+        "spec.resources.requests.hugepages-1Gi needs spec.resources.limits.hugepages-1Gi",
+    ),
+    (
+        "hugepages-without-cpu-or-memory",
+        job(resources={"limits": {"hugepages-2Mi": "512Mi"}}),
+        "spec.resources: huge pages need a cpu or memory",
+    ),
+    (
+        "hugepages-2mi-odd-mebibytes",
+        job(resources={"limits": {"memory": "1Gi", "hugepages-2Mi": "3Mi"}}),
+        "spec.resources.limits.hugepages-2Mi: '3Mi' does not match",
+    ),
+    (
+        "hugepages-1gi-in-mebibytes",
+        job(resources={"limits": {"memory": "1Gi", "hugepages-1Gi": "512Mi"}}),
+        "spec.resources.limits.hugepages-1Gi: '512Mi' does not match",
+    ),
+    (
         "max-retries-negative",
         job(runPolicy={"maxRetries": -1}),
         "spec.runPolicy.maxRetries: -1 is less than the minimum of 0",
@@ -148,6 +203,39 @@ BAD: list[tuple[str, Json, str]] = [
         "spec.storage: Additional properties are not allowed ('readOnly' was unexpected)",
     ),
 ]
+
+
+#: Resources pods accept (ValidatePodTemplate), in the forms the CRD's core-CEL rules compare.
+GOOD_RESOURCES: list[Json] = [
+    {"requests": {"cpu": "500m"}, "limits": {"cpu": "1"}},
+    {"requests": {"cpu": "1000m"}, "limits": {"cpu": "1"}},  # equal, in two units
+    {"requests": {"cpu": "9"}, "limits": {"cpu": "10"}},  # 9 < 10 though "9" > "10" as text
+    {"requests": {"cpu": "0"}, "limits": {"cpu": "5m"}},
+    {"requests": {"cpu": "120", "memory": "400Gi"}, "limits": {"memory": "480Gi"}},
+    {"requests": {"memory": "999"}, "limits": {"memory": "1000"}},
+    {"limits": {"cpu": "2", "hugepages-2Mi": "1Gi"}},  # requests default to the limits
+    {"requests": {"memory": "2Gi", "hugepages-2Mi": "512Mi"}, "limits": {"hugepages-2Mi": "512Mi"}},
+    {"requests": {"memory": "8Gi"}, "limits": {"hugepages-1Gi": "2Gi", "hugepages-2Mi": "0"}},
+    {"requests": {}, "limits": {}},
+]
+
+
+@pytest.mark.parametrize("resources", GOOD_RESOURCES, ids=lambda r: str(r))
+def test_resources_pods_accept_are_valid(resources: Json) -> None:
+    _, errors = crd.validate(job(resources=resources))
+    assert errors == []
+
+
+def test_every_cel_rule_of_the_crd_rejects_a_case_in_these_tables() -> None:
+    def rules(schema: Json) -> list[Json]:
+        found = list(schema.get("x-kubernetes-validations", []))
+        for sub in schema.get("properties", {}).values():
+            found += rules(sub)
+        return found + (rules(schema["items"]) if "items" in schema else [])
+
+    expected = [e for _, _, e in BAD] + [e for _, _, e in IMMUTABLE] + [SCRIPT_CHANGED]
+    for rule in rules(crd.version_schema()):
+        assert any(e in rule["message"] for e in expected), rule["message"]
 
 
 def test_the_table_is_big_enough() -> None:
@@ -286,6 +374,14 @@ def test_graph_defining_change_is_rejected(new: Json, expected: str) -> None:
 def test_allowed_updates(new: Json) -> None:
     _, errors = crd.validate(new, old=OLD)
     assert errors == []
+
+
+SCRIPT_CHANGED = "spec.script is immutable"
+
+
+def test_changing_the_script_is_rejected() -> None:
+    _, errors = crd.validate(job(script="b.py"), old=job(script="a.py"))
+    assert any(SCRIPT_CHANGED in e for e in errors), errors
 
 
 def test_transition_rules_do_not_run_on_create() -> None:

@@ -269,3 +269,44 @@ def test_env_read_scanner_finds_every_form(tmp_path: Path) -> None:
         encoding="utf-8",
     )
     assert _env_reads(probe) == ["TRAINIUM_A", "TRAINIUM_B", contract.ENV_STAGE, "TRAINIUM_D"]
+
+
+# --- CEL rules and the fields they name -------------------------------------------------------
+
+
+def _rules(schema: Json) -> list[str]:
+    found = [r["rule"] for r in schema.get("x-kubernetes-validations", [])]
+    for sub in schema.get("properties", {}).values():
+        found += _rules(sub)
+    return found + (_rules(schema["items"]) if "items" in schema else [])
+
+
+def _property_names(schema: Json) -> set[str]:
+    names = set(schema.get("properties", {}))
+    for sub in schema.get("properties", {}).values():
+        names |= _property_names(sub)
+    return names | (_property_names(schema["items"]) if "items" in schema else set())
+
+
+def test_cel_rules_name_only_fields_the_crd_has_as_cel_spells_them() -> None:
+    root = crd.version_schema()
+    spelled = {crd.cel_field(name) for name in _property_names(root)}
+    rules = _rules(root)
+    assert len(rules) >= 20
+    for rule in rules:
+        code = re.sub(crd.CEL_STRING_LITERAL, "''", rule)  # text in literals is not a field
+        for field in re.findall(r"\.([A-Za-z_][A-Za-z0-9_]*)\b(?!\s*\()", code):
+            assert field in spelled, f"{field} in {rule}"
+
+
+def test_memory_units_of_the_rule_are_the_units_of_the_pattern() -> None:
+    resources = _spec_schema()["properties"]["resources"]
+    pattern = resources["properties"]["requests"]["properties"]["memory"]["pattern"]
+    match = re.search(r"\(([A-Za-z|]+)\)\?\$$", pattern)
+    assert match, pattern
+    (rule,) = [
+        r["rule"] for r in resources["x-kubernetes-validations"] if "endsWith(u)" in r["rule"]
+    ]
+    in_rule = re.search(r"\[('[A-Za-z]+'(?:, '[A-Za-z]+')*)\]\.all", rule)
+    assert in_rule, rule
+    assert re.findall(r"'([A-Za-z]+)'", in_rule.group(1)) == match.group(1).split("|")

@@ -118,3 +118,35 @@ def test_vcjob_names_start_with_a_letter_for_volcano_services() -> None:
     assert naming.vcjob_name("1job", "train") == "tj-1job-train"
     assert naming.vcjob_name("job1", "train") == "job1-train"
     assert naming.vcjob_name("9" * 253, "precompile")[0].isalpha()
+
+
+# --- label values: 63 characters at most, for TrainiumJob names of up to 253 ------------------
+
+LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+
+
+@pytest.mark.parametrize("job", JOB_NAMES)
+def test_label_values_are_valid_for_every_job_name(job: str) -> None:
+    value = naming.label_value(job)
+    assert len(value) <= naming.LABEL_VALUE_MAX and LABEL_VALUE.match(value), value
+
+
+@pytest.mark.parametrize("job", [n for n in JOB_NAMES if len(n) <= 63])
+def test_names_that_fit_are_label_values_unchanged(job: str) -> None:
+    # Selectors written against existing jobs keep matching.
+    assert naming.label_value(job) == job
+
+
+def test_long_names_get_distinct_label_values() -> None:
+    prefix = "p" * 60
+    values = {naming.label_value(prefix + s) for s in ("-alpha", "-beta", ".gamma", "-alpha1")}
+    assert len(values) == 4
+    long_names = {n for n in JOB_NAMES if len(n) > 63}
+    assert len({naming.label_value(n) for n in long_names}) == len(long_names)
+
+
+def test_a_long_label_value_keeps_the_start_of_the_name() -> None:
+    value = naming.label_value("bert-large-" + "x" * 100)
+    assert value.startswith("bert-large-xxx") and value == naming.label_value(
+        "bert-large-" + "x" * 100
+    )
