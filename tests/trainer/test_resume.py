@@ -2,15 +2,24 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import time
 from pathlib import Path
+from unittest.mock import ANY
 
 import pytest
 import torch
-from trainer_utils import RUN_TIMEOUT, final_weights, run_trainer, subprocess_env, summary
+from trainer_utils import (
+    RUN_TIMEOUT,
+    events,
+    final_weights,
+    run_trainer,
+    subprocess_env,
+    summary,
+)
 from trainer_utils import trainer_cmd as cmd
 
 from trainium_trainer import checkpoint
@@ -24,7 +33,7 @@ def _kill_after_checkpoint(args: list[str], step: int) -> None:
     assert proc.stdout is not None
     try:
         for line in proc.stdout:
-            if line.startswith(f"checkpoint step={step} "):
+            if json.loads(line) == {"event": "checkpoint", "step": step, "path": ANY}:
                 proc.send_signal(signal.SIGKILL)
                 break
             assert time.monotonic() < deadline, "no checkpoint before the deadline"
@@ -44,7 +53,7 @@ def test_sigkill_then_resume_matches_uninterrupted(bert_data: Path, tmp_path: Pa
     assert 10 in steps and 40 not in steps, steps
     resumed = run_trainer([*base, "--output-dir", str(killed)])
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert "resumed step=" in resumed.stdout
+    assert [e["step"] for e in events(resumed.stdout, "resumed")] == [10]
     reference = run_trainer([*base, "--output-dir", str(straight)])
     assert reference.returncode == 0, reference.stderr[-3000:]
     assert summary(killed)["resumed_from_step"] >= 10
