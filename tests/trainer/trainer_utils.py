@@ -44,11 +44,13 @@ def trainer_cmd(args: Sequence[str], nproc: int = 0) -> list[str]:
     return [sys.executable, "-m", "trainium_trainer", *args]
 
 
-def run_trainer(args: Sequence[str], nproc: int = 0) -> subprocess.CompletedProcess[str]:
-    """Run the trainer to completion in a subprocess."""
+def run_trainer(
+    args: Sequence[str], nproc: int = 0, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run the trainer to completion in a subprocess (env: extra variables)."""
     return subprocess.run(
         trainer_cmd(args, nproc),
-        env=subprocess_env(),
+        env=subprocess_env(env),
         capture_output=True,
         text=True,
         timeout=RUN_TIMEOUT,

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 
 from trainium_trainer import contract
-from trainium_trainer.config import UsageError, apply_compiler_defaults, parse_args
+from trainium_trainer.config import UsageError, parse_args
 from trainium_trainer.errors import NonFiniteLoss, Preempted
 
 
@@ -21,7 +21,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script and of torchrun's `-m trainium_trainer`."""
     try:
         cfg = parse_args(argv)
-        apply_compiler_defaults()
         from trainium_trainer.device import make_runtime
         from trainium_trainer.loop import train
 

@@ -18,6 +18,7 @@ import torch.distributed as dist
 from torch import nn
 
 from trainium_trainer import contract
+from trainium_trainer.config import apply_compiler_defaults
 
 Batch = dict[str, torch.Tensor]
 
@@ -132,6 +133,7 @@ class XlaRuntime(Runtime):
     kind = "xla"
 
     def __init__(self) -> None:
+        apply_compiler_defaults()  # before torch-neuronx reads NEURON_CC_FLAGS
         import torch_xla
         import torch_xla.core.xla_model as xm
         import torch_xla.runtime as xr

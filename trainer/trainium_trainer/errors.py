@@ -4,13 +4,12 @@ from __future__ import annotations
 
 
 class NonFiniteLoss(Exception):
-    """The mean loss over ranks became NaN/inf: stop before anything non-finite is saved."""
+    """The loss (or weights) became NaN/inf: stop before anything non-finite is saved."""
 
-    def __init__(self, step: int, value: float, last_checkpoint: int) -> None:
+    def __init__(self, step: int, what: str, last_checkpoint: int) -> None:
         kept = f"step {last_checkpoint}" if last_checkpoint else "none"
         super().__init__(
-            f"non-finite loss {value} at step {step} (mean over ranks); "
-            f"nothing saved after it (latest good checkpoint: {kept})"
+            f"{what} at step {step}; nothing saved from it (latest good checkpoint: {kept})"
         )
         self.step = step
 

@@ -86,12 +86,29 @@ def train_step(model: nn.Module, batches: Iterator[Batch], t: Trainer) -> torch.
     return total
 
 
-def _log(t: Trainer, step: int, loss_sum: torch.Tensor, lr: float) -> None:
-    """Step closure: read the rank-mean loss sum (the only host read), check it, emit a record."""
+def _nonfinite(model: nn.Module) -> torch.Tensor:
+    """How many weights are NaN/inf, on device: a step's update can break a finite-loss model."""
+    return torch.stack([(~torch.isfinite(p.detach())).sum() for p in model.parameters()]).sum()
+
+
+def _checks(rt: Runtime, window: torch.Tensor, model: nn.Module) -> torch.Tensor:
+    """[rank-mean loss sum, non-finite weight count] on device, read in one transfer."""
+    return torch.stack([rt.mean_over_ranks(window), _nonfinite(model).float()])
+
+
+def _log(t: Trainer, step: int, checks: torch.Tensor, lr: float) -> None:
+    """Step closure: read the rank-mean loss and the non-finite weight count, check, log.
+
+    This is the loop's only host read; every checkpoint step is a log step, so nothing
+    non-finite is saved. Weights are equal on all ranks, so every rank stops at the same step.
+    """
     st = t.state
-    loss = float(loss_sum.item()) / (step - st.logged_step)
+    loss_sum, bad = checks.tolist()
+    loss = loss_sum / (step - st.logged_step)
     if not math.isfinite(loss):
-        raise NonFiniteLoss(step, loss, st.last_checkpoint)
+        raise NonFiniteLoss(step, f"non-finite loss {loss} (mean over ranks)", st.last_checkpoint)
+    if bad:
+        raise NonFiniteLoss(step, f"{int(bad)} non-finite weights", st.last_checkpoint)
     now = time.perf_counter()
     samples = t.samples_per_step * (step - st.logged_step)
     sps = samples / max(now - st.clock, 1e-9)
@@ -123,7 +140,8 @@ def run(t: Trainer, batches: Iterator[Batch], on_step: StepHook | None = None) -
         save = agreed.save or _due(step, cfg.checkpoint_every, cfg.max_steps)
         if save or step == st.step + 1 or _due(step, cfg.log_every, cfg.max_steps):
             lr = t.scheduler.get_last_lr()[0]
-            rt.step_closure(_log, (t, step, rt.mean_over_ranks(window), lr))
+            # Every log step checks the weights too: log and checkpoint steps share one graph.
+            rt.step_closure(_log, (t, step, _checks(rt, window, t.model), lr))
             window = None
         if save:
             rt.step_closure(persist.save, (t, step))
