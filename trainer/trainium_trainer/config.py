@@ -114,6 +114,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup-steps", type=_positive(int, True), default=0)
     p.add_argument("--max-grad-norm", type=_positive(float, True), default=1.0, help="0: off")
     p.add_argument("--allow-download", action="store_true", help="let transformers use the hub")
+    _add_text_flags(p)
+    return p
+
+
+def _add_text_flags(p: argparse.ArgumentParser) -> None:
+    """Flags of the text tasks (text-classification, causal-lm)."""
     p.add_argument("--tokenizer", help="local tokenizer dir (text tasks); default: built-in vocab")
     p.add_argument(
         "--pretrained",
@@ -125,7 +131,6 @@ def build_parser() -> argparse.ArgumentParser:
         default=0.1,
         help="text tasks: share of the samples held out for evaluation (0: none)",
     )
-    return p
 
 
 def _fraction(text: str) -> float:

@@ -22,9 +22,15 @@ class _Fp32State(torch.optim.Optimizer):
     """Adam moments in fp32 with a tensor step count: branch-free, so XLA traces one graph."""
 
     def __init__(
-        self, params: Params, lr: float, betas: tuple[float, float], eps: float, wd: float
+        self,
+        params: Params,
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-6,
+        weight_decay: float = 0.0,
     ) -> None:
-        super().__init__(params, {"lr": lr, "betas": betas, "eps": eps, "weight_decay": wd})
+        defaults = {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay}
+        super().__init__(params, defaults)
 
     @torch.no_grad()
     def step(self, closure: None = None) -> None:  # type: ignore[override]
@@ -32,10 +38,11 @@ class _Fp32State(torch.optim.Optimizer):
         for group in self.param_groups:
             for p in group["params"]:
                 if p.grad is not None:
-                    self._update(p, group, *self._moments(p, group))
+                    update = self._direction(p, group)
+                    p.sub_((update * self._scale(p, update, group)).to(p.dtype))
 
-    def _moments(self, p: torch.Tensor, group: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Update the fp32 moments of p; returns their bias-corrected values."""
+    def _direction(self, p: torch.Tensor, group: dict[str, Any]) -> torch.Tensor:
+        """Update the fp32 moments of p; returns m_hat / (sqrt(v_hat) + eps) + wd * p in fp32."""
         state = self.state[p]
         if not state:
             state["step"] = torch.zeros((), dtype=torch.float32, device=p.device)
@@ -48,62 +55,39 @@ class _Fp32State(torch.optim.Optimizer):
         step.add_(1.0)
         m.mul_(beta1).add_(grad, alpha=1.0 - beta1)
         v.mul_(beta2).addcmul_(grad, grad, value=1.0 - beta2)
-        return m / (1.0 - torch.pow(beta1, step)), v / (1.0 - torch.pow(beta2, step))
+        m_hat, v_hat = m / (1.0 - torch.pow(beta1, step)), v / (1.0 - torch.pow(beta2, step))
+        update = m_hat / (v_hat.sqrt() + group["eps"])
+        if group["weight_decay"]:
+            update = update.add(p.float(), alpha=group["weight_decay"])
+        return update
 
-    def _update(
-        self, p: torch.Tensor, group: dict[str, Any], m_hat: torch.Tensor, v_hat: torch.Tensor
-    ) -> None:
+    def _scale(
+        self, p: torch.Tensor, update: torch.Tensor, group: dict[str, Any]
+    ) -> torch.Tensor | float:
+        """The step size applied to the update direction."""
         raise NotImplementedError
 
 
 class AdamW(_Fp32State):
     """AdamW (decoupled weight decay) with fp32 moments, like AWS's AdamW_FP32OptimParams."""
 
-    def __init__(
-        self,
-        params: Params,
-        lr: float = 1e-3,
-        betas: tuple[float, float] = (0.9, 0.999),
-        eps: float = 1e-6,
-        weight_decay: float = 0.0,
-    ) -> None:
-        super().__init__(params, lr, betas, eps, weight_decay)
-
-    def _update(
-        self, p: torch.Tensor, group: dict[str, Any], m_hat: torch.Tensor, v_hat: torch.Tensor
-    ) -> None:
-        """p -= lr * (m_hat / (sqrt(v_hat) + eps) + wd * p), computed in fp32."""
-        update = m_hat / (v_hat.sqrt() + group["eps"])
-        if group["weight_decay"]:
-            update = update.add(p.float(), alpha=group["weight_decay"])
-        p.sub_((update * group["lr"]).to(p.dtype))
+    def _scale(
+        self, p: torch.Tensor, update: torch.Tensor, group: dict[str, Any]
+    ) -> torch.Tensor | float:
+        """The learning rate."""
+        return float(group["lr"])
 
 
 class Lamb(_Fp32State):
     """LAMB (You et al., 2019): Adam moments with a per-tensor trust ratio ||w|| / ||update||."""
 
-    def __init__(
-        self,
-        params: Params,
-        lr: float = 1e-3,
-        betas: tuple[float, float] = (0.9, 0.999),
-        eps: float = 1e-6,
-        weight_decay: float = 0.0,
-    ) -> None:
-        super().__init__(params, lr, betas, eps, weight_decay)
-
-    def _update(
-        self, p: torch.Tensor, group: dict[str, Any], m_hat: torch.Tensor, v_hat: torch.Tensor
-    ) -> None:
-        """p -= lr * trust * update, with the trust ratio taken in fp32."""
-        update = m_hat / (v_hat.sqrt() + group["eps"])
-        if group["weight_decay"]:
-            update = update.add(p.float(), alpha=group["weight_decay"])
-        w_norm = p.float().norm()
-        u_norm = update.norm()
+    def _scale(
+        self, p: torch.Tensor, update: torch.Tensor, group: dict[str, Any]
+    ) -> torch.Tensor | float:
+        """The learning rate times the trust ratio (1 where either norm is zero)."""
+        w_norm, u_norm = p.float().norm(), update.norm()
         ones = torch.ones_like(w_norm)
-        trust = torch.where((w_norm > 0) & (u_norm > 0), w_norm / u_norm, ones)
-        p.sub_((update * (trust * group["lr"])).to(p.dtype))
+        return torch.where((w_norm > 0) & (u_norm > 0), w_norm / u_norm, ones) * group["lr"]
 
 
 def param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
