@@ -22,15 +22,21 @@ COPY pyproject.toml README.md ./
 COPY crds/ crds/
 COPY operator/ operator/
 COPY trainer/ trainer/
+COPY docker/trainer-constraints.txt /tmp/trainer-constraints.txt
 
-# Keep the DLC's Neuron builds of torch/torch-xla: pin them to what is installed, so resolving
-# the [trainer] extra can never swap in a CUDA torch from PyPI (it would fail loudly instead).
-RUN python -m pip freeze \
-      | grep -iE '^(torch|torch-neuronx|torch-xla|torchvision|neuronx-cc|libneuronxla)==' \
-      > /tmp/neuron-pins.txt \
-    && python -m pip install --no-cache-dir --constraint /tmp/neuron-pins.txt '.[trainer]' \
-    && python -c "import trainium_trainer.device, torch_xla" \
-    && rm /tmp/neuron-pins.txt
+# Only the trainer: the package itself without dependencies (the operator's kopf, kubernetes,
+# torchx, boto3 stay out), then the [trainer] extra read from pyproject.toml, constrained by
+# everything the DLC has installed (its own pip freeze) and by trainer-constraints.txt. A
+# requirement the DLC cannot meet fails the build instead of upgrading numpy, protobuf or torch.
+RUN python -m pip freeze --exclude-editable | grep -v ' @ ' > /tmp/dlc-freeze.txt \
+    && python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['optional-dependencies']['trainer']))" \
+      > /tmp/trainer-requirements.txt \
+    && python -m pip install --no-cache-dir --no-deps . \
+    && python -m pip install --no-cache-dir \
+      --constraint /tmp/dlc-freeze.txt --constraint /tmp/trainer-constraints.txt \
+      --requirement /tmp/trainer-requirements.txt \
+    && python -c "import trainium_trainer.device, torch_xla, transformers" \
+    && rm /tmp/dlc-freeze.txt /tmp/trainer-requirements.txt /tmp/trainer-constraints.txt
 
 # Root, like AWS's DLCs: the Neuron device files and EFA's locked memory (RLIMIT_MEMLOCK) are
 # root-only on stock EKS nodes. No ENTRYPOINT: the operator passes the full torchrun argv.

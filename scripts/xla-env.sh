@@ -1,20 +1,34 @@
 #!/usr/bin/env bash
 # Create .venv-xla (torch 2.9.0 + torch-xla 2.9.0 + the trainer's deps) for `make test-xla`.
 # torch-xla's wheel does not pin torch but is ABI-bound to 2.9.0; pip pulls ~4 GB of CUDA wheels.
-# Idempotent: a venv that already imports the pinned versions is left alone.
+# The trainer's other deps come from pyproject's [trainer] extra (one source for their ranges).
+# Idempotent: a venv that already satisfies the pinned versions and the extra is left alone.
 set -euo pipefail
 
 VENV="${XLA_VENV:-.venv-xla}"
 PYTHON="${PYTHON:-python3.11}"
 TORCH_VERSION="2.9.0"
-TRAINER_DEPS=(transformers h5py numpy tensorboard tqdm pytest)
+
+# The [trainer] requirements except torch (torch-xla fixes it), one per line.
+mapfile -t TRAINER_DEPS < <("$PYTHON" - <<'PY'
+import tomllib
+with open("pyproject.toml", "rb") as f:
+    extra = tomllib.load(f)["project"]["optional-dependencies"]["trainer"]
+print("\n".join(r for r in extra if not r.replace(" ", "").startswith("torch>")))
+PY
+)
 
 check() {
-  "$VENV/bin/python" - "$TORCH_VERSION" <<'PY' 2>/dev/null
+  "$VENV/bin/python" - "$TORCH_VERSION" "${TRAINER_DEPS[@]}" <<'PY' 2>/dev/null
 import sys
-import h5py, numpy, pytest, tensorboard, torch, torch_xla, tqdm, transformers  # noqa: F401
+from importlib.metadata import version
+from packaging.requirements import Requirement
+import h5py, numpy, pytest, tensorboard, torch, torch_xla, transformers  # noqa: F401
 assert torch.__version__.split("+")[0] == sys.argv[1], torch.__version__
 assert torch_xla.__version__.split("+")[0] == sys.argv[1], torch_xla.__version__
+for line in sys.argv[2:]:
+    req = Requirement(line)
+    assert req.specifier.contains(version(req.name), prereleases=True), (line, version(req.name))
 PY
 }
 
@@ -25,6 +39,6 @@ fi
 
 "$PYTHON" -m venv "$VENV"
 "$VENV/bin/pip" install --quiet \
-  "torch==$TORCH_VERSION" "torch-xla==$TORCH_VERSION" "${TRAINER_DEPS[@]}"
+  "torch==$TORCH_VERSION" "torch-xla==$TORCH_VERSION" "${TRAINER_DEPS[@]}" pytest packaging
 check
 echo "xla-env: $VENV built (torch/torch-xla $TORCH_VERSION)"

@@ -40,7 +40,7 @@ EFA_ENV = {
     "FI_EFA_FORK_SAFE": "1",
 }
 #: The env var torch-neuronx reads compiler flags (and our cache dir) from.
-NEURON_CC_FLAGS = "NEURON_CC_FLAGS"
+NEURON_CC_FLAGS = contract.ENV_NEURON_CC_FLAGS
 
 
 @dataclass(frozen=True)

@@ -8,10 +8,30 @@ from pathlib import Path
 
 import pytest
 import torch
-from trainer_utils import FAST, final_weights, run_trainer, summary
+from trainer_utils import FAST, final_weights, run_trainer, stdout_records, summary
 
 from trainium_trainer.__main__ import main
 from trainium_trainer.synth import write_bert_shards
+
+
+def test_tiny_model_with_the_defaults_learns_in_40_steps(bert_data: Path, tmp_path: Path) -> None:
+    # Only what the task needs: optimizer, lr, schedule and precision are the defaults.
+    args = ["bert-pretrain", "--data-dir", str(bert_data), "--output-dir", str(tmp_path)]
+    assert main([*args, "--max-steps", "40"]) == 0
+    result = summary(tmp_path)
+    assert result["precision"] == "bf16"
+    assert result["final_loss"] < result["initial_loss"] - 1.0, result
+
+
+def test_stdout_is_json_lines_only(bert_data: Path, tmp_path: Path) -> None:
+    args = ["bert-pretrain", "--data-dir", str(bert_data), "--output-dir", str(tmp_path)]
+    proc = run_trainer([*args, "--max-steps", "4", "--checkpoint-every", "2", "--log-every", "2"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    records = stdout_records(proc.stdout)  # raises on any line that is not JSON
+    assert [r["step"] for r in records if "loss" in r] == [1, 2, 4]
+    assert [r["step"] for r in records if r.get("event") == "checkpoint"] == [2, 4]
+    again = run_trainer([*args, "--max-steps", "6"])
+    assert stdout_records(again.stdout)[0]["event"] == "resumed"
 
 
 def test_bert_loss_falls_on_synthetic_task(bert_data: Path, tmp_path: Path) -> None:
@@ -46,6 +66,10 @@ def test_two_process_ddp_matches_one_process(tmp_path: Path, no_dropout_config: 
     assert start["step"] == 6
     for name, value in one.items():
         torch.testing.assert_close(two[name], value, atol=2e-5, rtol=1e-4, msg=name)
+    # The logged loss is the mean over ranks (rank 0 alone saw only its own shard): the same
+    # number the single process logs for both micro-batches.
+    for key in ("initial_loss", "final_loss"):
+        assert summary(ddp)[key] == pytest.approx(summary(single)[key], rel=1e-5), key
 
 
 def _write_classification(data: Path) -> None:

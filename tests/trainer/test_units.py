@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import os
 import subprocess
 import sys
 from itertools import islice
@@ -127,3 +128,50 @@ def test_synth_cli(tmp_path: Path) -> None:
         "synth_training_0.hdf5",
         "synth_training_1.hdf5",
     ]
+
+
+@pytest.mark.parametrize("name", config.OPTIMIZERS)
+def test_optimizer_state_stays_fp32_for_bf16_parameters(name: str) -> None:
+    # One unit gradient, then 1,000 zero ones: the second moment must decay by 0.999**1000.
+    # In bf16 it cannot move by less than 1/256 of itself, so it would stay at its first value.
+    model = torch.nn.Linear(4, 4, bias=False).to(torch.bfloat16)
+    opt = optim.build_optimizer(model, name, lr=1e-3)
+    model.weight.grad = torch.ones_like(model.weight)
+    opt.step()
+    first = opt.state[model.weight]["exp_avg_sq"].float().clone()
+    for _ in range(1000):
+        model.weight.grad = torch.zeros_like(model.weight)
+        opt.step()
+    state = opt.state[model.weight]
+    assert state["exp_avg_sq"].dtype == state["exp_avg"].dtype == torch.float32
+    ratio = (state["exp_avg_sq"].float() / first).mean().item()
+    assert ratio == pytest.approx(0.999**1000, rel=1e-3)
+    assert model.weight.dtype == torch.bfloat16
+
+
+def test_compiler_defaults_are_added_unless_set() -> None:
+    flags = config.compiler_flags("--cache_dir=/data/neuron_cache/x_0")
+    assert flags == "--cache_dir=/data/neuron_cache/x_0 --model-type=transformer"
+    assert config.compiler_flags("--model-type=generic -O1") == "--model-type=generic -O1"
+    assert config.compiler_flags("") == "--model-type=transformer"
+
+
+def test_compiler_defaults_reach_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(contract.ENV_NEURON_CC_FLAGS, "--cache_dir=/c")
+    config.apply_compiler_defaults()  # the XLA runtime calls it before importing torch-neuronx
+    assert os.environ[contract.ENV_NEURON_CC_FLAGS] == "--cache_dir=/c --model-type=transformer"
+
+
+def test_set_peak_lr_rescales_the_schedule() -> None:
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.2)
+    sched = optim.build_scheduler(opt, warmup_steps=0, max_steps=10)
+    for _ in range(4):
+        opt.step()
+        sched.step()
+    assert optim.set_peak_lr(sched, 0.2) is None
+    assert optim.set_peak_lr(sched, 0.1) == 0.2
+    assert sched.get_last_lr() == [pytest.approx(0.1 * 6 / 10)]
+    assert opt.param_groups[0]["lr"] == pytest.approx(0.06)
+    opt.step()
+    sched.step()
+    assert sched.get_last_lr() == [pytest.approx(0.1 * 5 / 10)]

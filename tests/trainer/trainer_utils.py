@@ -15,7 +15,7 @@ TRAINER_SRC = Path(__file__).resolve().parents[2] / "trainer"
 # Deadline for one trainer subprocess; a hang fails loudly instead of stalling the suite.
 RUN_TIMEOUT = 180
 NO_DROPOUT = {"size": "tiny", "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
-FAST = ["--lr", "0.05", "--warmup-steps", "5", "--precision", "fp32"]
+FAST = ["--lr", "0.05", "--warmup-steps", "5", "--precision", "fp32", "--optimizer", "lamb"]
 
 
 def subprocess_env(extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -44,16 +44,28 @@ def trainer_cmd(args: Sequence[str], nproc: int = 0) -> list[str]:
     return [sys.executable, "-m", "trainium_trainer", *args]
 
 
-def run_trainer(args: Sequence[str], nproc: int = 0) -> subprocess.CompletedProcess[str]:
-    """Run the trainer to completion in a subprocess."""
+def run_trainer(
+    args: Sequence[str], nproc: int = 0, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run the trainer to completion in a subprocess (env: extra variables)."""
     return subprocess.run(
         trainer_cmd(args, nproc),
-        env=subprocess_env(),
+        env=subprocess_env(env),
         capture_output=True,
         text=True,
         timeout=RUN_TIMEOUT,
         check=False,
     )
+
+
+def stdout_records(stdout: str) -> list[dict[str, Any]]:
+    """Every stdout line parsed as JSON (it fails on any line that is not: stdout is JSON only)."""
+    return [json.loads(line) for line in stdout.splitlines()]
+
+
+def events(stdout: str, kind: str) -> list[dict[str, Any]]:
+    """The run events of one kind (checkpoint, resumed, lr_changed) on stdout."""
+    return [r for r in stdout_records(stdout) if r.get("event") == kind]
 
 
 def summary(output_dir: Path) -> dict[str, Any]:

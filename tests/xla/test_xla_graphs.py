@@ -7,41 +7,19 @@ collectives are tested with gloo in tests/trainer.
 
 from __future__ import annotations
 
-import json
-import os
-import sys
 from pathlib import Path
 
 import pytest
 
-os.environ.setdefault("PJRT_DEVICE", "CPU")
 pytest.importorskip("torch_xla")
 
-TRAINER_SRC = Path(__file__).resolve().parents[2] / "trainer"
-if str(TRAINER_SRC) not in sys.path:
-    sys.path.insert(0, str(TRAINER_SRC))
+import torch
+import torch_xla.debug.metrics as met
 
-import torch  # noqa: E402
-import torch_xla.debug.metrics as met  # noqa: E402
-
-from trainium_trainer import checkpoint  # noqa: E402
-from trainium_trainer.config import parse_args  # noqa: E402
-from trainium_trainer.device import make_runtime  # noqa: E402
-from trainium_trainer.loop import train  # noqa: E402
-from trainium_trainer.synth import write_bert_shards  # noqa: E402
-
-# One layer and no dropout: compiling on CPU costs ~30 s per graph, and both tests share graphs.
-MODEL = {"size": "tiny", "num_hidden_layers": 1, "hidden_dropout_prob": 0.0}
-MODEL["attention_probs_dropout_prob"] = 0.0
-
-
-@pytest.fixture(scope="module")
-def setup(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """Shards and a model-config file shared by the module's tests."""
-    root = tmp_path_factory.mktemp("xla")
-    write_bert_shards(root / "data", shards=2, samples_per_shard=64, seq_len=64, seed=0)
-    (root / "model.json").write_text(json.dumps(MODEL), encoding="utf-8")
-    return root / "data", root / "model.json"
+from trainium_trainer import checkpoint
+from trainium_trainer.config import parse_args
+from trainium_trainer.device import make_runtime
+from trainium_trainer.loop import train
 
 
 def _args(setup: tuple[Path, Path], out: Path, steps: int) -> list[str]:

@@ -1,15 +1,20 @@
 """`python -m trainium_trainer TASK [options]`: parse, pick the device, train, exit.
 
-Mistakes the user can fix exit 2 with one `error:` line and no traceback; anything else is a bug
-and keeps its traceback.
+Outcomes a caller must tell apart get their own exit code and one line on stderr (no traceback):
+a mistake the user can fix (2), a diverged loss (3), a SIGTERM stop after checkpointing (143).
+Anything else is a bug and keeps its traceback. The line also goes to the container's termination
+log, where Kubernetes shows it in the pod status.
 """
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from collections.abc import Sequence
 
+from trainium_trainer import contract
 from trainium_trainer.config import UsageError, parse_args
+from trainium_trainer.errors import NonFiniteLoss, Preempted
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -25,9 +30,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         finally:
             rt.close()
     except UsageError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return _fail(f"error: {exc}", contract.EXIT_USAGE)
+    except NonFiniteLoss as exc:
+        return _fail(f"error: {exc}", contract.EXIT_DIVERGED)
+    except Preempted as exc:
+        return _fail(f"stopped: {exc}", contract.EXIT_PREEMPTED)
     return 0
+
+
+def _fail(line: str, code: int) -> int:
+    """Print the one line and leave it where Kubernetes picks up a termination message."""
+    print(line, file=sys.stderr, flush=True)
+    # "r+": write only where Kubernetes mounted the file, never create it.
+    with contextlib.suppress(OSError), open(contract.TERMINATION_LOG, "r+", encoding="utf-8") as f:
+        f.truncate()
+        f.write(line + "\n")
+    return code
 
 
 if __name__ == "__main__":

@@ -1,11 +1,16 @@
-"""Atomic checkpoints on rank 0, pruning, and finding the latest complete one to resume from.
+"""Atomic, checksummed checkpoints on rank 0, pruning, and finding the latest good one.
 
-A checkpoint is written to a temp file in the same directory, fsynced, then renamed: a write
-killed midway leaves only a temp file, which is never taken as a checkpoint.
+A checkpoint is written to a temp file in the same directory, fsynced, then renamed; then its
+manifest (size and SHA-256) is written the same way. A checkpoint counts only with its manifest,
+so a write killed midway is never taken; one whose bytes no longer match is skipped on resume and
+set aside, so it neither loads silently nor outranks fresh checkpoints when pruning.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import json
 import os
 import random
 import re
@@ -19,9 +24,12 @@ import torch
 
 from trainium_trainer.config import RunConfig, UsageError
 
-FORMAT = 1
+FORMAT = 2
 NAME = re.compile(r"^ckpt-(\d{8})\.pt$")
 TEMP_PREFIX = ".tmp-"
+#: Prefix of checkpoints set aside because their bytes do not match their manifest.
+CORRUPT_PREFIX = "corrupt-"
+_CHUNK = 1 << 24
 
 
 def checkpoint_path(directory: Path, step: int) -> Path:
@@ -29,12 +37,50 @@ def checkpoint_path(directory: Path, step: int) -> Path:
     return directory / f"ckpt-{step:08d}.pt"
 
 
+def manifest_path(path: Path) -> Path:
+    """The manifest beside a checkpoint: ckpt-00000010.pt -> ckpt-00000010.json."""
+    return path.with_suffix(".json")
+
+
 def complete_checkpoints(directory: Path) -> list[tuple[int, Path]]:
-    """(step, path) of finished checkpoints, oldest first; temp files never match."""
+    """(step, path) of checkpoints with a manifest, oldest first; temp files never match."""
     if not directory.is_dir():
         return []
     found = [(int(m.group(1)), p) for p in directory.iterdir() if (m := NAME.match(p.name))]
-    return sorted(found)
+    return sorted((step, p) for step, p in found if manifest_path(p).is_file())
+
+
+def sha256(path: Path) -> str:
+    """Hex SHA-256 of a file, read in chunks (checkpoints are GBs)."""
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def write(path: Path, step: int, save: Callable[[Path], None]) -> None:
+    """Write a checkpoint atomically, then its manifest: the manifest makes it count."""
+    atomic_write(path, save)
+    manifest: dict[str, Any] = {"format": FORMAT, "step": step, "bytes": path.stat().st_size}
+    manifest["sha256"] = sha256(path)
+    text = json.dumps(manifest, sort_keys=True) + "\n"
+    atomic_write(manifest_path(path), lambda temp: write_text(temp, text))
+
+
+def write_text(path: Path, text: str) -> None:
+    """Path.write_text without its return value (atomic_write wants a None writer)."""
+    path.write_text(text, encoding="utf-8")
+
+
+def verify(path: Path) -> None:
+    """Raise ValueError unless the file's size and SHA-256 match its manifest."""
+    manifest = json.loads(manifest_path(path).read_text(encoding="utf-8"))
+    size = path.stat().st_size
+    if size != manifest["bytes"]:
+        raise ValueError(f"{path.name}: {size} bytes, manifest says {manifest['bytes']}")
+    if sha256(path) != manifest["sha256"]:
+        raise ValueError(f"{path.name}: SHA-256 does not match its manifest")
 
 
 def _fsync_dir(directory: Path) -> None:
@@ -63,6 +109,7 @@ def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
 def prune(directory: Path, keep: int) -> None:
     """Keep the newest `keep` checkpoints and drop stale temp files of killed writers."""
     for _, path in complete_checkpoints(directory)[:-keep]:
+        manifest_path(path).unlink(missing_ok=True)  # first: without it the file never counts
         path.unlink(missing_ok=True)
     for path in directory.glob(f"{TEMP_PREFIX}*"):
         if not path.name.startswith(f"{TEMP_PREFIX}{os.getpid()}-"):
@@ -86,29 +133,39 @@ def restore_rng(state: dict[str, Any]) -> None:
 
 
 def load(path: Path) -> dict[str, Any]:
-    """Read one checkpoint (our own files, so full unpickling is allowed)."""
+    """Verify one checkpoint against its manifest, then read it (our own files: full unpickle)."""
+    verify(path)
     state = torch.load(path, map_location="cpu", weights_only=False)
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise ValueError(f"{path.name} is not a format-{FORMAT} checkpoint")
     return state
 
 
-def load_latest(directory: Path) -> tuple[Path, dict[str, Any]] | None:
-    """The newest checkpoint that loads; a corrupt one is reported and skipped."""
+def set_aside(path: Path) -> None:
+    """Rename a bad checkpoint and its manifest out of the ckpt-* namespace (kept for forensics)."""
+    for item in (path, manifest_path(path)):
+        with contextlib.suppress(FileNotFoundError):  # another rank may have moved it already
+            item.rename(item.with_name(CORRUPT_PREFIX + item.name))
+
+
+def load_latest(directory: Path, quarantine: bool = False) -> tuple[Path, dict[str, Any]] | None:
+    """The newest checkpoint that verifies and loads; bad ones are reported (and set aside)."""
     for _, path in reversed(complete_checkpoints(directory)):
         try:
             return path, load(path)
         except Exception as exc:  # any unreadable file: fall back to the previous one
             print(f"warning: skipping unreadable checkpoint {path}: {exc}", file=sys.stderr)
+            if quarantine:
+                set_aside(path)
     return None
 
 
-def resolve_resume(cfg: RunConfig) -> tuple[Path, dict[str, Any]] | None:
-    """What --resume asks for: auto (latest complete, if any), never, or an explicit PATH."""
+def resolve_resume(cfg: RunConfig, is_main: bool) -> tuple[Path, dict[str, Any]] | None:
+    """What --resume asks for: auto (latest good one, if any), never, or an explicit PATH."""
     if cfg.resume == "never" or cfg.extract_graphs_only:
         return None  # graph extraction must trace every step from the start
     if cfg.resume == "auto":
-        return load_latest(cfg.checkpoint_dir)
+        return load_latest(cfg.checkpoint_dir, quarantine=is_main)
     path = Path(cfg.resume)
     if not path.is_file():
         raise UsageError(f"--resume {cfg.resume}: no such checkpoint file")

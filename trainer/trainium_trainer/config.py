@@ -15,6 +15,8 @@ MODEL_SIZES = ("tiny", "mini", "small", "base", "large")
 PRECISIONS = ("bf16", "fp32")
 OPTIMIZERS = ("lamb", "adamw")
 DEFAULT_OUTPUT_DIR = "./output"
+#: neuronx-cc flags every task here needs (all are transformers), as AWS's BERT script adds them.
+COMPILER_DEFAULTS = ("--model-type=transformer",)
 
 
 class UsageError(Exception):
@@ -35,16 +37,19 @@ class RunConfig:
     lr: float = 1e-3
     model_config: str = "tiny"
     checkpoint_every: int = 0
+    checkpoint_minutes: float = 30.0
     keep_checkpoints: int = 3
     resume: str = "auto"
     seed: int = 0
     log_every: int = 10
     precision: str = "bf16"
-    optimizer: str = "lamb"
+    optimizer: str = "adamw"
     warmup_steps: int = 0
     max_grad_norm: float = 1.0
     allow_download: bool = False
     tokenizer: str | None = None
+    pretrained: str | None = None
+    eval_fraction: float = 0.1
     extract_graphs_only: bool = False
 
     @property
@@ -88,7 +93,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seq-len", type=_positive(int), default=64)
     p.add_argument("--lr", type=_positive(float), default=1e-3)
     p.add_argument("--model-config", default="tiny", help=f"{'|'.join(MODEL_SIZES)} or a JSON file")
-    p.add_argument("--checkpoint-every", type=_positive(int, True), default=0, help="0: end only")
+    p.add_argument("--checkpoint-every", type=_positive(int, True), default=0, help="steps; 0: off")
+    p.add_argument(
+        "--checkpoint-minutes",
+        type=_positive(float, True),
+        default=30.0,
+        help="also checkpoint when this many minutes passed since the last one; 0: off",
+    )
     p.add_argument("--keep-checkpoints", type=_positive(int), default=3)
     p.add_argument("--resume", default="auto", help="auto | never | PATH to a checkpoint")
     p.add_argument("--seed", type=int, default=0)
@@ -99,12 +110,35 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help=f"default ${contract.ENV_PRECISION} (the TrainiumJob's spec.precision) or bf16",
     )
-    p.add_argument("--optimizer", choices=OPTIMIZERS, default="lamb")
+    p.add_argument("--optimizer", choices=OPTIMIZERS, default="adamw", help="state kept in fp32")
     p.add_argument("--warmup-steps", type=_positive(int, True), default=0)
     p.add_argument("--max-grad-norm", type=_positive(float, True), default=1.0, help="0: off")
     p.add_argument("--allow-download", action="store_true", help="let transformers use the hub")
-    p.add_argument("--tokenizer", help="local tokenizer dir (text tasks); default: built-in vocab")
+    _add_text_flags(p)
     return p
+
+
+def _add_text_flags(p: argparse.ArgumentParser) -> None:
+    """Flags of the text tasks (text-classification, causal-lm)."""
+    p.add_argument("--tokenizer", help="local tokenizer dir (text tasks); default: built-in vocab")
+    p.add_argument(
+        "--pretrained",
+        help="text tasks: start from this model (local dir, or a hub id cached in $HF_HOME)",
+    )
+    p.add_argument(
+        "--eval-fraction",
+        type=_fraction,
+        default=0.1,
+        help="text tasks: share of the samples held out for evaluation (0: none)",
+    )
+
+
+def _fraction(text: str) -> float:
+    """Argparse type for a share in [0, 0.5]: at least half the data must stay for training."""
+    value = float(text)
+    if not 0.0 <= value <= 0.5:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 0.5, got {text}")
+    return value
 
 
 def parse_args(argv: Sequence[str] | None = None) -> RunConfig:
@@ -127,6 +161,19 @@ def _env_precision() -> str:
     if value not in PRECISIONS:
         raise UsageError(f"{contract.ENV_PRECISION}={value!r}; expected one of {PRECISIONS}")
     return value
+
+
+def compiler_flags(current: str) -> str:
+    """NEURON_CC_FLAGS plus COMPILER_DEFAULTS whose option the operator or user did not set."""
+    given = {flag.split("=", 1)[0] for flag in current.split()}
+    extra = [f for f in COMPILER_DEFAULTS if f.split("=", 1)[0] not in given]
+    return " ".join([*current.split(), *extra])
+
+
+def apply_compiler_defaults() -> None:
+    """Export the task's neuronx-cc defaults before torch-neuronx reads NEURON_CC_FLAGS."""
+    current = os.environ.get(contract.ENV_NEURON_CC_FLAGS, "")
+    os.environ[contract.ENV_NEURON_CC_FLAGS] = compiler_flags(current)
 
 
 def extract_graphs_only() -> bool:

@@ -23,6 +23,9 @@ ENV_PRECISION = "TRAINIUM_PRECISION"
 ENV_HF_HOME = "HF_HOME"
 #: "1" forbids hub downloads at run time (the default the operator sets).
 ENV_HF_OFFLINE = "HF_HUB_OFFLINE"
+#: Flags torch-neuronx passes to neuronx-cc; the operator puts --cache_dir and spec.compilerFlags
+#: there, and the trainer adds its task's defaults (--model-type=transformer) unless present.
+ENV_NEURON_CC_FLAGS = "NEURON_CC_FLAGS"
 
 STAGE_PRECOMPILE = "precompile"
 STAGE_TRAIN = "train"
@@ -31,6 +34,16 @@ STAGE_TRAIN = "train"
 MAX_STEPS_FLAG = "--max-steps"
 #: The default module the operator launches under torchrun.
 DEFAULT_MODULE = "trainium_trainer"
+
+# Exit codes of a trainer process, so whoever reads a pod's status can tell failures apart.
+#: A mistake the user can fix (bad flag, missing data); one `error:` line on stderr.
+EXIT_USAGE = 2
+#: The loss became NaN/inf; nothing non-finite was checkpointed; one `error:` line names the step.
+EXIT_DIVERGED = 3
+#: Stopped by SIGTERM (preemption) after checkpointing the step all ranks agreed on: 128 + 15.
+EXIT_PREEMPTED = 143
+#: Kubernetes shows this file's contents as the container's termination message.
+TERMINATION_LOG = "/dev/termination-log"
 
 TRAINER_ENV = (
     ENV_JOB_NAME,
@@ -54,4 +67,4 @@ ENV_MASTER_PORT = "MASTER_PORT"
 LAUNCHER_ENV = (ENV_RANK, ENV_WORLD_SIZE, ENV_LOCAL_RANK, ENV_MASTER_ADDR, ENV_MASTER_PORT)
 
 #: Every environment variable the trainer package reads (tests/trainer pins this).
-TRAINER_READS = TRAINER_ENV + LAUNCHER_ENV
+TRAINER_READS = (*TRAINER_ENV, *LAUNCHER_ENV, ENV_NEURON_CC_FLAGS)

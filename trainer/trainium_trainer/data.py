@@ -150,6 +150,17 @@ def row_shards(arrays: Arrays, world_size: int, name: str) -> list[Shard]:
     return [Shard(f"{name}-{r}", len(p["input_ids"]), _constant(p)) for r, p in enumerate(parts)]
 
 
+def split_rows(arrays: Arrays, fraction: float, seed: int) -> tuple[Arrays, Arrays | None]:
+    """(training rows, held-out rows or None): a seeded shuffle, the same on every rank."""
+    count = len(next(iter(arrays.values())))
+    held = round(count * fraction)
+    if held == 0:
+        return arrays, None
+    order = np.random.default_rng([seed, count]).permutation(count)
+    train, evaluate = np.sort(order[held:]), np.sort(order[:held])
+    return {k: v[train] for k, v in arrays.items()}, {k: v[evaluate] for k, v in arrays.items()}
+
+
 def _constant(arrays: Arrays) -> Callable[[], Arrays]:
     """A loader for rows already in memory."""
     return lambda: arrays

@@ -11,7 +11,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from trainium_trainer.checkpoint import atomic_write
+from trainium_trainer.checkpoint import atomic_write, write_text
 
 METRICS_FILE = "metrics.jsonl"
 SUMMARY_FILE = "summary.json"
@@ -56,6 +56,10 @@ class MetricsWriter:
                 if key != "step" and isinstance(value, int | float) and math.isfinite(value):
                     self._tb.add_scalar(f"train/{key}", value, record["step"])
 
+    def event(self, kind: str, **fields: Any) -> None:
+        """One JSON line on stdout for a run event (checkpoint, resume): stdout stays JSON only."""
+        print(json.dumps({"event": kind, **fields}, sort_keys=True, default=str), flush=True)
+
     def close(self) -> None:
         """Flush TensorBoard events."""
         if self._tb is not None:
@@ -73,10 +77,5 @@ def merge_summary(output_dir: Path, values: dict[str, Any]) -> dict[str, Any]:
             summary = {}
     summary.update(values)
     text = json.dumps(summary, indent=2, sort_keys=True) + "\n"
-    atomic_write(path, lambda temp: _write_text(temp, text))
+    atomic_write(path, lambda temp: write_text(temp, text))
     return summary
-
-
-def _write_text(path: Path, text: str) -> None:
-    """Path.write_text without its return value (atomic_write wants a None writer)."""
-    path.write_text(text, encoding="utf-8")

@@ -1,7 +1,8 @@
 """Model configs (named sizes or a local JSON file) and the transformers models of each task.
 
 Models are built from configs, never downloaded: pretraining starts from random weights, and the
-cluster needs no hub egress (AWS's script called from_pretrained in every rank).
+cluster needs no hub egress (AWS's script called from_pretrained in every rank). Fine-tuning
+starts from --pretrained: a local directory, or a hub id already in the $HF_HOME cache.
 """
 
 from __future__ import annotations
@@ -122,3 +123,30 @@ def gpt2_lm(config: Any) -> nn.Module:
     from transformers import GPT2LMHeadModel
 
     return GPT2LMHeadModel(config)
+
+
+def label_config(names: list[str]) -> dict[str, Any]:
+    """Label names in the model config, so the saved model says what its outputs mean."""
+    return {
+        "num_labels": len(names),
+        "id2label": dict(enumerate(names)),
+        "label2id": {name: i for i, name in enumerate(names)},
+    }
+
+
+def pretrained(kind: str, path: str, allow_download: bool, labels: list[str] | None = None) -> Any:
+    """A transformers model from a local dir or the $HF_HOME cache (the hub only if allowed)."""
+    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
+
+    kwargs: dict[str, Any] = {"local_files_only": not allow_download}
+    kwargs["attn_implementation"] = "eager"  # no data-dependent SDPA branches in the XLA graph
+    try:
+        if kind == "causal-lm":
+            return AutoModelForCausalLM.from_pretrained(path, **kwargs)
+        extra = label_config(labels or [])
+        return AutoModelForSequenceClassification.from_pretrained(
+            path, **kwargs, **extra, ignore_mismatched_sizes=True
+        )
+    except (OSError, ValueError) as exc:
+        hint = "" if allow_download else " (offline: pass --allow-download for the hub)"
+        raise UsageError(f"--pretrained {path}: {str(exc).splitlines()[0]}{hint}") from exc

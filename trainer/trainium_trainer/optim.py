@@ -1,66 +1,96 @@
-"""Optimizers (a small LAMB, or AdamW) and the warm-up/linear-decay schedule BERT phase 1 uses."""
+"""Optimizers (AdamW, or LAMB) with fp32 state, and the warm-up/linear-decay schedule of BERT.
+
+Moments live in fp32 whatever the parameters' dtype: a bf16 running average cannot move by less
+than 1/256 of itself, so beta2=0.999 leaves it stuck (AWS's default AdamW_FP32OptimParams keeps
+them in fp32 for the same reason). Parameters stay in their dtype; on Trainium the operator turns
+on the runtime's stochastic rounding for bf16 (NEURON_RT_STOCHASTIC_ROUNDING_EN).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 import torch
 from torch import nn
 
 NO_DECAY = ("bias", "LayerNorm", "layer_norm", "ln_", "norm.weight")
+Params = Iterable[nn.Parameter] | Iterable[dict[str, Any]]
 
 
-class Lamb(torch.optim.Optimizer):
-    """LAMB (You et al., 2019): Adam moments with a per-tensor trust ratio ||w|| / ||update||.
-
-    Branch-free (torch.where, tensor step count) so XLA traces one graph for every step.
-    """
+class _Fp32State(torch.optim.Optimizer):
+    """Adam moments in fp32 with a tensor step count: branch-free, so XLA traces one graph."""
 
     def __init__(
         self,
-        params: Iterable[nn.Parameter] | Iterable[dict[str, object]],
+        params: Params,
         lr: float = 1e-3,
         betas: tuple[float, float] = (0.9, 0.999),
         eps: float = 1e-6,
-        weight_decay: float = 0.01,
+        weight_decay: float = 0.0,
     ) -> None:
         defaults = {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay}
         super().__init__(params, defaults)
 
     @torch.no_grad()
     def step(self, closure: None = None) -> None:  # type: ignore[override]
-        """One LAMB update of every parameter that has a gradient."""
+        """One update of every parameter that has a gradient."""
         for group in self.param_groups:
-            beta1, beta2 = group["betas"]
             for p in group["params"]:
                 if p.grad is not None:
-                    self._update(p, group, beta1, beta2)
+                    update = self._direction(p, group)
+                    p.sub_((update * self._scale(p, update, group)).to(p.dtype))
 
-    def _update(self, p: torch.Tensor, group: dict, beta1: float, beta2: float) -> None:
-        """Update one parameter tensor in place."""
+    def _direction(self, p: torch.Tensor, group: dict[str, Any]) -> torch.Tensor:
+        """Update the fp32 moments of p; returns m_hat / (sqrt(v_hat) + eps) + wd * p in fp32."""
         state = self.state[p]
         if not state:
             state["step"] = torch.zeros((), dtype=torch.float32, device=p.device)
-            state["exp_avg"] = torch.zeros_like(p)
-            state["exp_avg_sq"] = torch.zeros_like(p)
+            state["exp_avg"] = torch.zeros_like(p, dtype=torch.float32)
+            state["exp_avg_sq"] = torch.zeros_like(p, dtype=torch.float32)
+        beta1, beta2 = group["betas"]
         step, m, v = state["step"], state["exp_avg"], state["exp_avg_sq"]
-        grad = p.grad
+        assert p.grad is not None  # step() only passes parameters with a gradient
+        grad = p.grad.float()
         step.add_(1.0)
         m.mul_(beta1).add_(grad, alpha=1.0 - beta1)
         v.mul_(beta2).addcmul_(grad, grad, value=1.0 - beta2)
-        m_hat = m / (1.0 - torch.pow(beta1, step)).to(m.dtype)
-        v_hat = v / (1.0 - torch.pow(beta2, step)).to(v.dtype)
+        m_hat, v_hat = m / (1.0 - torch.pow(beta1, step)), v / (1.0 - torch.pow(beta2, step))
         update = m_hat / (v_hat.sqrt() + group["eps"])
         if group["weight_decay"]:
-            update = update.add(p, alpha=group["weight_decay"])
-        w_norm = p.float().norm()
-        u_norm = update.float().norm()
+            update = update.add(p.float(), alpha=group["weight_decay"])
+        return update
+
+    def _scale(
+        self, p: torch.Tensor, update: torch.Tensor, group: dict[str, Any]
+    ) -> torch.Tensor | float:
+        """The step size applied to the update direction."""
+        raise NotImplementedError
+
+
+class AdamW(_Fp32State):
+    """AdamW (decoupled weight decay) with fp32 moments, like AWS's AdamW_FP32OptimParams."""
+
+    def _scale(
+        self, p: torch.Tensor, update: torch.Tensor, group: dict[str, Any]
+    ) -> torch.Tensor | float:
+        """The learning rate."""
+        return float(group["lr"])
+
+
+class Lamb(_Fp32State):
+    """LAMB (You et al., 2019): Adam moments with a per-tensor trust ratio ||w|| / ||update||."""
+
+    def _scale(
+        self, p: torch.Tensor, update: torch.Tensor, group: dict[str, Any]
+    ) -> torch.Tensor | float:
+        """The learning rate times the trust ratio (1 where either norm is zero)."""
+        w_norm, u_norm = p.float().norm(), update.norm()
         ones = torch.ones_like(w_norm)
-        trust = torch.where((w_norm > 0) & (u_norm > 0), w_norm / u_norm, ones)
-        p.sub_(update * (trust * group["lr"]).to(p.dtype))
+        return torch.where((w_norm > 0) & (u_norm > 0), w_norm / u_norm, ones) * group["lr"]
 
 
-def param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, object]]:
+def param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
     """Biases and norms get no weight decay (as in BERT's reference recipe)."""
     decay: list[nn.Parameter] = []
     no_decay: list[nn.Parameter] = []
@@ -74,11 +104,11 @@ def param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, object
 
 
 def build_optimizer(model: nn.Module, name: str, lr: float) -> torch.optim.Optimizer:
-    """LAMB for large-batch BERT pretraining, AdamW for everything else."""
+    """AdamW (AWS's default for BERT) or LAMB (large-batch pretraining), both with fp32 state."""
     groups = param_groups(model, weight_decay=0.01)
     if name == "lamb":
         return Lamb(groups, lr=lr)
-    return torch.optim.AdamW(groups, lr=lr, eps=1e-6)
+    return AdamW(groups, lr=lr)
 
 
 def build_scheduler(
@@ -93,3 +123,17 @@ def build_scheduler(
         return max(0.0, remaining / max(1, max_steps - warmup_steps))
 
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+def set_peak_lr(scheduler: torch.optim.lr_scheduler.LambdaLR, lr: float) -> float | None:
+    """Make `lr` the schedule's peak (after loading a checkpoint); returns the replaced peak."""
+    old = float(scheduler.base_lrs[0])
+    if old == lr:
+        return None
+    scheduler.base_lrs = [lr for _ in scheduler.base_lrs]
+    groups = scheduler.optimizer.param_groups
+    for group, fn in zip(groups, scheduler.lr_lambdas, strict=True):
+        group["initial_lr"] = lr
+        group["lr"] = lr * fn(scheduler.last_epoch)
+    scheduler._last_lr = [group["lr"] for group in groups]  # what get_last_lr() reports
+    return old

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import numpy as np
 import torch
@@ -28,6 +29,9 @@ class Task:
     model: nn.Module
     shards: list[data.Shard]
     vocab_size: int
+    #: What save_pretrained writes beside the model (text tasks), and the held-out split.
+    tokenizer: Any = None
+    eval_arrays: data.Arrays | None = None
 
     def batches(self, cfg: RunConfig, start: int) -> Iterator[Batch]:
         """Torch batches from micro-batch `start` on; the first is read and checked right away."""
@@ -52,25 +56,42 @@ def _bert_pretrain(cfg: RunConfig, rank: int, world: int) -> Task:
 
 
 def _text_classification(cfg: RunConfig, rank: int, world: int) -> Task:
-    """BERT sequence classification on local CSV/JSONL."""
+    """BERT (or --pretrained) sequence classification on local CSV/JSONL."""
     texts, labels = text.read_labelled(cfg.data_dir)
-    tok = text.load_tokenizer(cfg.tokenizer, texts, "word", cfg.allow_download)
+    names = sorted(set(labels))
+    tok = text.load_tokenizer(cfg.tokenizer or cfg.pretrained, texts, "word", cfg.allow_download)
     arrays = text.classification_arrays(texts, labels, tok, cfg.seq_len)
-    shards = data.rank_shards(data.row_shards(arrays, world, "text"), rank, world)
-    config = models.bert_config(
-        cfg.model_config, cfg.seq_len, tok.vocab_size, num_labels=len(set(labels))
-    )
-    return Task(cfg.task, models.bert_classifier(config), shards, config.vocab_size)
+    if cfg.pretrained:
+        model = models.pretrained("classification", cfg.pretrained, cfg.allow_download, names)
+    else:
+        extra = models.label_config(names)
+        config = models.bert_config(cfg.model_config, cfg.seq_len, tok.vocab_size, **extra)
+        model = models.bert_classifier(config)
+    return _text_task(cfg, rank, world, model, tok, arrays)
 
 
 def _causal_lm(cfg: RunConfig, rank: int, world: int) -> Task:
-    """GPT-2 next-token prediction on local .txt files."""
+    """GPT-2 (or --pretrained) next-token prediction on local .txt files."""
     docs = text.read_corpus(cfg.data_dir)
-    tok = text.load_tokenizer(cfg.tokenizer, docs, "char", cfg.allow_download)
+    tok = text.load_tokenizer(cfg.tokenizer or cfg.pretrained, docs, "char", cfg.allow_download)
     arrays = text.lm_arrays(docs, tok, cfg.seq_len)
-    shards = data.rank_shards(data.row_shards(arrays, world, "lm"), rank, world)
-    config = models.gpt2_config(cfg.model_config, cfg.seq_len, tok.vocab_size)
-    return Task(cfg.task, models.gpt2_lm(config), shards, config.vocab_size)
+    if cfg.pretrained:
+        model = models.pretrained("causal-lm", cfg.pretrained, cfg.allow_download)
+    else:
+        model = models.gpt2_lm(models.gpt2_config(cfg.model_config, cfg.seq_len, tok.vocab_size))
+    return _text_task(cfg, rank, world, model, tok, arrays)
+
+
+def _text_task(
+    cfg: RunConfig, rank: int, world: int, model: nn.Module, tok: Any, arrays: data.Arrays
+) -> Task:
+    """Hold out the evaluation split, shard the rest over ranks."""
+    vocab = int(model.get_input_embeddings().num_embeddings)  # type: ignore[operator]
+    if tok.vocab_size > vocab:
+        raise UsageError(f"tokenizer has {tok.vocab_size} tokens, the model only {vocab}")
+    train, held_out = data.split_rows(arrays, cfg.eval_fraction, cfg.seed)
+    shards = data.rank_shards(data.row_shards(train, world, cfg.task), rank, world)
+    return Task(cfg.task, model, shards, vocab, tok, held_out)
 
 
 BUILDERS: dict[str, Callable[[RunConfig, int, int], Task]] = {

@@ -75,6 +75,31 @@ class SimpleTokenizer:
             ids[row, : len(seq)] = seq
         return ids, (ids != self.pad_id).astype(np.int64)
 
+    def to_transformers(self) -> Any:
+        """The same vocabulary and splitting as a transformers fast tokenizer, for export.
+
+        Word mode lower-cases and splits like WORD and wraps text in [CLS] .. [SEP]; char mode
+        maps every character (causal LM adds no specials).
+        """
+        from tokenizers import Regex, Tokenizer, models, normalizers, pre_tokenizers, processors
+        from transformers import PreTrainedTokenizerFast
+
+        tok = Tokenizer(models.WordLevel(self.index, unk_token=SPECIALS[self.unk_id]))
+        if self.mode == "char":
+            tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
+        else:
+            tok.normalizer = normalizers.Lowercase()
+            split = pre_tokenizers.Split(Regex(WORD.pattern), behavior="isolated")
+            tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(), split])
+            specials = [(SPECIALS[self.cls_id], self.cls_id), (SPECIALS[self.sep_id], self.sep_id)]
+            template = f"{SPECIALS[self.cls_id]} $A {SPECIALS[self.sep_id]}"
+            tok.post_processor = processors.TemplateProcessing(
+                single=template, special_tokens=specials
+            )
+        names = ("pad_token", "unk_token", "cls_token", "sep_token")
+        roles = dict(zip(names, SPECIALS, strict=True))
+        return PreTrainedTokenizerFast(tokenizer_object=tok, **roles)
+
 
 class HFTokenizer:
     """A transformers tokenizer loaded from a local directory (or the hub if allowed)."""
@@ -103,16 +128,18 @@ class HFTokenizer:
 
 
 def load_tokenizer(path: str | None, texts: Sequence[str], mode: str, allow_download: bool) -> Any:
-    """--tokenizer PATH when given, else a vocabulary built from the training texts."""
+    """A local dir or cached hub id when given, else a vocabulary built from the training texts."""
     if path is None:
         return SimpleTokenizer.build(texts, mode)
-    if not allow_download and not Path(path).exists():
-        raise UsageError(f"tokenizer {path} not found locally (pass --allow-download for the hub)")
     from transformers import AutoTokenizer
 
     try:
         return HFTokenizer(AutoTokenizer.from_pretrained(path, local_files_only=not allow_download))
     except (OSError, ValueError) as exc:
+        if not allow_download and not Path(path).exists():
+            where = "no such directory, nor in the $HF_HOME cache"
+            msg = f"tokenizer {path} not found locally ({where}; --allow-download for the hub)"
+            raise UsageError(msg) from exc
         raise UsageError(f"cannot load tokenizer {path}: {str(exc).splitlines()[0]}") from exc
 
 
