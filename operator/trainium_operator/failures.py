@@ -192,15 +192,8 @@ LOG_RULES: tuple[Rule, ...] = (
 # with reason "Evict" and "Pod is evicted, because of preempt|reclaim" (pkg/scheduler/cache).
 _DISRUPTION_REASONS: Mapping[str, str] = {
     **dict.fromkeys(("PreemptionByScheduler", "PreemptionByKubeScheduler"), "Preempted"),
-    **dict.fromkeys(
-        (
-            "EvictionByEvictionAPI",
-            "DeletionByTaintManager",
-            "DeletionByPodGC",
-            "TerminationByKubelet",
-        ),
-        "Evicted",
-    ),
+    **dict.fromkeys(("EvictionByEvictionAPI", "DeletionByTaintManager"), "Evicted"),
+    **dict.fromkeys(("DeletionByPodGC", "TerminationByKubelet"), "Evicted"),
 }
 # status.reason set by the kubelet: node-pressure eviction, critical-pod preemption, graceful
 # node shutdown, and admission refusals (device plugin out of devices: "OutOf<resource>").
