@@ -17,6 +17,7 @@ from prometheus_client import Counter, Gauge, Histogram
 from prometheus_client import start_http_server as _serve
 
 if TYPE_CHECKING:
+    from trainium_operator.cost import Cost
     from trainium_operator.reconcile import Transition
 
 PHASES = ("Pending", "Precompiling", "Training", "Succeeded", "Failed")
@@ -54,6 +55,16 @@ CACHE_LOOKUPS = Counter(
     "trainium_operator_cache_lookups_total",
     "Compile-cache lookups, by result (hit or miss)",
     ["result"],
+)
+INSTANCE_HOURS = Counter(
+    "trainium_operator_instance_hours_total",
+    "Instance-hours of finished TrainiumJobs, by cost bucket and instance type",
+    ["bucket", "instance_type"],
+)
+ESTIMATED_COST = Counter(
+    "trainium_operator_estimated_cost_usd_total",
+    "Estimated USD of finished TrainiumJobs (priced instance types only), by bucket and type",
+    ["bucket", "instance_type"],
 )
 _lock = threading.Lock()
 _phases: dict[tuple[str, str], str] = {}
@@ -125,3 +136,24 @@ def _set_job_gauge() -> None:
         counts[phase] = counts.get(phase, 0) + 1
     for phase, n in counts.items():
         JOBS.labels(phase=phase).set(n)
+
+
+def cost_increments(cost: Cost) -> list[tuple[str, str, float, float | None]]:
+    """(bucket, instance type, instance-hours, USD or None) to add for one finished job."""
+    return [
+        (b, cost.instance_type, float(cost.instance_hours[b]), _usd(cost, b))
+        for b in cost.instance_hours
+    ]
+
+
+def _usd(cost: Cost, bucket: str) -> float | None:
+    usd = cost.usd(bucket)
+    return None if usd is None else float(usd)
+
+
+def count_cost(cost: Cost) -> None:
+    """Add a finished job's cost to the counters; call once per job (counters only grow)."""
+    for bucket, itype, hours, usd in cost_increments(cost):
+        INSTANCE_HOURS.labels(bucket=bucket, instance_type=itype).inc(hours)
+        if usd is not None:
+            ESTIMATED_COST.labels(bucket=bucket, instance_type=itype).inc(usd)
