@@ -22,6 +22,7 @@ from trainium_operator.jobstate import JobIndex, JobStateCollector, snapshot
 from trainium_operator.lifecycle import FAILURE_REASONS, Phase
 
 if TYPE_CHECKING:
+    from trainium_operator.cost import Cost
     from trainium_operator.reconcile import Transition
 
 PHASES = tuple(p.value for p in Phase)
@@ -72,6 +73,16 @@ CACHE_LOOKUPS = Counter(
 )
 JOB_STATES = JobStateCollector()
 REGISTRY.register(JOB_STATES)
+INSTANCE_HOURS = Counter(
+    "trainium_operator_instance_hours_total",
+    "Instance-hours of finished TrainiumJobs, by cost bucket and instance type",
+    ["bucket", "instance_type"],
+)
+ESTIMATED_COST = Counter(
+    "trainium_operator_estimated_cost_usd_total",
+    "Estimated USD of finished TrainiumJobs (priced instance types only), by bucket and type",
+    ["bucket", "instance_type"],
+)
 _lock = threading.Lock()
 
 
@@ -180,3 +191,24 @@ def count_compile(figures: tuple[tuple[str, float], ...]) -> None:
     """Add the compile seconds a job spent (compileSeconds) or a hit saved (savedSeconds)."""
     for name, seconds in figures:
         COMPILE_SECONDS.labels(kind="saved" if name == "savedSeconds" else "spent").inc(seconds)
+
+
+def cost_increments(cost: Cost) -> list[tuple[str, str, float, float | None]]:
+    """(bucket, instance type, instance-hours, USD or None) to add for one finished job."""
+    return [
+        (b, cost.instance_type, float(cost.instance_hours[b]), _usd(cost, b))
+        for b in cost.instance_hours
+    ]
+
+
+def _usd(cost: Cost, bucket: str) -> float | None:
+    usd = cost.usd(bucket)
+    return None if usd is None else float(usd)
+
+
+def count_cost(cost: Cost) -> None:
+    """Add a finished job's cost to the counters; call once per job (counters only grow)."""
+    for bucket, itype, hours, usd in cost_increments(cost):
+        INSTANCE_HOURS.labels(bucket=bucket, instance_type=itype).inc(hours)
+        if usd is not None:
+            ESTIMATED_COST.labels(bucket=bucket, instance_type=itype).inc(usd)
