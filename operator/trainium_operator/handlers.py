@@ -20,7 +20,13 @@ import kopf
 from kubernetes.client.exceptions import ApiException
 
 from trainium_operator import k8s, metrics, naming, peering
-from trainium_operator.builders import ANNOTATION_OWNER, LABEL_JOB, LABEL_MANAGED_BY, MANAGED_BY
+from trainium_operator.builders import (
+    ANNOTATION_OWNER,
+    LABEL_JOB,
+    LABEL_MANAGED_BY,
+    MANAGED_BY,
+    owner_name,
+)
 from trainium_operator.cache import LABEL_CACHE_ENTRY
 from trainium_operator.crd import GROUP, PLURAL, VERSION
 from trainium_operator.lifecycle import TERMINAL
@@ -59,6 +65,8 @@ def handle(key: Key) -> float | None:
         _written[key] = outcome.written_version
     if outcome.transition:
         metrics.count_transition(outcome.transition)
+        if outcome.transition.cost is not None:
+            metrics.count_cost(outcome.transition.cost)
     metrics.count_compile(outcome.cache_figures)
     if outcome.phase is None:
         forget(key)
@@ -232,9 +240,7 @@ def on_vcjob(
     """A Volcano job of ours changed: re-derive its owner's status right away."""
     if type is None or namespace is None:  # the initial listing: the job listing covers it
         return
-    owner = (meta.annotations or {}).get(ANNOTATION_OWNER) or f"{namespace}/{labels[LABEL_JOB]}"
-    ns, _sep, name = owner.partition("/")
-    _wake((ns, name))
+    _wake((namespace, owner_name(meta)))
 
 
 @kopf.on.event("", "v1", "pods", labels={LABEL_MANAGED_BY: MANAGED_BY})

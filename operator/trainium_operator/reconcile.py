@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from trainium_operator import actions, cache, crd, k8s, lifecycle, naming, status
+from trainium_operator import actions, cache, cost, crd, history, k8s, lifecycle, naming, status
 from trainium_operator.builders import Owner
 from trainium_operator.cachekey import cache_key, cache_name
 from trainium_operator.lifecycle import Action, Child, Decision, Observed
@@ -36,6 +36,8 @@ class Transition:
     message: str
     #: "hit" or "miss" when this pass decided the cache outcome for the first time.
     cache_outcome: str | None = None
+    #: The job's final cost, on the transition into Succeeded or Failed.
+    cost: cost.Cost | None = None
 
 
 @dataclass(frozen=True)
@@ -199,11 +201,12 @@ def _report(
     previous = _status_of(body)
     key = cache_key(spec) if spec else None
     owner_name = meta["name"]
+    now = now_iso()
     new = status.render(
         decision,
         previous,
         generation=int(meta.get("generation", 1)),
-        now=now_iso(),
+        now=now,
         cache_key=key,
         cache_name=cache_name(spec, key) if spec and key else None,
         precompile_job=_job_name(
@@ -217,10 +220,17 @@ def _report(
     last = _last_failure(obs) or previous.get("lastFailure")
     if last:
         new["lastFailure"] = last
+    new["history"] = history.advance(previous, new, now)
     if not status.changed(previous, new):
         return previous, None, None
+    job_cost = history.job_cost(spec, new["history"], now) if spec is not None else None
+    if job_cost is not None:  # as of this write: the estimate moves with the status, not the clock
+        new["cost"] = cost.status_fragment(job_cost)
     rv = k8s.patch_trainiumjob_status(meta["namespace"], owner_name, new)
-    return new, _announce(body, previous, new, decision, emit), rv
+    transition = _announce(body, previous, new, decision, emit)
+    if transition and decision.phase in lifecycle.TERMINAL:
+        transition = replace(transition, cost=job_cost)  # counted once, when the job finishes
+    return new, transition, rv
 
 
 def _last_failure(obs: Observed) -> Json | None:
