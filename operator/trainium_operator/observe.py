@@ -26,6 +26,8 @@ class Views:
     queue_parents: Mapping[str, str | None] = field(default_factory=dict)
     #: A pod of this job changed (failed, restarted): read the pods in this pass.
     pods_changed: bool = False
+    #: This pass's time (RFC 3339), for deadlines; empty: no deadline is judged.
+    now: str = ""
 
     def has_children(self, queue: str) -> bool:
         """Whether any known queue names this one as its parent (a non-leaf queue)."""
@@ -43,6 +45,8 @@ class Seen:
     #: The cache entry's writer lease and record as read (to take over or release them).
     lease: Json | None = None
     entry: cache.Entry | None = None
+    #: Seconds left of the startup deadline of a gang still unscheduled (a look is due then).
+    startup_left: float | None = None
 
 
 def observe(
@@ -55,8 +59,13 @@ def observe(
     ident = cache.identity(spec)
     entry, lease, holder, holder_job = _cache(ident, owner, spec.precompile.policy)
     stage, job = ("train", train) if train is not None else ("precompile", pre)
+    left = startup_left(job, spec.runPolicy.startupDeadlineSeconds, views.now)
+    stuck = left is not None and left <= 0
+    failure = (
+        stuck_failure(owner, stage) if stuck else stage_failure(owner, stage, _child(job), views)
+    )
     observed = Observed(
-        failure=stage_failure(owner, stage, _child(job), views),
+        failure=failure,
         policy=spec.precompile.policy,
         storage_ready=storage.ready,
         storage_blocker=storage.blocker,
@@ -72,7 +81,7 @@ def observe(
         training_message=_child_message(train),
         restarts=int(((train or {}).get("status") or {}).get("retryCount", 0)),
     )
-    return Seen(observed, storage.names, storage.volume, lease, entry)
+    return Seen(observed, storage.names, storage.volume, lease, entry, left)
 
 
 def _cache(
@@ -123,6 +132,27 @@ def stage_failure(owner: Owner, stage: str, child: Child, views: Views) -> failu
             tail = failures.LOG_TAIL_LINES
             logs[name] = k8s.pod_log_tail(owner.namespace, name, container, tail)
     return failures.classify_gang(pods, logs)
+
+
+def startup_left(job: Json | None, deadline: int | None, now: str) -> float | None:
+    """Seconds left before a still-unscheduled gang breaks runPolicy.startupDeadlineSeconds."""
+    if job is None or deadline is None or not now or _child(job) is not Child.PENDING:
+        return None
+    if int((job.get("status") or {}).get("retryCount") or 0):
+        return None  # a restart, not a start: the restart budget governs it
+    created = job["metadata"].get("creationTimestamp")
+    return None if not created else deadline - cache.seconds_between(created, now)
+
+
+def stuck_failure(owner: Owner, stage: str) -> failures.Failure:
+    """A gang unscheduled past its startup deadline: what the scheduler says is short."""
+    mine = builders.labels(owner, stage)
+    selector = ",".join(f"{k}={mine[k]}" for k in (builders.LABEL_JOB, builders.LABEL_STAGE))
+    found = failures.unschedulable(k8s.list_pods(owner.namespace, selector))
+    if found is not None:
+        return found
+    msg = f"the {stage} gang was not scheduled within runPolicy.startupDeadlineSeconds"
+    return failures.make_failure("Unschedulable", msg)
 
 
 def queue_blocker(name: str, views: Views) -> Blocker | None:

@@ -79,7 +79,7 @@ def reconcile(
         new, transition, rv = _report(body, lifecycle.invalid(exc.problems), None, emit)
         return Outcome(new.get("phase"), transition, written_version=rv)
     owner = Owner(name, namespace, body["metadata"].get("uid", ""))
-    seen = observe(spec, owner, views or Views(), lookup)
+    seen = observe(spec, owner, replace(views or Views(), now=now_iso()), lookup)
     deadline_in = _deadline_in(spec, previous)
     digests = crd.spec_digests(body)
     started = previous.get("specDigests") or {}
@@ -103,8 +103,14 @@ def reconcile(
         waiting=decision.blocker is not None,
         written_version=rv,
         cache_figures=_new_figures(previous, new),
-        deadline_in=deadline_in if deadline_in is not None and deadline_in > 0 else None,
+        deadline_in=_soonest(deadline_in, seen.startup_left),
     )
+
+
+def _soonest(*left: float | None) -> float | None:
+    """The nearest deadline still ahead, if any."""
+    ahead = [x for x in left if x is not None and x > 0]
+    return min(ahead) if ahead else None
 
 
 def _deadline_in(spec: TrainiumJobSpec, previous: Json) -> float | None:

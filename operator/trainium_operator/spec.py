@@ -126,6 +126,7 @@ class RunPolicy:
 
     maxRetries: int = 3
     rendezvousTimeoutSeconds: int = 1800
+    startupDeadlineSeconds: int | None = None
     activeDeadlineSeconds: int | None = None
     ttlSecondsAfterFinished: int | None = None
     suspend: bool = False

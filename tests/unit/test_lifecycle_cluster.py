@@ -189,3 +189,13 @@ def test_a_changed_graph_field_holds_the_job_and_names_the_field() -> None:
     assert d.actions == ()  # no training created, no cache record for other graphs
     assert d.blocker is not None and "spec.nodes" in d.blocker.message
     assert conds(obs)["Validated"] == ("False", "ImmutableFieldChanged")
+
+
+def test_an_unschedulable_gang_past_its_deadline_fails_and_is_stopped() -> None:
+    from trainium_operator.failures import make_failure
+
+    stuck = make_failure("Unschedulable", "pod x cannot be scheduled: 4 Insufficient neuron")
+    obs = Observed(storage_ready=True, cache_recorded=True, training=Child.PENDING, failure=stuck)
+    d = decide(obs)
+    assert d.phase is Phase.FAILED and d.actions == (Action.STOP_TRAINING,)
+    assert conds(obs)["Failed"] == ("True", "Unschedulable") and "Insufficient" in d.message

@@ -70,3 +70,36 @@ def test_static_volume(
     got = observe._static_volume(volume, found_claim)
     assert (got.ready, got.released) == (ready, released)
     assert (got.blocker.reason if got.blocker else None) == reason
+
+
+def vcjob(phase: str, created: str, retries: int = 0) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "job-train", "creationTimestamp": created},
+        "status": {"state": {"phase": phase}, "retryCount": retries},
+    }
+
+
+def test_startup_deadline_counts_from_the_gangs_creation_while_it_is_unscheduled() -> None:
+    now = "2026-11-22T10:10:00Z"
+    created = "2026-11-22T10:00:00Z"
+    assert observe.startup_left(vcjob("Pending", created), 900, now) == 300.0
+    assert observe.startup_left(vcjob("Pending", created), 600, now) == 0.0
+    assert observe.startup_left(vcjob("Running", created), 60, now) is None
+    assert observe.startup_left(vcjob("Pending", created, retries=1), 60, now) is None
+    assert observe.startup_left(vcjob("Pending", created), None, now) is None
+
+
+def test_a_stuck_gang_names_what_is_short(monkeypatch: pytest.MonkeyPatch) -> None:
+    from trainium_operator.builders import Owner
+
+    pod = {
+        "metadata": {"name": "job-train-node-0-0"},
+        "status": {"phase": "Pending", "conditions": [{
+            "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+            "message": "0/4 nodes are available: 4 Insufficient aws.amazon.com/neuron.",
+        }]},
+    }  # fmt: skip
+    monkeypatch.setattr(k8s, "list_pods", lambda ns, selector: [pod])
+    failure = observe.stuck_failure(Owner("job", "ns", "u"), "train")
+    assert failure.reason == "Unschedulable" and failure.short == "aws.amazon.com/neuron"
+    assert failure.retry is False
