@@ -51,8 +51,8 @@ test-xla: ## Trainer tests on torch-xla (PJRT CPU) in .venv-xla (~4 GB download,
 	PJRT_DEVICE=CPU .venv-xla/bin/python -m pytest -q -p no:cacheprovider --confcutdir=tests/xla tests/xla
 
 lint: $(STAMP) ## ruff and mypy (hadolint and yamllint run inside `make test`)
-	$(BIN)/ruff check operator trainer tests
-	$(BIN)/ruff format --check operator trainer tests
+	$(BIN)/ruff check operator trainer tests bench
+	$(BIN)/ruff format --check operator trainer tests bench
 	$(BIN)/mypy operator trainer
 
 crds: ## Regenerate the chart's CRD template from crds/ (the single source)

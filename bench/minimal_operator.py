@@ -46,12 +46,17 @@ def create(namespace: str, name: str, uid: str, patch: kopf.Patch, **_: Any) -> 
     body = {
         "apiVersion": "batch.volcano.sh/v1alpha1",
         "kind": "Job",
-        "metadata": {"name": naming.vcjob_name(name, "precompile"), "ownerReferences": [owner],
-                     "labels": {f"{GROUP}/job-name": name}},  # fmt: skip
+        "metadata": {
+            "name": naming.vcjob_name(name, "precompile"),
+            "ownerReferences": [owner],
+            "labels": {f"{GROUP}/job-name": name},
+        },
         "spec": {"queue": "default", "minAvailable": 1, "tasks": []},
     }
     try:
-        _api().create_namespaced_custom_object("batch.volcano.sh", "v1alpha1", namespace, "jobs", body)
+        _api().create_namespaced_custom_object(
+            "batch.volcano.sh", "v1alpha1", namespace, "jobs", body
+        )
     except kubernetes.client.ApiException as exc:
         if exc.status != 409:
             raise

@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import common
+from kmock._internal import references
+
 from emulator import K8sEmulator
 from fleet import DRIVER_AGENT, TJS, VCJOBS, Cluster, count_by_verb, good_spec
 from harness import OPERATOR_COMMAND, OperatorProcess, make_emulator
-from kmock._internal import references
-
 from trainium_operator import naming
 
 MINIMAL = [sys.executable, "-m", "kopf", "run", "--standalone", "--all-namespaces",
@@ -48,7 +48,8 @@ def start(kind: str, workdir: Path, env: dict[str, str] | None = None) -> tuple[
     cluster = Cluster(workdir, emulator=make_emulator(TimedEmulator))
     cluster.start()
     command = OPERATOR_COMMAND if kind == "product" else MINIMAL
-    op = OperatorProcess(command, workdir / f"{kind}.log", env={**cluster.operator_env(), **(env or {})})
+    env = {**cluster.operator_env(), **(env or {})}
+    op = OperatorProcess(command, workdir / f"{kind}.log", env=env)
     op.start(timeout=60)
     time.sleep(1)  # the initial listings are start-up cost, not per job
     return cluster, op
@@ -90,7 +91,8 @@ def burst(kind: str, n: int, workdir: Path) -> dict[str, Any]:
         "operator": kind, "jobs": n,
         "p50_s": common.percentile(latencies, 50), "p99_s": common.percentile(latencies, 99),
         "drain_s": drained, "lifecycle_s": lifecycle,
-        "writes": per_job.get("writes", 0), "min_writes": min_writes, "reads": per_job.get("reads", 0),
+        "writes": per_job.get("writes", 0), "min_writes": min_writes,
+        "reads": per_job.get("reads", 0),
         "watches": per_job.get("watches", 0), "404s": per_job.get("404s", 0),
         "cpu_ms_per_job": (cpu1 - cpu0) * 1000 / n,
         "rss_start_mb": rss0, "rss_end_mb": rss1, "rss_kb_per_job": (rss1 - rss0) * 1024 / n,
@@ -105,17 +107,17 @@ def waiting(seconds: float, workdir: Path) -> dict[str, Any]:
         cluster.wait(lambda: cluster.phases().get("waiting") == "Pending", 60, "Pending")
         mark = len(cluster.emulator.api_requests)
         time.sleep(seconds)
-        requests = [
-            r for r in cluster.emulator.api_requests[mark:] if r.user_agent != DRIVER_AGENT
-        ]
+        requests = [r for r in cluster.emulator.api_requests[mark:] if r.user_agent != DRIVER_AGENT]
     finally:
         op.stop()
         cluster.stop()
-    return {"seconds": seconds, "requests": len(requests), "per_hour": len(requests) * 3600 / seconds}
+    per_hour = len(requests) * 3600 / seconds
+    return {"seconds": seconds, "requests": len(requests), "per_hour": per_hour}
 
 
-COLUMNS = ["operator", "jobs", "p50_s", "p99_s", "drain_s", "lifecycle_s", "writes", "min_writes", "reads",
-           "watches", "404s", "cpu_ms_per_job", "rss_start_mb", "rss_end_mb", "rss_kb_per_job"]  # fmt: skip
+COLUMNS = ["operator", "jobs", "p50_s", "p99_s", "drain_s", "lifecycle_s", "writes", "min_writes",
+           "reads", "watches", "404s", "cpu_ms_per_job", "rss_start_mb", "rss_end_mb",
+           "rss_kb_per_job"]  # fmt: skip
 
 
 def report(results: list[dict[str, Any]], wait: dict[str, Any] | None) -> str:
@@ -131,8 +133,10 @@ def report(results: list[dict[str, Any]], wait: dict[str, Any] | None) -> str:
     if ratios:
         out += ["Ratios product / minimal:", "", common.table(["jobs", *ratio_cols], ratios), ""]
     if wait:
-        out.append(f"Waiting job (missing queue), {wait['seconds']:.0f} s observed: "
-                   f"{wait['requests']} requests = {wait['per_hour']:.0f} requests per hour")  # fmt: skip
+        out.append(
+            f"Waiting job (missing queue), {wait['seconds']:.0f} s observed: "
+            f"{wait['requests']} requests = {wait['per_hour']:.0f} requests per hour"
+        )
     return "\n".join(out)
 
 
@@ -148,7 +152,8 @@ def main(argv: list[str] | None = None) -> int:
             for kind in args.operators:
                 results.append(burst(kind, n, Path(tmp) / f"{kind}-{n}"))
                 print(f"# {kind} {n}: {results[-1]}", file=sys.stderr, flush=True)
-        wait = waiting(args.waiting_seconds, Path(tmp) / "waiting") if args.waiting_seconds else None
+        seconds = args.waiting_seconds
+        wait = waiting(seconds, Path(tmp) / "waiting") if seconds else None
     print(report(results, wait))
     return 0
 

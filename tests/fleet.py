@@ -9,6 +9,7 @@ not cost 1,000 processes.
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections import Counter
@@ -54,7 +55,9 @@ def good_spec(queue: str, cache: str, **overrides: Any) -> Obj:
 class Cluster:
     """A private emulator with the CRD, a namespace, a queue and a claim; driven over HTTP."""
 
-    def __init__(self, workdir: Path, namespace: str = "fleet", emulator: K8sEmulator | None = None):
+    def __init__(
+        self, workdir: Path, namespace: str = "fleet", emulator: K8sEmulator | None = None
+    ) -> None:
         self.workdir, self.namespace, self.queue = workdir, namespace, "fleet-queue"
         self.server = EmulatorServer(make_emulator() if emulator is None else emulator)
         self.kubeconfig = workdir / "kubeconfig"
@@ -143,7 +146,7 @@ class Cluster:
         for name in names:
             history = self.phase_history(name)
             ranks = [PHASE_ORDER.get(p, -1) for p in history]
-            if any(b < a for a, b in zip(ranks, ranks[1:], strict=False)):
+            if any(b < a for a, b in itertools.pairwise(ranks)):
                 out[name] = history
         return out
 
@@ -160,9 +163,9 @@ class Cluster:
 
         def read() -> list[tuple[str, str | None, str]]:
             added = Counter(
-                (str(res), e["object"]["metadata"].get("namespace"), e["object"]["metadata"]["name"])
+                (str(res), md.get("namespace"), md["name"])
                 for _, res, e in self.emulator._log
-                if e["type"] == "ADDED"
+                if e["type"] == "ADDED" and (md := e["object"]["metadata"])
             )
             return [key for key, n in added.items() if n > 1]
 
