@@ -140,3 +140,49 @@ def _reset(request: rendering.Request) -> None:
     if sock is not None:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
     transport.abort()
+
+
+class KillSwitch(FaultInjector):
+    """Kills the operator once, at the nth request matching `match`: before or after answering.
+
+    "After" is a crash right after a write went through (the operator never saw the answer);
+    "before" is a crash during the request (the write never happens).
+    """
+
+    def __init__(
+        self,
+        match: Callable[[ApiRequest], bool],
+        kill: Callable[[], None],
+        *,
+        after: bool,
+        nth: int = 1,
+    ) -> None:
+        super().__init__(FaultPlan())
+        self.match, self.kill, self.after, self.nth = match, kill, after, nth
+        self.fired = False
+
+    def pick(self, record: ApiRequest) -> str | None:
+        if self.fired or record.client not in self.plan.clients or not self.match(record):
+            return None
+        self.nth -= 1
+        if self.nth > 0:
+            return None
+        self.fired = True
+        return "kill"
+
+    async def respond(
+        self,
+        kind: str,
+        request: rendering.Request,
+        record: ApiRequest,
+        answer: Answer,
+        render: Render,
+    ) -> aiohttp.web.StreamResponse:
+        record.fault = f"kill-{'after' if self.after else 'before'}"
+        if self.after:
+            response = await answer(request)
+            self.kill()
+            return response
+        self.kill()
+        _reset(request)
+        return aiohttp.web.Response(status=500)  # never sent
