@@ -21,7 +21,8 @@ SETTLE_SECONDS = 60
 #: After a bad job failed, this long without a single write about it means no retry loop
 #: (kopf's retries and the operator's resync come back within 20 s).
 QUIET_SECONDS = 25
-HUGE_ENV = [{"name": f"V{i}", "value": "x" * 40_000} for i in range(200)]
+# Over maxItems (128) and one value over maxLength (32768), within aiohttp's 1 MB request cap.
+HUGE_ENV = [{"name": f"V{i}", "value": "x" * (40_000 if i == 0 else 5_000)} for i in range(129)]
 
 
 def bad_cases(queue: str) -> dict[str, tuple[Any, str]]:
@@ -69,7 +70,9 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Cluster, f
 def test_bad_spec_fails_once_naming_the_field(case: str, fleet: tuple[Cluster, float]) -> None:
     cluster, settled = fleet
     field = bad_cases(cluster.queue)[case][1]
-    status = (cluster.jobs()[case].get("status")) or {}
+    job = cluster.jobs().get(case)
+    assert job is not None, f"{case} was deleted; its phases were {cluster.phase_history(case)}"
+    status = job.get("status") or {}
     failed = next((c for c in status.get("conditions", []) if c["type"] == "Failed"), {})
     assert (status.get("phase"), failed.get("reason")) == ("Failed", "InvalidSpec"), status
     assert field in failed.get("message", ""), failed
