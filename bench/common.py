@@ -49,3 +49,12 @@ def _cell(value: object) -> str:
     if isinstance(value, float):
         return f"{value:.3g}" if abs(value) < 100 else f"{value:,.0f}"
     return str(value)
+
+
+def free_port() -> int:
+    """A free loopback TCP port (torchrun's rendezvous)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])

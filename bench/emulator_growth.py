@@ -4,7 +4,7 @@ The same requests in batches, against an emulator that keeps every request (kmoc
 `keep_requests = True`) and one that forgets answered ones (the default); the claim is the
 ratio of the last batch's time to the first within each. Usage:
 
-    python bench/emulator_growth.py [--batches 5 --per-batch 1000]
+    python bench/emulator_growth.py [--batches 4 --per-batch 200]
 """
 
 from __future__ import annotations
@@ -42,8 +42,8 @@ def batch_seconds(keep: bool, batches: int, per_batch: int) -> list[float]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--batches", type=int, default=5)
-    p.add_argument("--per-batch", type=int, default=1000)
+    p.add_argument("--batches", type=int, default=4)
+    p.add_argument("--per-batch", type=int, default=200)
     args = p.parse_args(argv)
     rows = []
     for keep in (True, False):

@@ -115,8 +115,12 @@ class Cluster:
         with ThreadPoolExecutor(threads) as pool:
             list(pool.map(lambda item: self.create_job(*item), specs.items()))
 
-    def start_volcano(self, steps: tuple[str, ...] = ("Running", "Completed")) -> VolcanoStandIn:
-        self.volcano = VolcanoStandIn(self, steps)
+    def start_volcano(
+        self,
+        steps: tuple[str, ...] = ("Running", "Completed"),
+        hold: dict[str, float] | None = None,
+    ) -> VolcanoStandIn:
+        self.volcano = VolcanoStandIn(self, steps, hold=hold)
         self.volcano.start()
         return self.volcano
 
@@ -194,10 +198,22 @@ class Cluster:
 
 
 class VolcanoStandIn:
-    """Moves every Volcano job through `steps`, one step per sweep, as Volcano's controller."""
+    """Moves every Volcano job through `steps`, one step per sweep, as Volcano's controller.
 
-    def __init__(self, cluster: Cluster, steps: tuple[str, ...], interval: float = 0.2):
+    `hold` keeps a stage's jobs (by their trainium.dev/stage label) in their first step for that
+    many seconds: a compile or a training run that takes time.
+    """
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        steps: tuple[str, ...],
+        interval: float = 0.2,
+        hold: dict[str, float] | None = None,
+    ) -> None:
         self.cluster, self.steps, self.interval = cluster, steps, interval
+        self.hold = hold or {}
+        self.entered: dict[str, float] = {}  # job name -> when it entered its first step
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="volcano", daemon=True)
         self.errors: list[str] = []
@@ -214,8 +230,17 @@ class VolcanoStandIn:
             for job in self.cluster.server.list(VCJOBS):
                 phase = ((job.get("status") or {}).get("state") or {}).get("phase")
                 index = self.steps.index(phase) + 1 if phase in self.steps else 0
-                if index < len(self.steps):
+                if index < len(self.steps) and not self._held(job["metadata"], index):
                     self._patch(job["metadata"], self.steps[index])
+
+    def _held(self, md: Obj, index: int) -> bool:
+        """Whether a job stays in its first step a while longer (see `hold`)."""
+        if index == 0:
+            self.entered[md["name"]] = time.monotonic()
+            return False
+        stage = (md.get("labels") or {}).get("trainium.dev/stage", "")
+        held_for = time.monotonic() - self.entered.get(md["name"], 0.0)
+        return index == 1 and held_for < self.hold.get(stage, 0.0)
 
     def _patch(self, md: Obj, phase: str) -> None:
         body = {"status": {"state": {"phase": phase}}}
