@@ -22,6 +22,7 @@ from harness import OPERATOR_COMMAND, OperatorProcess
 
 
 def run(together: bool, work: Path, compile_s: float, train_s: float) -> list[object]:
+    work.mkdir(parents=True)
     cluster = Cluster(work)
     cluster.start()
     op = OperatorProcess(OPERATOR_COMMAND, work / "operator.log", env=cluster.operator_env())
