@@ -1,8 +1,10 @@
 """XLA graph counts vs steps, per task, with and without grad accumulation and a checkpoint.
 
 Runs in .venv-xla (torch-xla on PJRT CPU; `make test-xla` builds it). For each configuration
-it trains N steps and records torch_xla's UncachedCompile counter after every step: the claim
-is that the count stops growing after warm-up (a growing count means shape-driven recompiles).
+it trains N steps and records how many graphs torch_xla compiled anew (UncachedCompile) after
+every step: the claim is that the count stops growing after warm-up (a growing count means
+shape-driven recompiles). All configurations run in one process, in table order, so a row counts
+only graphs that no earlier row compiled (0: it reuses every graph compiled before it).
 Usage (from the repository root):
 
     PJRT_DEVICE=CPU .venv-xla/bin/python bench/xla_graphs.py [--steps 12]
@@ -83,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
                 seen = counts(task, data, model, out, args.steps, accum, ckpt)
                 rows.append((task, accum, ckpt or "-", seen[0], seen[-1], seen))
                 print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
-    print("| task | grad accum | checkpoint every | graphs after step 1 | after last | per step |")
+    print("| task | grad accum | checkpoint every | new graphs: step 1 | last step | per step |")
     print("|---|---|---|---|---|---|")
     for task, accum, ckpt, first, last, seen in rows:
         print(f"| {task} | {accum} | {ckpt} | {first} | {last} | {' '.join(map(str, seen))} |")
