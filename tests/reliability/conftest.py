@@ -5,12 +5,11 @@ Each test builds its own emulator (tests/fleet.py), so faults and kills stay ins
 
 from __future__ import annotations
 
-import os
-import signal
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from reliability_kit import StartOperator
 
 from fleet import Cluster
 from harness import OPERATOR_COMMAND, OPERATORS, OperatorProcess
@@ -23,9 +22,6 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
     c.start()
     yield c
     c.stop()
-
-
-StartOperator = Callable[[Cluster], OperatorProcess]
 
 
 @pytest.fixture
@@ -44,13 +40,3 @@ def start_operator(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[S
     yield start
     for proc in started:
         proc.stop()
-
-
-def sigkill(proc: OperatorProcess) -> Callable[[], None]:
-    """A kill switch's action: SIGKILL the operator's current process, right now."""
-
-    def kill() -> None:
-        assert proc.process is not None
-        os.kill(proc.process.pid, signal.SIGKILL)
-
-    return kill

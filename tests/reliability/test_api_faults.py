@@ -8,8 +8,8 @@ from collections import Counter
 from collections.abc import Iterator
 
 import pytest
+from reliability_kit import StartOperator
 
-from conftest import StartOperator
 from faults import FaultInjector, FaultPlan
 from fleet import VCJOBS, Cluster, good_spec
 from harness import OPERATOR_COMMAND, OperatorProcess

@@ -10,8 +10,8 @@ from collections import Counter
 from collections.abc import Callable
 
 import pytest
+from reliability_kit import StartOperator, sigkill
 
-from conftest import StartOperator, sigkill
 from faults import KillSwitch
 from fleet import Cluster, good_spec
 from harness import OperatorProcess
