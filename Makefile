@@ -9,8 +9,8 @@ STAMP := $(VENV)/.installed
 TOOLS := .tools/bin
 export PATH := $(abspath $(BIN)):$(abspath $(TOOLS)):$(PATH)
 
-.PHONY: help install run test test-unit test-e2e test-chart test-xla lint crds verify helm promtool \
-	render chart-docs clean
+.PHONY: help install run test test-unit test-e2e test-chart test-xla test-reliability bench lint \
+	crds verify helm promtool render chart-docs clean
 
 help: ## Show the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-11s %s\n", $$1, $$2}'
@@ -62,9 +62,22 @@ test-xla: ## Trainer tests on torch-xla (PJRT CPU) in .venv-xla (~4 GB download,
 	# --confcutdir: tests/conftest.py serves the emulator (aiohttp), which .venv-xla does not have.
 	PJRT_DEVICE=CPU .venv-xla/bin/python -m pytest -q -p no:cacheprovider --confcutdir=tests/xla tests/xla
 
+test-reliability: $(STAMP) ## API faults, operator kills, bad input, trainer kills (minutes)
+	$(BIN)/python -m pytest -q -p no:cacheprovider --reliability tests/reliability
+
+BENCH_JOBS ?= 100 500 1000
+bench: $(STAMP) ## Benchmarks behind BENCHMARKS.md (BENCH_JOBS="100 500 1000")
+	$(BIN)/python bench/build_vcjob.py
+	$(BIN)/python bench/emulator_growth.py
+	$(BIN)/python bench/operator_scale.py --jobs $(BENCH_JOBS)
+	$(BIN)/python bench/compile_cache.py
+	$(BIN)/python bench/trainer_loop.py
+	if [ -x .venv-xla/bin/python ]; then PJRT_DEVICE=CPU .venv-xla/bin/python bench/xla_graphs.py; \
+	else echo "bench/xla_graphs.py skipped: run make test-xla first (builds .venv-xla)"; fi
+
 lint: $(STAMP) ## ruff and mypy (hadolint and yamllint run inside `make test`)
-	$(BIN)/ruff check operator trainer tests
-	$(BIN)/ruff format --check operator trainer tests
+	$(BIN)/ruff check operator trainer tests bench
+	$(BIN)/ruff format --check operator trainer tests bench
 	$(BIN)/mypy operator trainer
 
 crds: ## Regenerate the chart's CRD template from crds/ (the single source)

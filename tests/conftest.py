@@ -23,6 +23,20 @@ from harness import OPERATORS, EmulatorServer, apply, kubectl, make_emulator, wr
 from k8s_semantics import ApiRequest  # noqa: E402
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--reliability", action="store_true",
+        help="also collect tests/reliability (minutes long; `make test-reliability`)",
+    )  # fmt: skip
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """tests/reliability runs only when asked for: it takes minutes, not seconds."""
+    if collection_path == Path(__file__).parent / "reliability":
+        return not config.getoption("--reliability")
+    return None
+
+
 @pytest.fixture(scope="session")
 def k8s() -> Iterator[EmulatorServer]:
     """The API emulator, serving over HTTP for kubectl, the python client and the operator."""

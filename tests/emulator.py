@@ -9,12 +9,14 @@ real API server. Pinned to kmock==0.8: it uses kmock's private hooks (`_handle`,
 from __future__ import annotations
 
 import asyncio
+import bisect
 import copy
 import datetime
 import re
+import time
 import uuid
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp.web
 import jsonpatch
@@ -23,7 +25,17 @@ import yaml
 from kmock._internal import apps, enums, parsing, references, rendering
 
 import controllers
-from k8s_semantics import ApiRequest, SelectorError, field_values, match_selector, merge_patch
+from k8s_semantics import (
+    ApiRequest,
+    SelectorError,
+    field_values,
+    generated_name,
+    match_selector,
+    merge_patch,
+)
+
+if TYPE_CHECKING:
+    from faults import FaultInjector
 
 Obj = dict[str, Any]
 Key = tuple[references.resource, str | None, str]
@@ -65,6 +77,8 @@ class K8sEmulator(kmock.KubernetesEmulator):
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
         self.api_requests: list[ApiRequest] = []
+        self.keep_requests = False  # True: kmock keeps every request (`list(emulator)`), O(n^2)
+        self.faults: FaultInjector | None = None  # tests/faults.py, for the reliability suite
         self._rv = 0
         self._log: list[tuple[int, references.resource, Obj]] = []  # every event, for watch replay
         self._outcomes: dict[rendering.Request, Obj] = {}
@@ -90,22 +104,49 @@ class K8sEmulator(kmock.KubernetesEmulator):
     async def _handle(self, request: rendering.Request) -> aiohttp.web.StreamResponse:
         record = self._record(request)
         try:
+            fault = self.faults.pick(record) if self.faults and record else None
+            if fault is None:
+                response = await self._answer(request)
+            else:  # tests/faults.py: an injected 500/429/409/reset instead of (or after) the answer
+                assert self.faults is not None and record is not None
+                response = await self.faults.respond(
+                    fault, request, record, self._answer, self._render_error
+                )
+        finally:
+            self._outcomes.pop(request, None)
+            self._forget(request)
+        if record is not None:
+            record.code = response.status
+        return response
+
+    async def _answer(self, request: rendering.Request) -> aiohttp.web.StreamResponse:
+        """Change state (under the lock) and answer, as the API server would."""
+        try:
             if request.resource is not None and request.resource.plural:
                 async with self._lock:
                     if (outcome := await self._change(request)) is not None:
                         self._outcomes[request] = outcome
                         await self._run_controllers()
             # Skip kmock's own _handle: it would apply the change a second time, naively.
-            response = await apps.RawHandler._handle(self, request)
+            return await apps.RawHandler._handle(self, request)
         except kmock.KubernetesError as e:
-            response = await self._render_error(e)
+            return await self._render_error(e)
         except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as e:
-            response = await self._render_error(_error(422, "Invalid", str(e)))  # k8s: not a 500
-        finally:
-            self._outcomes.pop(request, None)
-        if record is not None:
-            record.code = response.status
-        return response
+            return await self._render_error(_error(422, "Invalid", str(e)))  # k8s: not a 500
+
+    def _forget(self, request: rendering.Request) -> None:
+        """Drop an answered request from kmock's records, unless a test asked to keep them.
+
+        kmock 0.8 keeps every request it served and, to route each new one, scans them all
+        (`request in payload._source` iterates the history): O(n^2) over a session.
+        """
+        if self.keep_requests:
+            return
+        for served in (self._requests, *(p._requests for p in self._payloads)):
+            for i in range(len(served) - 1, -1, -1):  # by identity; answered ones are recent
+                if served[i] is request:
+                    del served[i]
+                    break
 
     def _record(self, request: rendering.Request) -> ApiRequest | None:
         res = request.resource
@@ -120,7 +161,7 @@ class K8sEmulator(kmock.KubernetesEmulator):
             verb = {"get": "list", "delete": "deletecollection"}.get(verb, verb)
         record = ApiRequest(
             verb, res.group or "", res.plural, request.subresource, request.namespace,
-            request.name, self._header(request, "user-agent"),
+            request.name, self._header(request, "user-agent"), at=time.monotonic(),
         )  # fmt: skip
         self.api_requests.append(record)
         return record
@@ -176,7 +217,7 @@ class K8sEmulator(kmock.KubernetesEmulator):
         else:
             md.pop("namespace", None)
         if not md.get("name") and md.get("generateName"):
-            md["name"] = md["generateName"] + uuid.uuid4().hex[:5]
+            md["name"] = self._generate_name(res, md.get("namespace"), md["generateName"])
         if not md.get("name"):
             raise _error(422, "Invalid", "metadata.name: Required value: name or generateName")
         key: Key = (res, md.get("namespace"), md["name"])
@@ -194,6 +235,18 @@ class K8sEmulator(kmock.KubernetesEmulator):
         elif res == "apiextensions.k8s.io/v1/customresourcedefinitions":
             self._register_crd(obj)
         return await self._store(key, obj, "ADDED")
+
+    def _generate_name(self, res: references.resource, ns: str | None, prefix: str) -> str:
+        """A free name for generateName: retried on collision, as the API server does (k8s 1.32+).
+
+        A 5-hex-character suffix alone collided within a few thousand Events and dropped them.
+        """
+        for _ in range(8):
+            name = generated_name(prefix)
+            key = (res, ns, name)
+            if key not in self._objects or self._objects[key].deleted:
+                return name
+        raise _error(409, "AlreadyExists", f"{prefix}*: no free generated name after 8 tries")
 
     async def _update(self, key: Key, old: Obj, new: Obj, *, status_only: bool) -> Obj:
         info = self._info(key[0])
@@ -351,7 +404,8 @@ class K8sEmulator(kmock.KubernetesEmulator):
         bus = self._buses[request.resource]
         async with self._lock:
             if since.isdigit() and int(since) > 0 and params.get("sendInitialEvents") != "true":
-                backlog = [e for rv, r, e in self._log if r == request.resource and rv > int(since)]
+                newer = self._log[bisect.bisect_right(self._log, int(since), key=lambda e: e[0]) :]
+                backlog = [e for _, r, e in newer if r == request.resource]
             else:
                 backlog = [{"type": "ADDED", "object": o} for o in self._select(request)]
             if params.get("sendInitialEvents") == "true":  # kubectl >= 1.35 WatchList waits for it
@@ -362,6 +416,8 @@ class K8sEmulator(kmock.KubernetesEmulator):
                 if event["type"] == "BOOKMARK" or self._matches(request, event["object"]):
                     yield event
             timeout = float(params.get("timeoutSeconds", 0)) or None
+            if self.faults is not None:  # tests/faults.py: drop watch streams every few seconds
+                timeout = self.faults.watch_lifetime(request, timeout)
             loop = asyncio.get_running_loop()
             deadline = None if timeout is None else loop.time() + timeout
             stream = bus.stream(since=mark)
@@ -370,6 +426,8 @@ class K8sEmulator(kmock.KubernetesEmulator):
                 try:
                     event = await asyncio.wait_for(anext(stream), left)
                 except TimeoutError:
+                    if self.faults is not None:
+                        self.faults.drop_watch(request)
                     return  # ?timeoutSeconds elapsed: the client re-lists or re-watches
                 if self._matches(request, event["object"]):
                     yield event

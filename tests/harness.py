@@ -50,9 +50,9 @@ _VOLCANO = {
 }
 
 
-def make_emulator() -> K8sEmulator:
+def make_emulator(cls: type[K8sEmulator] = K8sEmulator) -> K8sEmulator:
     """An emulator with K3s's builtin resources plus Volcano's jobs, queues and podgroups."""
-    k8s = K8sEmulator()
+    k8s = cls()
     with warnings.catch_warnings():  # kmock 0.8 uses importlib.resources.read_binary
         warnings.simplefilter("ignore", DeprecationWarning)
         k8s.resources.load_bundled()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import random
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -31,6 +32,10 @@ class ApiRequest:
     name: str | None = None
     user_agent: str = ""
     code: int = 0
+    #: time.monotonic() when the request arrived (bench/ derives latencies from it).
+    at: float = 0.0
+    #: the fault tests/faults.py injected instead of the answer ("500", "429", "reset", ...).
+    fault: str = ""
 
     @property
     def client(self) -> str:
@@ -43,6 +48,21 @@ class ApiRequest:
             if self.user_agent.startswith(prefix):
                 return client
         return "python-client" if self.user_agent.startswith("OpenAPI-Generator") else "other"
+
+
+# The API server's generateName alphabet (no vowels, no look-alikes): 27**5 = 14M suffixes.
+NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
+_random = random.Random()
+
+
+def _suffix() -> str:
+    """Five random characters, as k8s.io/apiserver/pkg/storage/names.SimpleNameGenerator."""
+    return "".join(_random.choice(NAME_ALPHABET) for _ in range(5))
+
+
+def generated_name(prefix: str) -> str:
+    """metadata.generateName plus a random suffix, the prefix cut so the name fits 63 chars."""
+    return prefix[:58] + _suffix()
 
 
 def merge_patch(target: Any, patch: Any) -> Any:

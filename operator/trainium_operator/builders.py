@@ -8,6 +8,7 @@ user resources, tolerations and node selectors.
 from __future__ import annotations
 
 import copy
+import threading
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -15,6 +16,7 @@ from typing import Any
 
 from kubernetes.client import ApiClient
 from torchx.schedulers.kubernetes_scheduler import PLACEHOLDER_FIELD_PATH, KubernetesScheduler
+from torchx.specs import AppDef, runopts
 from torchx.specs.overlays import set_overlay
 
 from trainium_operator import appdef, naming
@@ -179,19 +181,52 @@ def pod_overlay(spec: TrainiumJobSpec, owner: Owner, stage: str) -> Json:
     return {"metadata": {"labels": labels(owner, stage)}, "spec": pod_spec}
 
 
+class _DryRunScheduler(KubernetesScheduler):
+    """TorchX's Kubernetes scheduler with its run options built once, not on every dry run.
+
+    TorchX derives them from `inspect.getsource` + `ast.parse` of its own 1,136-line module per
+    call: a third of the operator's CPU, and concurrent `ast.parse` raised CPython 3.11
+    SystemErrors under load.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(session_name=naming.ROLE)
+        self._opts = super().run_opts()
+
+    def run_opts(self) -> runopts:
+        """The options table read once at construction (resolve() only reads it)."""
+        return self._opts
+
+
+_DRY_RUN_LOCK = threading.Lock()
+_dry_run: list[_DryRunScheduler] = []  # built on first use, under the lock
+_serializer = ApiClient()
+
+
+def _submit_dryrun(app: AppDef, cfg: dict[str, Any]) -> Any:
+    """One dry run at a time: catch_warnings swaps process-global state, unsafe across threads."""
+    with _DRY_RUN_LOCK, warnings.catch_warnings():
+        # TorchX warns on every build that Volcano < 1.4 mishandles retries; we need Volcano >= 1.6.
+        warnings.simplefilter("ignore", UserWarning)
+        if not _dry_run:
+            _dry_run.append(_DryRunScheduler())
+        return _dry_run[0].submit_dryrun(app, cfg)
+
+
 def build_vcjob(spec: TrainiumJobSpec, owner: Owner, stage: str) -> Json:
     """The Volcano Job of one stage, built by TorchX and overlaid."""
     ctx = stage_context(spec, owner, stage)
     app = appdef.build_appdef(spec, ctx)
     set_overlay(app.roles[0], "kubernetes", "V1Pod", pod_overlay(spec, owner, stage))
-    cfg = {"queue": spec.scheduling.queue, "namespace": owner.namespace, "validate_spec": False}
+    cfg: dict[str, Any] = {
+        "queue": spec.scheduling.queue,
+        "namespace": owner.namespace,
+        "validate_spec": False,
+    }
     if spec.scheduling.priorityClassName:
         cfg["priority_class"] = spec.scheduling.priorityClassName
-    with warnings.catch_warnings():
-        # TorchX warns on every build that Volcano < 1.4 mishandles retries; we need Volcano >= 1.6.
-        warnings.simplefilter("ignore", UserWarning)
-        info = KubernetesScheduler(session_name=naming.ROLE).submit_dryrun(app, cfg)
-    job: Json = ApiClient().sanitize_for_serialization(info.request.resource)
+    info = _submit_dryrun(app, cfg)
+    job: Json = _serializer.sanitize_for_serialization(info.request.resource)
     return _overlay_job(job, spec, owner, stage, ctx.run_id)
 
 

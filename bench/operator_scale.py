@@ -1,0 +1,162 @@
+"""Operator scale: N TrainiumJobs created at once; the product beside a minimal kopf operator.
+
+Both run as real processes against the same emulator code in the same run (a fresh emulator
+each), and the claims are their ratios. Usage:
+
+    python bench/operator_scale.py --jobs 100 500 1000 [--waiting-seconds 60]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import common
+from kmock._internal import references
+
+from emulator import K8sEmulator
+from fleet import DRIVER_AGENT, TJS, VCJOBS, Cluster, count_by_verb, good_spec
+from harness import OPERATOR_COMMAND, OperatorProcess, make_emulator
+from trainium_operator import naming
+
+MINIMAL = [sys.executable, "-m", "kopf", "run", "--standalone", "--all-namespaces",
+           str(Path(__file__).with_name("minimal_operator.py"))]  # fmt: skip
+FINAL_PHASE = {"product": "Succeeded", "minimal": "Precompiling"}
+
+
+class TimedEmulator(K8sEmulator):
+    """Notes when each object was first stored: create -> child latency without polling."""
+
+    def __attrs_post_init__(self) -> None:
+        super().__attrs_post_init__()
+        self.added_at: dict[tuple[str, str | None, str], float] = {}
+
+    async def _store(self, key: Any, obj: dict[str, Any], event: str) -> dict[str, Any]:
+        res: references.resource = key[0]
+        path = f"{res.group}/{res.version}/{res.plural}".lstrip("/")
+        self.added_at.setdefault((path, key[1], key[2]), time.monotonic())
+        return await super()._store(key, obj, event)
+
+
+def start(kind: str, workdir: Path, env: dict[str, str] | None = None) -> tuple[Cluster, Any]:
+    """A fresh emulator and the chosen operator, up and listing."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    cluster = Cluster(workdir, emulator=make_emulator(TimedEmulator))
+    cluster.start()
+    command = OPERATOR_COMMAND if kind == "product" else MINIMAL
+    env = {**cluster.operator_env(), **(env or {})}
+    op = OperatorProcess(command, workdir / f"{kind}.log", env=env)
+    op.start(timeout=60)
+    time.sleep(1)  # the initial listings are start-up cost, not per job
+    return cluster, op
+
+
+def burst(kind: str, n: int, workdir: Path) -> dict[str, Any]:
+    """Create n jobs at once; time create -> precompile job and the whole lifecycle."""
+    cluster, op = start(kind, workdir)
+    emu = cluster.emulator
+    assert isinstance(emu, TimedEmulator) and op.process is not None
+    pid, ns = op.process.pid, cluster.namespace
+    cpu0, rss0, mark = common.cpu_seconds(pid), common.rss_mb(pid), len(emu.api_requests)
+    if kind == "product":
+        cluster.start_volcano()
+    specs = {f"j{i:04d}": good_spec(cluster.queue, f"c{i:04d}") for i in range(n)}
+    t0 = time.monotonic()
+    cluster.create_jobs(specs)
+
+    def precompiled(name: str) -> float | None:
+        return emu.added_at.get((VCJOBS, ns, naming.vcjob_name(name, "precompile")))
+
+    try:
+        cluster.wait(lambda: all(precompiled(j) for j in specs), 1800, "every precompile job")
+        drained = time.monotonic() - t0
+        final = FINAL_PHASE[kind]
+        cluster.wait(lambda: set(cluster.phases().values()) == {final}, 1800, f"all {final}")
+        lifecycle = time.monotonic() - t0
+        cpu1, rss1 = common.cpu_seconds(pid), common.rss_mb(pid)
+        # The floor for writes: its creates, one status patch and one Event per phase it took.
+        creates = {"product": 3, "minimal": 1}[kind]
+        min_writes = creates + 2 * len(cluster.phase_history(next(iter(specs))))
+    finally:
+        op.stop()
+        cluster.stop()
+    latencies = [precompiled(j) - emu.added_at[(TJS, ns, j)] for j in specs]  # type: ignore[operator]
+    requests = [r for r in emu.api_requests[mark:] if r.user_agent != DRIVER_AGENT]
+    per_job = {k: v / n for k, v in count_by_verb(requests).items()}
+    return {
+        "operator": kind, "jobs": n,
+        "p50_s": common.percentile(latencies, 50), "p99_s": common.percentile(latencies, 99),
+        "drain_s": drained, "lifecycle_s": lifecycle,
+        "writes": per_job.get("writes", 0), "min_writes": min_writes,
+        "reads": per_job.get("reads", 0),
+        "watches": per_job.get("watches", 0), "404s": per_job.get("404s", 0),
+        "cpu_ms_per_job": (cpu1 - cpu0) * 1000 / n,
+        "rss_start_mb": rss0, "rss_end_mb": rss1, "rss_kb_per_job": (rss1 - rss0) * 1024 / n,
+    }  # fmt: skip
+
+
+def waiting(seconds: float, workdir: Path) -> dict[str, Any]:
+    """Requests per hour that one job waiting for a missing queue costs, at default settings."""
+    cluster, op = start("product", workdir)
+    try:
+        cluster.create_job("waiting", good_spec("no-such-queue", "w"))
+        cluster.wait(lambda: cluster.phases().get("waiting") == "Pending", 60, "Pending")
+        mark = len(cluster.emulator.api_requests)
+        time.sleep(seconds)
+        requests = [r for r in cluster.emulator.api_requests[mark:] if r.user_agent != DRIVER_AGENT]
+    finally:
+        op.stop()
+        cluster.stop()
+    per_hour = len(requests) * 3600 / seconds
+    return {"seconds": seconds, "requests": len(requests), "per_hour": per_hour}
+
+
+COLUMNS = ["operator", "jobs", "p50_s", "p99_s", "drain_s", "lifecycle_s", "writes", "min_writes",
+           "reads", "watches", "404s", "cpu_ms_per_job", "rss_start_mb", "rss_end_mb",
+           "rss_kb_per_job"]  # fmt: skip
+
+
+def report(results: list[dict[str, Any]], wait: dict[str, Any] | None) -> str:
+    rows = [[r[c] for c in COLUMNS] for r in results]
+    out = [common.table(COLUMNS, rows), ""]
+    ratio_cols = ["p50_s", "p99_s", "drain_s", "writes", "reads", "cpu_ms_per_job"]
+    ratios = []
+    for n in sorted({r["jobs"] for r in results}):
+        pair = {r["operator"]: r for r in results if r["jobs"] == n}
+        if {"product", "minimal"} <= pair.keys():
+            p, m = pair["product"], pair["minimal"]
+            ratios.append([n, *(p[c] / m[c] if m[c] else float("inf") for c in ratio_cols)])
+    if ratios:
+        out += ["Ratios product / minimal:", "", common.table(["jobs", *ratio_cols], ratios), ""]
+    if wait:
+        out.append(
+            f"Waiting job (missing queue), {wait['seconds']:.0f} s observed: "
+            f"{wait['requests']} requests = {wait['per_hour']:.0f} requests per hour"
+        )
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--jobs", type=int, nargs="+", default=[100, 500, 1000])
+    p.add_argument("--operators", nargs="+", default=["product", "minimal"])
+    p.add_argument("--waiting-seconds", type=float, default=60, help="0: skip")
+    args = p.parse_args(argv)
+    results = []
+    with tempfile.TemporaryDirectory(prefix="bench-scale-") as tmp:
+        for n in args.jobs:
+            for kind in args.operators:
+                results.append(burst(kind, n, Path(tmp) / f"{kind}-{n}"))
+                print(f"# {kind} {n}: {results[-1]}", file=sys.stderr, flush=True)
+        seconds = args.waiting_seconds
+        wait = waiting(seconds, Path(tmp) / "waiting") if seconds else None
+    print(report(results, wait))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

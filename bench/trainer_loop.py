@@ -1,0 +1,67 @@
+"""Trainer loop overhead: trainium_trainer vs a bare hand-written loop, 1 and 2 processes.
+
+Same task (tiny BERT pretraining on synthetic shards), batch, optimizer (LAMB) and steps, in one
+run; the claim is the ratio trainer / bare. CPU, plain torch (gloo for 2 processes). Usage:
+
+    python bench/trainer_loop.py [--steps 60 --warmup 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import common
+
+from trainium_trainer.synth import write_bert_shards
+
+WORKER = str(Path(__file__).with_name("trainer_worker.py"))
+
+
+def measure(kind: str, nproc: int, data: Path, out: Path, steps: int, warmup: int) -> dict:
+    args = ["bert-pretrain", "--data-dir", str(data), "--output-dir", str(out / f"{kind}{nproc}")]
+    args += ["--max-steps", str(steps), "--batch-size", "8", "--precision", "fp32"]
+    args += ["--log-every", "20", "--checkpoint-every", "0", "--max-grad-norm", "0"]
+    launch = [sys.executable]
+    if nproc > 1:
+        launch += ["-m", "torch.distributed.run", "--nnodes", "1", f"--nproc_per_node={nproc}"]
+        launch += ["--master_addr", "127.0.0.1", "--master_port", str(common.free_port())]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), OMP_NUM_THREADS="1")
+    proc = subprocess.run([*launch, WORKER, kind, str(warmup), *args], env=env,
+                          capture_output=True, text=True, timeout=1800, check=False)  # fmt: skip
+    if proc.returncode != 0:
+        raise RuntimeError(f"{kind} x{nproc} failed:\n{proc.stderr[-3000:]}")
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith('{"samples_per_s"'))
+    return {"loop": kind, "processes": nproc, **json.loads(line)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--steps", type=int, default=60)
+    p.add_argument("--warmup", type=int, default=10)
+    args = p.parse_args(argv)
+    rows, ratios = [], []
+    with tempfile.TemporaryDirectory(prefix="bench-trainer-") as tmp:
+        data = Path(tmp) / "data"
+        write_bert_shards(data, shards=4, samples_per_shard=256, seq_len=64, seed=1)
+        for nproc in (1, 2):
+            pair = {k: measure(k, nproc, data, Path(tmp), args.steps, args.warmup)
+                    for k in ("bare", "trainer")}  # fmt: skip
+            rows += [[r["loop"], nproc, r["samples_per_s"], r["cpu_s_per_step"] * 1000]
+                     for r in pair.values()]  # fmt: skip
+            t, b = pair["trainer"], pair["bare"]
+            ratios.append([nproc, t["samples_per_s"] / b["samples_per_s"],
+                           t["cpu_s_per_step"] / b["cpu_s_per_step"]])  # fmt: skip
+    print(common.table(["loop", "processes", "samples/s", "CPU ms/step (rank 0)"], rows))
+    print()
+    print(common.table(["processes", "samples/s trainer/bare", "CPU/step trainer/bare"], ratios))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
