@@ -160,7 +160,7 @@ def queue_blocker(name: str, views: Views) -> Blocker | None:
     queue = k8s.get_queue(name)
     field_ = f"Volcano queue {name!r} (spec.scheduling.queue)"
     if queue is None:
-        return Blocker("QueueNotFound", f"{field_} does not exist; create it or pick another")
+        return Blocker("QueueNotFound", f"{field_} does not exist; create it or pick another queue")
     state = ((queue.get("status") or {}).get("state")) or "Open"
     if state != "Open":
         msg = f"{field_} is {state}; Volcano only admits jobs into Open queues: reopen it"

@@ -13,6 +13,7 @@ import re
 from typing import Any
 
 import yaml
+from test_operator_e2e import claim
 
 from argocd import CUSTOMIZATION, health, health_tests
 from harness import EmulatorServer, OperatorProcess, apply, get, simulate_vcjob_phase, wait_for
@@ -92,10 +93,7 @@ def test_testdata_are_what_the_operator_writes(
     operator: OperatorProcess, ns: str, k8s: EmulatorServer
 ) -> None:
     queue = f"q-{ns}"
-    apply({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
-           "metadata": {"name": "data", "namespace": ns},
-           "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "fsx-sc",
-                    "resources": {"requests": {"storage": "1200Gi"}}}})  # fmt: skip
+    claim(ns, "data")  # bound by the emulated provisioner
     check(manifest(ns, "bert", queue), ns, "testdata/new.yaml")  # as created: no status yet
     apply(manifest(ns, "bert", queue))
     check(wait_live(ns, "bert", "Pending", "QueueNotFound"), ns, "testdata/pending.yaml")
