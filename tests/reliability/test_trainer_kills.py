@@ -114,7 +114,6 @@ def test_sigkill_five_times_resumes_and_matches_uninterrupted(data: Path, tmp_pa
     assert_same_weights(tmp_path / "killed", tmp_path / "straight")
 
 
-@pytest.mark.xfail(reason="needs issue 9's SIGTERM checkpoint", strict=False)
 def test_sigterm_five_times_checkpoints_resumes_and_matches(data: Path, tmp_path: Path) -> None:
     # No periodic checkpoints: only a checkpoint written on SIGTERM lets a run resume.
     assert interrupted_run(data, tmp_path / "termed", signal.SIGTERM, every=0) == []
