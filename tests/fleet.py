@@ -32,7 +32,14 @@ CRD = REPO / "crds" / "trainiumjobs.trainium.dev.yaml"
 GROUP, VERSION, PLURAL = "trainium.dev", "v1alpha1", "trainiumjobs"
 TJS, VCJOBS = f"{GROUP}/{VERSION}/{PLURAL}", "batch.volcano.sh/v1alpha1/jobs"
 DRIVER_AGENT = "trainium-driver/1"  # ApiRequest.client "other": never faulted, never counted
-PHASE_ORDER = {"Pending": 0, "Precompiling": 1, "Training": 2, "Succeeded": 3, "Failed": 3}
+PHASE_ORDER = {
+    "Pending": 0,
+    "WaitingForCache": 1,
+    "Precompiling": 1,
+    "Training": 2,
+    "Succeeded": 3,
+    "Failed": 3,
+}
 JOB_LABEL = "trainium.dev/job-name"
 WRITES = {"create", "patch", "update", "delete", "deletecollection"}
 
@@ -100,7 +107,16 @@ class Cluster:
         self.custom.create_cluster_custom_object("scheduling.volcano.sh", "v1beta1", "queues", body)
 
     def create_claim(self, name: str) -> None:
-        spec = {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "1Gi"}}}
+        """A claim of a StorageClass that exists, so the emulated provisioner binds it."""
+        storage = kubernetes.client.StorageV1Api(self.core.api_client)
+        sc = {"metadata": {"name": "fleet-sc"}, "provisioner": "fsx.csi.aws.com"}
+        try:
+            storage.create_storage_class(sc)
+        except kubernetes.client.exceptions.ApiException as exc:
+            if exc.status != 409:
+                raise
+        spec = {"accessModes": ["ReadWriteMany"], "storageClassName": "fleet-sc",
+                "resources": {"requests": {"storage": "1Gi"}}}  # fmt: skip
         body = {"metadata": {"name": name}, "spec": spec}
         self.core.create_namespaced_persistent_volume_claim(self.namespace, body)
 

@@ -83,4 +83,8 @@ def test_killed_operator_restarts_and_converges(
     assert cluster.backwards(["victim"]) == {}, cluster.phase_history("victim")
     # The static FSx volume is cluster-scoped: ownerReferences cannot take it along.
     volumes = "v1/persistentvolumes"
-    cluster.wait(lambda: not cluster.server.list(volumes), VOLUME_SECONDS, "the volume deleted")
+    ours = lambda: [  # noqa: E731  (the user's provisioned volume stays)
+        v for v in cluster.server.list(volumes)
+        if (v["metadata"].get("labels") or {}).get("app.kubernetes.io/managed-by")
+    ]  # fmt: skip
+    cluster.wait(lambda: not ours(), VOLUME_SECONDS, "the volume deleted")

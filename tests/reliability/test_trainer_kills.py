@@ -70,6 +70,17 @@ def interrupt_at(args: list[str], step: int, sig: signal.Signals) -> tuple[int, 
     return code, "".join(printed)
 
 
+def resumed_steps(printed: str) -> set[int]:
+    """Steps the trainer said it resumed from (its `{"event": "resumed"}` JSON lines)."""
+    steps = set()
+    for line in printed.splitlines():
+        if line.startswith("{"):
+            event = json.loads(line)
+            if event.get("event") == "resumed":
+                steps.add(int(event["step"]))
+    return steps
+
+
 def latest_checkpoint(out: Path) -> int | None:
     found = checkpoint.complete_checkpoints(out / "checkpoints")
     return found[-1][0] if found else None
@@ -91,12 +102,12 @@ def interrupted_run(data: Path, out: Path, sig: signal.Signals, every: int) -> l
         else:
             code, printed = interrupt_at(base_args(data, out, every), step, sig)
             assert code != 0 or sig == signal.SIGTERM, printed[-2000:]
-        if latest is not None and f"resumed step={latest} " not in printed:
+        if latest is not None and latest not in resumed_steps(printed):
             missed.append(f"run {i} (stop at {step}): not resumed from step {latest}")
-        if sig == signal.SIGTERM and step is not None and latest_checkpoint(out) != step:
-            missed.append(
-                f"run {i}: SIGTERM at step {step} left checkpoint {latest_checkpoint(out)}"
-            )
+        # SIGTERM: the ranks agree on a stop step at or after the one being logged, and save it.
+        now = latest_checkpoint(out)
+        if sig == signal.SIGTERM and step is not None and (now is None or now < step):
+            missed.append(f"run {i}: SIGTERM at step {step} left checkpoint {now}")
     return missed
 
 
