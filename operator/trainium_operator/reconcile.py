@@ -24,6 +24,13 @@ Json = dict[str, Any]
 Emit = Callable[[Json, str, str, str], None]
 
 
+#: Waits whose end arrives as a watch event (the claim, the queue, our PV): no polling for them.
+WATCHED = frozenset(
+    {"ClaimNotFound", "ClaimPending", "ClaimLost", "QueueNotFound", "QueueNotOpen",
+     "QueueNotLeaf", "VolumeTerminating"}
+)  # fmt: skip
+
+
 @dataclass(frozen=True)
 class Transition:
     """What one reconcile changed, for events and metrics."""
@@ -100,7 +107,7 @@ def reconcile(
     return replace(
         outcome,
         transition=transition,
-        waiting=decision.blocker is not None,
+        waiting=decision.blocker is not None and decision.blocker.reason not in WATCHED,
         written_version=rv,
         cache_figures=_new_figures(previous, new),
         deadline_in=_soonest(deadline_in, seen.startup_left),

@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 Key = tuple[str, str]
 Work = Callable[[Key], "float | None"]
 #: Defaults of the re-check policy (seconds).
-RESYNC = 900.0
+RESYNC = 1800.0
 
 
 class Due:
