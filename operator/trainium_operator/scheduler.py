@@ -84,8 +84,8 @@ def next_look(
         return None
     if terminal:
         return None if ttl_remaining is None else max(1.0, ttl_remaining)
-    if waiting:
-        return backoff(attempt, 10.0, resync)
+    if waiting:  # a refusal (quota, RBAC): nothing tells us when it lifts, so look again soon
+        return backoff(attempt, 10.0, min(resync, 60.0))
     return resync
 
 

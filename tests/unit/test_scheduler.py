@@ -45,7 +45,7 @@ def test_next_look_policy() -> None:
     assert next_look("Failed", terminal=True, ttl_remaining=-3) == 1.0
     assert next_look("Training") == RESYNC  # progress comes from events; this is the backstop
     assert next_look("Pending", waiting=True, attempt=0) == 10.0
-    assert next_look("Pending", waiting=True, attempt=20, resync=300) == 300
+    assert next_look("Pending", waiting=True, attempt=20, resync=300) == 60  # capped
     assert next_look(None, errored=True, attempt=0) == 1.0
     assert next_look("Training", errored=True, attempt=3) == 8.0
 
