@@ -177,9 +177,14 @@ def tj_by_cache_entry(
     namespace: str | None, name: str, body: kopf.Body, **_: Any
 ) -> dict[Any, Any]:
     """Jobs by the cache entry on their status, so the entry's record and lease wake them."""
-    status = body.get("status")
-    entry = (status.get("cache") or {}).get("entry") if isinstance(status, Mapping) else None
+    entry = _entry(body)
     return {(namespace, entry): name} if entry else {}
+
+
+def _entry(body: kopf.Body) -> str | None:
+    """The cache entry a job's status names, whatever the status's shape."""
+    status = body.get("status")
+    return (status.get("cache") or {}).get("entry") if isinstance(status, Mapping) else None
 
 
 @kopf.on.event("", "v1", "configmaps", labels={LABEL_CACHE_ENTRY: kopf.PRESENT})
@@ -200,8 +205,7 @@ def _wake_entry_users(namespace: str, entry: str, kwargs: Mapping[str, Any]) -> 
 
 
 def _wake_cache_users(namespace: str, body: kopf.Body, kwargs: Mapping[str, Any]) -> None:
-    status = body.get("status")
-    entry = (status.get("cache") or {}).get("entry") if isinstance(status, Mapping) else None
+    entry = _entry(body)
     if entry:
         _wake_entry_users(namespace, entry, kwargs)
 
@@ -246,12 +250,17 @@ def on_vcjob(
 @kopf.on.event("", "v1", "pods", labels={LABEL_MANAGED_BY: MANAGED_BY})
 def on_pod(type: str, meta: kopf.Meta, status: kopf.Status, **_: Any) -> None:
     """A gang pod failed or cannot start: read why while the pod (and its log) still exists."""
-    owner = (meta.annotations or {}).get(ANNOTATION_OWNER) or ""
-    ns, _sep, name = owner.partition("/")
-    if type is None or not (ns and name) or not _troubled(dict(status)):
+    key = _owner_key(meta)
+    if type is None or key is None or not _troubled(dict(status)):
         return
-    _pods_changed[(ns, name)] = True
-    _wake((ns, name))
+    _pods_changed[key] = True
+    _wake(key)
+
+
+def _owner_key(meta: kopf.Meta) -> Key | None:
+    """(namespace, name) of the job a cluster-wide or pod child belongs to (its annotation)."""
+    ns, _sep, name = ((meta.annotations or {}).get(ANNOTATION_OWNER) or "").partition("/")
+    return (ns, name) if ns and name else None
 
 
 def _troubled(status: Json) -> bool:
@@ -281,10 +290,9 @@ def on_claim(type: str, namespace: str | None, name: str, **kwargs: Any) -> None
 @kopf.on.event("", "v1", "persistentvolumes", labels={LABEL_MANAGED_BY: MANAGED_BY})
 def on_volume(type: str, meta: kopf.Meta, **_: Any) -> None:
     """Our static PV changed (bound, released, gone): wake the job that wants it."""
-    owner = (meta.annotations or {}).get(ANNOTATION_OWNER) or ""
-    ns, _sep, name = owner.partition("/")
-    if type is not None and ns and name:
-        _wake((ns, name))
+    key = _owner_key(meta)
+    if type is not None and key is not None:
+        _wake(key)
 
 
 @kopf.on.event("scheduling.volcano.sh", "v1beta1", "queues")

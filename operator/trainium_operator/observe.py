@@ -117,13 +117,18 @@ MAX_LOGS = 4
 _READ_PODS = (Child.FAILED, Child.RESTARTING)
 
 
+def gang_pods(owner: Owner, stage: str) -> list[Json]:
+    """The pods of one stage's gang, by our labels (Volcano copies them from the template)."""
+    mine = builders.labels(owner, stage)
+    selector = ",".join(f"{k}={mine[k]}" for k in (builders.LABEL_JOB, builders.LABEL_STAGE))
+    return k8s.list_pods(owner.namespace, selector)
+
+
 def stage_failure(owner: Owner, stage: str, child: Child, views: Views) -> failures.Failure | None:
     """Why the live stage's gang failed, from its pods and their log tails, if it did."""
     if child not in _READ_PODS and not (views.pods_changed and child is not Child.ABSENT):
         return None
-    mine = builders.labels(owner, stage)
-    selector = ",".join(f"{k}={mine[k]}" for k in (builders.LABEL_JOB, builders.LABEL_STAGE))
-    pods = k8s.list_pods(owner.namespace, selector)
+    pods = gang_pods(owner, stage)
     logs: dict[str, list[str]] = {}
     for pod in pods:
         container = failures.failed_container(pod)
@@ -146,9 +151,7 @@ def startup_left(job: Json | None, deadline: int | None, now: str) -> float | No
 
 def stuck_failure(owner: Owner, stage: str) -> failures.Failure:
     """A gang unscheduled past its startup deadline: what the scheduler says is short."""
-    mine = builders.labels(owner, stage)
-    selector = ",".join(f"{k}={mine[k]}" for k in (builders.LABEL_JOB, builders.LABEL_STAGE))
-    found = failures.unschedulable(k8s.list_pods(owner.namespace, selector))
+    found = failures.unschedulable(gang_pods(owner, stage))
     if found is not None:
         return found
     msg = f"the {stage} gang was not scheduled within runPolicy.startupDeadlineSeconds"
