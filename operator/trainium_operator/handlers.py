@@ -32,18 +32,22 @@ from trainium_operator.crd import GROUP, PLURAL, VERSION
 from trainium_operator.lifecycle import TERMINAL
 from trainium_operator.observe import Views
 from trainium_operator.reconcile import Outcome, expire, reconcile, settled
-from trainium_operator.scheduler import RESYNC, Key, Scheduler, next_look
+from trainium_operator.scheduler import BUSY, RESYNC, Busy, Key, Scheduler, next_look
 from trainium_operator.status import clip
 
 #: kopf's annotation prefix and finalizer name, decided on day one.
 PREFIX = GROUP
 Json = dict[str, Any]
 _TERMINAL = {p.value for p in TERMINAL}
-_locks: defaultdict[Key, threading.Lock] = defaultdict(threading.Lock)
+_busy_guard = threading.Lock()
+_busy: set[Key] = set()
+_again: set[Key] = set()
 _attempts: defaultdict[Key, int] = defaultdict(int)
 _written: dict[Key, str] = {}
 _queue_parents: dict[str, str | None] = {}
 _pods_changed: dict[Key, bool] = {}
+#: Threads for sync handlers: enough that passes waiting on throttled requests block no others.
+WORKERS = 16
 log = logging.getLogger(__name__)
 
 
@@ -52,10 +56,33 @@ def resync_seconds() -> float:
     return float(os.environ.get("TRAINIUM_RESYNC_SECONDS", RESYNC))
 
 
-def handle(key: Key) -> float | None:
-    """Reconcile one job (one pass at a time per job); return when to look again."""
+def handle(key: Key) -> float | Busy | None:
+    """Reconcile one job, one pass at a time; triggers during a pass coalesce into one more.
+
+    A trigger that finds a pass running returns BUSY at once instead of holding a worker
+    thread: the running pass goes round again and sets the next look itself.
+    """
+    with _busy_guard:
+        if key in _busy:
+            _again.add(key)
+            return BUSY
+        _busy.add(key)
+    try:
+        while True:
+            delay = _pass(key)
+            with _busy_guard:
+                if key not in _again:
+                    return delay
+                _again.discard(key)
+    finally:
+        with _busy_guard:
+            _busy.discard(key)
+
+
+def _pass(key: Key) -> float | None:
+    """One reconcile of one job; return when to look again."""
     namespace, name = key
-    with _locks[key], metrics.reconcile_timer():
+    with metrics.reconcile_timer():
         try:
             views = Views(dict(_queue_parents), pods_changed=_pods_changed.pop(key, False))
             outcome = reconcile(namespace, name, _emit, views)
@@ -119,7 +146,9 @@ def _emit(body: Json, kind: str, reason: str, message: str) -> None:
 def _wake(key: Key) -> None:
     """Run a pass now, from a handler; schedule the next look."""
     SCHEDULER.context = contextvars.copy_context()  # kopf's, so the backstop can post Events
-    SCHEDULER.after(key, handle(key))
+    delay = handle(key)
+    if delay is not BUSY:
+        SCHEDULER.after(key, delay)
 
 
 @kopf.on.startup()
@@ -134,6 +163,9 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.posting.reporting_component = "trainium-operator"
     settings.posting.reporting_instance = os.environ.get("POD_NAME") or socket.gethostname()
     settings.watching.server_timeout = 300
+    # Sync handlers run in kopf's thread pool (default: cores + 4). A pass may wait out a
+    # Retry-After; idle threads cost nothing, a pool drained by waits stalls every job.
+    settings.execution.max_workers = WORKERS
     logging.getLogger("kopf.objects").addFilter(_quiet_events)
     if settings.peering.mandatory:
         settings.peering.priority = peering.distinct_priority(settings.peering.priority)

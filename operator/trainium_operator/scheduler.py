@@ -9,6 +9,7 @@ event comes). The clock is injected, so the timing is unit-tested without sleepi
 from __future__ import annotations
 
 import contextvars
+import enum
 import heapq
 import threading
 import time
@@ -16,7 +17,16 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 Key = tuple[str, str]
-Work = Callable[[Key], "float | None"]
+
+
+class Busy(enum.Enum):
+    """A pass of this key is already running: it runs again after, and sets the next look."""
+
+    BUSY = "busy"
+
+
+BUSY = Busy.BUSY
+Work = Callable[[Key], "float | Busy | None"]
 #: Defaults of the re-check policy (seconds).
 RESYNC = 1800.0
 
@@ -135,4 +145,6 @@ class Scheduler:
 
     def _run(self, key: Key) -> None:
         ctx = self.context.copy() if self.context is not None else contextvars.copy_context()
-        self.after(key, ctx.run(self._work, key))
+        delay = ctx.run(self._work, key)
+        if delay is not BUSY:
+            self.after(key, delay)

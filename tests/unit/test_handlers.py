@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import pytest
@@ -9,6 +10,8 @@ import urllib3
 from kubernetes.client.exceptions import ApiException
 
 from trainium_operator import handlers, k8s
+from trainium_operator.reconcile import Outcome
+from trainium_operator.scheduler import BUSY
 
 
 @pytest.mark.parametrize(
@@ -57,3 +60,30 @@ def test_the_servers_message_is_kept() -> None:
     exc.body = '{"kind":"Status","message":"admission webhook denied the request: queue closed"}'
     assert k8s.api_message(exc) == "admission webhook denied the request: queue closed"
     assert k8s.api_message(ApiException(status=500, reason="Internal")) == "Internal"
+
+
+def test_triggers_during_a_pass_coalesce_into_one_more_pass(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A trigger never holds a worker thread waiting for the job's running pass to end."""
+    inside, release = threading.Event(), threading.Event()
+    passes: list[int] = []
+
+    def slow(*_: Any, **__: Any) -> Outcome:
+        passes.append(len(passes))
+        if len(passes) == 1:
+            inside.set()
+            assert release.wait(10)
+        return Outcome(None)  # gone: no next look
+
+    monkeypatch.setattr(handlers, "reconcile", slow)
+    key = ("ns", "coalesced")
+    results: list[object] = []
+    first = threading.Thread(target=lambda: results.append(handlers.handle(key)))
+    first.start()
+    assert inside.wait(10)
+    assert [handlers.handle(key) for _ in range(3)] == [BUSY] * 3  # at once, not blocked
+    release.set()
+    first.join(10)
+    assert results == [None] and passes == [0, 1]  # three triggers, one more pass
+    assert handlers.handle(key) is None and passes == [0, 1, 2]  # idle again: runs at once
