@@ -7,7 +7,7 @@ What counts (the assumptions, stated once):
 - Inside a gang phase the time is split into buckets, each instant counted once:
   `restarts` (lost to a restart: from a gang failure to the gang running again) first, then
   `waiting` (the gang exists but is not running yet: nodes launching, images pulling; the
-  caller passes these gang-pending intervals, without them waiting is 0), and the rest goes to
+  status history's GangPending spans), and the rest goes to
   `compiling` (Precompiling) or `training` (Training).
 - instance-hours = nodes x wall-clock hours: AWS bills an instance while it is up, and the
   gang's nodes are the job's for as long as the gang exists. Both stages use spec.nodes nodes.

@@ -233,7 +233,7 @@ def _report(
     last = _last_failure(obs) or previous.get("lastFailure")
     if last:
         new["lastFailure"] = last
-    new["history"] = history.advance(previous, new, now)
+    new["history"] = history.advance(previous, new, now, gang_pending=_gang_pending(decision, obs))
     if not status.changed(previous, new):
         return previous, None, None
     job_cost = history.job_cost(spec, new["history"], now) if spec is not None else None
@@ -244,6 +244,17 @@ def _report(
     if transition and decision.phase in lifecycle.TERMINAL:
         transition = replace(transition, cost=job_cost)  # counted once, when the job finishes
     return new, transition, rv
+
+
+def _gang_pending(decision: Decision, obs: Observed) -> bool:
+    """The live stage's gang exists (or is created now) but is not running yet."""
+    if decision.phase is lifecycle.Phase.PRECOMPILING:
+        state, create = obs.precompile, Action.CREATE_PRECOMPILE
+    elif decision.phase is lifecycle.Phase.TRAINING:
+        state, create = obs.training, Action.CREATE_TRAINING
+    else:
+        return False
+    return state is Child.PENDING or (state is Child.ABSENT and create in decision.actions)
 
 
 def _last_failure(obs: Observed) -> Json | None:

@@ -188,6 +188,12 @@ def test_full_lifecycle_then_cache_hit(
     kubectl("wait", "--for=condition=Succeeded", "tj/bert", "-n", ns, "--timeout=20s")
     st = status(ns, "bert")
     assert st["phase"] == "Succeeded" and st["completionTime"]
+    # Each gang's unscheduled span (created -> seen Running) is on the history: the waiting cost.
+    phases = [e["phase"] for e in st["history"]]
+    assert phases == ["Precompiling", "GangPending", "Training", "GangPending", "Succeeded"], phases
+    spans = [e for e in st["history"] if e["phase"] == "GangPending"]
+    assert all(e["since"] <= e["until"] for e in spans), spans
+    assert set(st["cost"]["instanceHours"]) >= {"waiting", "compiling", "training", "restarts"}
     posted = events(ns)
     reasons = {e["reason"] for e in posted}
     assert {"TrainingCompleted"} <= reasons, reasons

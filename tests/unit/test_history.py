@@ -36,3 +36,52 @@ def test_history_records_phases_and_restart_spans_then_prices_them() -> None:
     assert float(got.instance_hours["restarts"]) == 2 * 0.25
     assert float(got.instance_hours["training"]) == 2 * 2.75
     assert cost.display(got) == f"${2 * 3.5 * 21.50:,.2f}"  # $150.50
+
+
+def test_gang_pending_spans_fill_the_waiting_bucket_and_keep_the_total() -> None:
+    """The same job, now with what the gangs spent unscheduled: a split, not a new cost."""
+    steps = [  # (time, status, gang pending in this pass)
+        ("2026-11-22T10:00:00Z", st("Pending"), False),
+        ("2026-11-22T10:05:00Z", st("Precompiling"), True),  # precompile gang created
+        ("2026-11-22T10:10:00Z", st("Precompiling"), False),  # ... and running
+        ("2026-11-22T10:35:00Z", st("Training", "GangPending"), True),  # training gang created
+        ("2026-11-22T11:00:00Z", st("Training", "GangRunning"), False),
+        ("2026-11-22T12:00:00Z", st("Training", "Restarting"), False),
+        ("2026-11-22T12:05:00Z", st("Training", "Restarting"), True),  # Volcano: Pending again
+        ("2026-11-22T12:15:00Z", st("Training", "GangRunning"), False),
+        ("2026-11-22T13:35:00Z", st("Succeeded", "Completed"), False),
+    ]
+    previous: dict[str, object] = {}
+    for now, new, pending in steps:
+        new = {**new, "history": history.advance(previous, new, now, gang_pending=pending)}
+        previous = new
+    entries = previous["history"]
+    spans = [(e["phase"], e["since"][11:16], e.get("until", "")[11:16])  # type: ignore[index]
+             for e in entries if e["phase"] in history.SPANS]  # type: ignore[union-attr]  # fmt: skip
+    assert spans == [
+        ("GangPending", "10:05", "10:10"), ("GangPending", "10:35", "11:00"),
+        ("Restarting", "12:00", "12:15"), ("GangPending", "12:05", "12:15"),
+    ]  # fmt: skip
+    spec = parse({"spec": {"image": "i", "instanceType": "trn1.32xlarge", "nodes": 2,
+                           "storage": {"claimName": "c"}}})  # fmt: skip
+    got = history.job_cost(spec, entries, "2026-11-22T13:35:00Z")  # type: ignore[arg-type]
+    hours = {k: round(float(v), 6) for k, v in got.instance_hours.items()}
+    # By hand, 2 nodes: waiting 5 + 25 min (the restart's pending 10 min count as restart);
+    # compiling 30 - 5 min; restarts 15 min; training 180 - 25 - 15 min.
+    assert hours == {
+        "waiting": round(2 * 30 / 60, 6), "compiling": round(2 * 25 / 60, 6),
+        "restarts": round(2 * 15 / 60, 6), "training": round(2 * 140 / 60, 6),
+    }  # fmt: skip
+    assert cost.display(got) == "$150.50"  # the same total: only the split moved
+
+
+def test_a_phase_change_closes_the_stages_pending_span() -> None:
+    """A precompile seen only pending then done: its span ends with the phase, not later."""
+    pre = {"phase": "Precompiling", "history": history.advance({}, st("Precompiling"), "t1",
+                                                               gang_pending=True)}  # fmt: skip
+    train = st("Training", "GangPending")
+    entries = history.advance(pre, train, "t2", gang_pending=True)
+    assert [(e["phase"], e["since"], e.get("until")) for e in entries] == [
+        ("Precompiling", "t1", None), ("GangPending", "t1", "t2"),
+        ("Training", "t2", None), ("GangPending", "t2", None),
+    ]  # fmt: skip
