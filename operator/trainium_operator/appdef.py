@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from torchx import specs
 
 from trainium_operator import naming
+from trainium_operator.budget import VOLCANO_MAX_RETRY
 from trainium_operator.cachekey import strip_flag
 from trainium_operator.instances import EFA_RESOURCE, INSTANCE_TYPE_LABEL
 from trainium_operator.spec import TrainiumJobSpec
@@ -206,7 +207,10 @@ def build_appdef(spec: TrainiumJobSpec, ctx: StageContext) -> specs.AppDef:
         env=stage_env(spec, ctx),
         resource=resource(spec),
         mounts=mounts,
-        max_retries=spec.runPolicy.maxRetries,
+        # Volcano restarts the whole gang on a failed or evicted pod (TorchX's RestartJob
+        # policies), up to a ceiling it never reaches: the operator keeps runPolicy.maxRetries,
+        # so evictions spend none of it (budget.py). The local scheduler does not retry.
+        max_retries=VOLCANO_MAX_RETRY,
         retry_policy=specs.RetryPolicy.APPLICATION,
     )
     return specs.AppDef(name=ctx.run_id, roles=[role])

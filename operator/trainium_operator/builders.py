@@ -244,7 +244,6 @@ def _overlay_job(job: Json, spec: TrainiumJobSpec, owner: Owner, stage: str, nam
         "ownerReferences": [owner.reference()],
     }
     job["spec"]["minAvailable"] = spec.nodes
-    job["spec"]["maxRetry"] = spec.runPolicy.maxRetries
     ctx = stage_context(spec, owner, stage)
     for task in job["spec"]["tasks"]:
         _overlay_pod(task["template"], spec, owner, stage, name)

@@ -215,12 +215,12 @@ def _precompiled_condition(obs: Observed, hit: bool | None) -> Condition:
 
 
 def _precompiling(obs: Observed, conds: list[Condition], hit: bool | None) -> Decision:
-    fast = _fails_fast(obs, obs.precompile)
-    if obs.precompile is Child.FAILED or fast:
-        reason, msg = _why(obs, "PrecompileFailed", obs.precompile_message, "precompile")
+    end = _end(obs, obs.precompile, "PrecompileFailed", obs.precompile_message, "precompile")
+    if end is not None:
+        reason, msg, stop_now = end
         conds.append(Condition("Precompiled", "False", reason, msg))
         failed = _failed(conds, reason, msg, hit, obs)
-        stop = (Action.STOP_PRECOMPILE,) if fast else ()
+        stop = (Action.STOP_PRECOMPILE,) if stop_now else ()
         if obs.cache_holder == "self":  # the entry says Failed; the next job retries once
             return replace(failed, actions=(*stop, Action.RECORD_CACHE_FAILED))
         return replace(failed, actions=stop)
@@ -278,15 +278,35 @@ def _training(obs: Observed, conds: list[Condition], hit: bool | None) -> Decisi
         conds.append(Condition("Succeeded", "True", "TrainingCompleted", "training completed"))
         conds.append(Condition("Failed", "False", "TrainingCompleted", ""))
         return Decision(Phase.SUCCEEDED, "training completed", tuple(conds), (), hit, obs.restarts)
-    fast = _fails_fast(obs, state)
-    if state is Child.FAILED or fast:
-        reason, msg = _why(obs, "TrainingFailed", obs.training_message, "training")
+    end = _end(obs, state, "TrainingFailed", obs.training_message, "training")
+    if end is not None:
+        reason, msg, stop_now = end
         conds.append(Condition("Running", "False", reason, msg))
-        stop = (Action.STOP_TRAINING,) if fast else ()
+        stop = (Action.STOP_TRAINING,) if stop_now else ()
         return replace(_failed(conds, reason, msg, hit, obs), actions=stop)
     status, reason, msg = _running(obs)
     conds.append(Condition("Running", status, reason, msg))
     return Decision(Phase.TRAINING, msg, _close(conds, running=None), (), hit, obs.restarts)
+
+
+def _end(
+    obs: Observed, state: Child, default: str, volcano: str, stage: str
+) -> tuple[str, str, bool] | None:
+    """Why a stage ends now, if it does, and whether its live gang must be stopped.
+
+    Volcano failed it; or a restart cannot fix its failure; or the restart budget is spent
+    (the operator, not Volcano, keeps runPolicy.maxRetries: see budget.py).
+    """
+    fast = _fails_fast(obs, state)
+    if state is Child.FAILED or fast:
+        return (*_why(obs, default, volcano, stage), fast)
+    if obs.exhausted is not None and state in _LIVE:
+        spent = obs.exhausted
+        msg = f"{spent.message}; the {stage} gang was stopped"
+        if obs.failure is not None:
+            msg += "\n" + _why(obs, default, volcano, stage)[1]
+        return spent.reason, msg, True
+    return None
 
 
 def _fails_fast(obs: Observed, state: Child) -> bool:
@@ -310,8 +330,9 @@ def _running(obs: Observed) -> tuple[str, str, str]:
     state = obs.training
     if state in _STAGE_WAIT:
         return ("False", *_STAGE_WAIT[state])
-    if state is Child.RESTARTING or (state is Child.PENDING and obs.restarts):
-        return "False", "Restarting", f"restarting the gang (restart {obs.restarts})"
+    if state is Child.RESTARTING or (state is Child.PENDING and obs.gang_retries):
+        counts = f"restarts: {obs.restarts}, disruptions: {obs.disruptions}"
+        return "False", "Restarting", f"restarting the gang ({counts})"
     if state is Child.PENDING:
         return "False", "GangPending", "training job waiting for the gang to be scheduled"
     return "True", "GangRunning", "training"

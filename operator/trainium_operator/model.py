@@ -9,9 +9,11 @@ import enum
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from trainium_operator.budget import REASONS as BUDGET_REASONS
 from trainium_operator.failures import POLICIES
 
 if TYPE_CHECKING:
+    from trainium_operator.budget import Exhausted
     from trainium_operator.failures import Failure
 
 
@@ -149,7 +151,14 @@ class Observed:
     precompile_message: str = ""
     training: Child = Child.ABSENT
     training_message: str = ""
+    #: Whole-gang restarts that spent runPolicy.maxRetries, across the job's Volcano jobs.
     restarts: int = 0
+    #: Whole-gang restarts after an eviction or preemption (they spend no retries).
+    disruptions: int = 0
+    #: retryCount of the live stage's Volcano job: its gang Pending again is restarting.
+    gang_retries: int = 0
+    #: runPolicy.maxRetries (or the disruption limit) is spent: the live gang must stop.
+    exhausted: Exhausted | None = None
     #: The phase on status before this observation (the phase never moves back).
     previous_phase: str | None = None
     #: Why the live stage's gang failed, classified from its pods (None: no pod failed).
@@ -210,6 +219,7 @@ FAILURE_REASONS = (
     "PrecompileFailed",
     "TrainingFailed",
     "DeadlineExceeded",
+    *BUDGET_REASONS,
     *sorted(set(_REJECTED.values())),
     *POLICIES,  # a gang failure classified from its pods fails with its class
 )

@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainium_operator import builders, cache, failures, fsx, k8s, lifecycle, naming
+from trainium_operator import budget, builders, cache, failures, fsx, k8s, lifecycle, naming
 from trainium_operator.builders import Owner
 from trainium_operator.lifecycle import TERMINAL, Blocker, Child, Observed
 from trainium_operator.spec import TrainiumJobSpec
@@ -47,6 +47,8 @@ class Seen:
     entry: cache.Entry | None = None
     #: Seconds left of the startup deadline of a gang still unscheduled (a look is due then).
     startup_left: float | None = None
+    #: The live stage's Volcano job, for the restart budget (None: no stage job exists).
+    gang: budget.Gang | None = None
 
 
 def observe(
@@ -79,9 +81,22 @@ def observe(
         precompile_message=_child_message(pre),
         training=_child(train),
         training_message=_child_message(train),
-        restarts=int(((train or {}).get("status") or {}).get("retryCount", 0)),
+        gang_retries=_retries(job),
     )
-    return Seen(observed, storage.names, storage.volume, lease, entry, left)
+    return Seen(observed, storage.names, storage.volume, lease, entry, left, _gang(job))
+
+
+def _retries(job: Json | None) -> int:
+    """The Volcano job's status.retryCount: whole-gang restarts of this instance."""
+    return int(((job or {}).get("status") or {}).get("retryCount") or 0)
+
+
+def _gang(job: Json | None) -> budget.Gang | None:
+    """The live stage's Volcano job instance and its restarts, as the budget counts them."""
+    if job is None:
+        return None
+    uid = str(job["metadata"].get("uid") or job["metadata"].get("name", ""))
+    return budget.Gang(uid, _retries(job), _child(job) is Child.RESTARTING)
 
 
 def _cache(
@@ -143,7 +158,7 @@ def startup_left(job: Json | None, deadline: int | None, now: str) -> float | No
     """Seconds left before a still-unscheduled gang breaks runPolicy.startupDeadlineSeconds."""
     if job is None or deadline is None or not now or _child(job) is not Child.PENDING:
         return None
-    if int((job.get("status") or {}).get("retryCount") or 0):
+    if _retries(job):
         return None  # a restart, not a start: the restart budget governs it
     created = job["metadata"].get("creationTimestamp")
     return None if not created else deadline - cache.seconds_between(created, now)

@@ -12,7 +12,18 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from trainium_operator import actions, cache, cost, crd, history, k8s, lifecycle, naming, status
+from trainium_operator import (
+    actions,
+    budget,
+    cache,
+    cost,
+    crd,
+    history,
+    k8s,
+    lifecycle,
+    naming,
+    status,
+)
 from trainium_operator.builders import Owner
 from trainium_operator.cachekey import cache_key, cache_name
 from trainium_operator.lifecycle import Action, Child, Decision, Observed
@@ -91,8 +102,15 @@ def reconcile(
     digests = crd.spec_digests(body)
     started = previous.get("specDigests") or {}
     changed = tuple(f for f in digests if f in started and started[f] != digests[f])
+    counted = budget.account(
+        budget.read(previous), seen.gang, seen.observed.failure, spec.runPolicy.maxRetries,
+        mirrored=budget.legacy(previous),
+    )  # fmt: skip
     observed = replace(
         seen.observed,
+        restarts=counted.tally.restarts,
+        disruptions=counted.tally.disruptions,
+        exhausted=counted.exhausted,
         changed_fields=changed,
         previous_phase=previous.get("phase"),
         suspend=spec.runPolicy.suspend,
@@ -102,7 +120,7 @@ def reconcile(
     rejections = actions.perform(decision.actions, spec, owner, seen)
     if rejections:  # what the API server refused is observed, and decided on, in this pass
         decision = lifecycle.decide(replace(observed, rejections=rejections))
-    new, transition, rv = _report(body, decision, spec, emit, observed)
+    new, transition, rv = _report(body, decision, spec, emit, observed, counted)
     outcome = expire(body, new, spec)
     return replace(
         outcome,
@@ -206,12 +224,14 @@ def _report(
     spec: TrainiumJobSpec | None,
     emit: Emit,
     obs: Observed | None = None,
+    counted: budget.Accounted | None = None,
 ) -> tuple[Json, Transition | None, str | None]:
     """Patch status when it changed; Events on a phase transition and on a new blocker."""
     obs = obs or Observed()
     acts = decision.actions
     meta = body["metadata"]
     previous = _status_of(body)
+    counted = counted or budget.Accounted(budget.read(previous))
     key = cache_key(spec) if spec else None
     owner_name = meta["name"]
     now = now_iso()
@@ -230,6 +250,7 @@ def _report(
     )
     if spec is not None:  # what the job started with: a later change is refused, not followed
         new["specDigests"] = previous.get("specDigests") or crd.spec_digests(body)
+    new.update(budget.fragment(counted.tally))
     last = _last_failure(obs) or previous.get("lastFailure")
     if last:
         new["lastFailure"] = last
@@ -240,6 +261,9 @@ def _report(
     if job_cost is not None:  # as of this write: the estimate moves with the status, not the clock
         new["cost"] = cost.status_fragment(job_cost)
     rv = k8s.patch_trainiumjob_status(meta["namespace"], owner_name, new)
+    max_retries = spec.runPolicy.maxRetries if spec is not None else 0
+    for reason, message in budget.events(counted, max_retries):
+        emit(body, "Warning", reason, message)
     transition = _announce(body, previous, new, decision, emit)
     if transition and decision.phase in lifecycle.TERMINAL:
         transition = replace(transition, cost=job_cost)  # counted once, when the job finishes
@@ -281,13 +305,11 @@ def _cache_figures(spec: TrainiumJobSpec, decision: Decision, obs: Observed) -> 
 def _announce(
     body: Json, previous: Json, new: Json, decision: Decision, emit: Emit
 ) -> Transition | None:
-    """Events for a new blocker, a gang restart and a phase transition; the transition."""
+    """Events for a new blocker, a gang failure and a phase transition; the transition."""
     blocker = decision.blocker
     seen = {c.get("reason") for c in previous.get("conditions", []) if isinstance(c, dict)}
     if blocker and blocker.warn and blocker.reason not in seen:
         emit(body, "Warning", blocker.reason, blocker.message)
-    if decision.restarts > int(previous.get("restarts") or 0):
-        emit(body, "Warning", "GangRestarted", f"whole-gang restart {decision.restarts}")
     failure = new.get("lastFailure")
     if failure and failure != previous.get("lastFailure") and new["phase"] != "Failed":
         emit(body, "Warning", failure["reason"], failure["message"])  # before its pods go

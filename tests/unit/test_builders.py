@@ -12,7 +12,7 @@ from support import example_spec, job
 from torch.distributed.elastic.utils.api import macros as torchrun_macros
 from torch.distributed.run import config_from_args, parse_args
 
-from trainium_operator import builders, cache, naming
+from trainium_operator import budget, builders, cache, naming
 from trainium_operator.builders import Owner
 from trainium_operator.spec import TrainiumJobSpec, parse
 
@@ -69,14 +69,21 @@ def test_job_level_fields(tutorial_jobs: dict[str, Json], stage: str) -> None:
     assert spec["schedulerName"] == "volcano"
     assert spec["queue"] == "test"
     assert spec["minAvailable"] == 2
-    assert spec["maxRetry"] == 3
+    assert spec["maxRetry"] == budget.VOLCANO_MAX_RETRY
     assert spec["plugins"]["svc"] == ["--publish-not-ready-addresses"]
 
 
-def test_max_retry_follows_run_policy() -> None:
-    vcjob = build(runPolicy={"maxRetries": 7}, nodes=2)
-    assert vcjob["spec"]["maxRetry"] == 7
-    assert {t["maxRetry"] for t in vcjob["spec"]["tasks"]} == {7}
+@pytest.mark.parametrize("retries", [0, 7, 100])
+def test_volcano_gets_a_retry_ceiling_the_operator_keeps_the_budget(retries: int) -> None:
+    """runPolicy.maxRetries is the operator's: Volcano restarts on every failure, even at 0."""
+    vcjob = build(runPolicy={"maxRetries": retries}, nodes=2)
+    assert vcjob["spec"]["maxRetry"] == budget.VOLCANO_MAX_RETRY
+    for task in vcjob["spec"]["tasks"]:
+        assert task["maxRetry"] == budget.VOLCANO_MAX_RETRY
+        assert {p["event"]: p["action"] for p in task["policies"]} == {
+            "PodEvicted": "RestartJob",
+            "PodFailed": "RestartJob",
+        }
 
 
 @pytest.mark.parametrize("stage", STAGES)

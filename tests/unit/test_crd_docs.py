@@ -36,6 +36,7 @@ def test_printer_columns_point_at_declared_fields() -> None:
         "Nodes",
         "Cache",
         "Restarts",
+        "Disruptions",  # priority 1: kubectl get -o wide
         "Cost",
         "Age",
     ]

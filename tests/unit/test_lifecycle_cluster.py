@@ -118,13 +118,20 @@ def test_a_gang_restart_stays_in_training() -> None:
     for child in (Child.RUNNING, Child.RESTARTING, Child.PENDING, Child.RUNNING):
         obs = Observed(
             storage_ready=True, cache_recorded=True, training=child, restarts=1,
-            previous_phase=previous,
+            gang_retries=1, previous_phase=previous,
         )  # fmt: skip
         d = decide(obs)
         seen.append((d.phase, conds(obs)["Running"][1]))
         previous = d.phase.value
     assert [p for p, _ in seen] == [Phase.TRAINING] * 4
     assert [r for _, r in seen] == ["GangRunning", "Restarting", "Restarting", "GangRunning"]
+
+
+def test_a_recreated_gang_pending_is_not_restarting() -> None:
+    """After suspend/resume the new Volcano job (retryCount 0) waits to start, restarts kept."""
+    obs = Observed(storage_ready=True, cache_recorded=True, training=Child.PENDING, restarts=2)
+    assert conds(obs)["Running"][1] == "GangPending"
+    assert decide(obs).restarts == 2
 
 
 @pytest.mark.parametrize("previous", ["Precompiling", "Training"])
