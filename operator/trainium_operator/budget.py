@@ -106,7 +106,10 @@ def fragment(tally: Tally) -> Json:
     """The status fields of the tally."""
     out: Json = {"restarts": tally.restarts, "disruptions": tally.disruptions}
     cur = tally.cursor
-    if cur is not None:  # "" and not absent: status is merge-patched, a missing key would stay
+    # A cursor that counted nothing yet is left unwritten (no status write just for it): any
+    # cursor of another instance, or none, reads the same, as nothing counted on this one.
+    if cur is not None and (cur.retry_count or cur.pending):
+        # "" and not absent: status is merge-patched, a missing key would stay
         pending = cur.pending or ""
         out["restartCursor"] = {
             "uid": cur.uid,

@@ -52,6 +52,19 @@ def test_each_increment_goes_to_its_failure_class(
     assert got.tally.cursor == Cursor("u1", 1) and got.exhausted is None
 
 
+def test_a_cursor_that_counted_nothing_costs_no_status_write() -> None:
+    """A new gang's empty cursor is not written; the older one left on status reads the same."""
+    older = Tally(1, 0, Cursor("pre", 1))
+    got = step(older, "train", 0)
+    assert "restartCursor" not in budget.fragment(got.tally)
+    on_status = budget.fragment(older) | budget.fragment(got.tally)  # a merge patch
+    assert step(budget.read(on_status), "train", 0) == got
+    later = step(budget.read(on_status), "train", 1, EFA, restarting=True)
+    assert later.tally.restarts == 2 and later.restarted == ("EfaInitFailed",)
+    pending = step(budget.read(on_status), "train", 0, EFA)
+    assert budget.fragment(pending.tally)["restartCursor"]["pendingFailure"] == "EfaInitFailed"
+
+
 def test_a_repeated_pass_counts_nothing_twice() -> None:
     first = step(Tally(cursor=Cursor("u1", 0)), "u1", 1, EFA, restarting=True)
     again = step(first.tally, "u1", 1, EFA, restarting=True)
