@@ -64,6 +64,9 @@ class StageContext:
     compile_launcher: tuple[str, ...] = ("neuron_parallel_compile",)
     #: Port of the rendezvous store; local runs pick a free one so they never share a store.
     rdzv_port: int = RDZV_PORT
+    #: Where training's rank 0 reports each complete checkpoint: the container's termination
+    #: message on a cluster (the operator reads it from the pod), a run file locally.
+    checkpoint_report: str | None = None
 
 
 def escape(text: str) -> str:
@@ -171,6 +174,8 @@ def stage_env(spec: TrainiumJobSpec, ctx: StageContext) -> dict[str, str]:
     if ctx.stage == PRECOMPILE and not ctx.compile_launcher:
         # neuron_parallel_compile sets this itself; without it, say so for the trainer.
         env[contract.ENV_EXTRACT_GRAPHS_ONLY] = "1"
+    if ctx.stage == TRAIN and ctx.checkpoint_report:
+        env[contract.ENV_CHECKPOINT_REPORT] = ctx.checkpoint_report
     env = {name: escape(value) for name, value in env.items()}
     env[contract.ENV_CACHE_DIR] = cdir
     env.update({e.name: escape(e.value) for e in spec.env})

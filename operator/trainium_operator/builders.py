@@ -25,6 +25,7 @@ from trainium_operator.cachekey import cache_key, cache_name
 from trainium_operator.crd import GROUP, KIND, VERSION
 from trainium_operator.instances import INSTANCE_TYPE_LABEL
 from trainium_operator.spec import TrainiumJobSpec
+from trainium_trainer import contract
 
 Json = dict[str, Any]
 
@@ -165,6 +166,8 @@ def stage_context(spec: TrainiumJobSpec, owner: Owner, stage: str) -> StageConte
         rank0_host=naming.rank0_host(vcjob),
         mount_root=spec.storage.mountPath,
         claim=claim_for(spec, owner),
+        # The kubelet's default terminationMessagePath (the pods set no other).
+        checkpoint_report=contract.TERMINATION_LOG,
     )
 
 

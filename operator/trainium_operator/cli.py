@@ -51,7 +51,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     docs = render.load_jobs(args.filename)
     for doc in docs:
         render.checked(doc)
-    ok = all(local.run(doc, Path(args.runs_dir), quiet=args.quiet) for doc in docs)
+    runs = Path(args.runs_dir)
+    # The file is read again while each job runs: a change of runPolicy.suspend is followed.
+    follow = [local.follow_file(args.filename, d["metadata"]["name"]) for d in docs]
+    ok = all(local.run(doc, runs, args.quiet, f) for doc, f in zip(docs, follow, strict=True))
     return 0 if ok else 1
 
 

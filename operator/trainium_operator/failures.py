@@ -16,6 +16,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from trainium_operator import checkpoints
+
 Json = Mapping[str, Any]
 
 #: How many log lines go into the Event and the condition message.
@@ -415,7 +417,10 @@ def _from_container(pod: str, container: str, term: Json, log_tail: Sequence[str
     """A terminated container: the kubelet's OOMKilled first, then its log and message."""
     where = f"pod {pod} container {container}"
     code, why = term.get("exitCode"), term.get("reason") or "Error"
-    said = tuple(str(term.get("message") or "").splitlines())
+    # The trainer's checkpoint report shares the message: evidence of progress, not of failure.
+    said = tuple(
+        ln for ln in str(term.get("message") or "").splitlines() if not checkpoints.is_report(ln)
+    )
     tail = tuple(log_tail) or said
     if why == "OOMKilled":
         return make_failure("OOMKilled", f"{where}: OOMKilled (exit {code})", tail)

@@ -19,15 +19,17 @@ from typing import Any, cast
 import kopf
 from kubernetes.client.exceptions import ApiException
 
-from trainium_operator import k8s, metrics, naming, peering
+from trainium_operator import checkpoints, k8s, metrics, naming, peering
 from trainium_operator.builders import (
     ANNOTATION_OWNER,
     LABEL_JOB,
     LABEL_MANAGED_BY,
+    LABEL_STAGE,
     MANAGED_BY,
     owner_name,
 )
 from trainium_operator.cache import LABEL_CACHE_ENTRY
+from trainium_operator.checkpoints import Checkpoint
 from trainium_operator.crd import GROUP, PLURAL, VERSION
 from trainium_operator.lifecycle import TERMINAL
 from trainium_operator.observe import Views
@@ -46,6 +48,8 @@ _attempts: defaultdict[Key, int] = defaultdict(int)
 _written: dict[Key, str] = {}
 _queue_parents: dict[str, str | None] = {}
 _pods_changed: dict[Key, bool] = {}
+#: The newest checkpoint each job's training pods reported, as the pod watch streamed it.
+_checkpoints: dict[Key, Checkpoint] = {}
 #: Threads for sync handlers: enough that passes waiting on throttled requests block no others.
 WORKERS = 16
 log = logging.getLogger(__name__)
@@ -84,7 +88,11 @@ def _pass(key: Key) -> float | None:
     namespace, name = key
     with metrics.reconcile_timer():
         try:
-            views = Views(dict(_queue_parents), pods_changed=_pods_changed.pop(key, False))
+            views = Views(
+                dict(_queue_parents),
+                pods_changed=_pods_changed.pop(key, False),
+                checkpoint=_checkpoints.get(key),
+            )
             outcome = reconcile(namespace, name, _emit, views)
         except Exception as exc:  # never crash the handler: count, log, back off, retry
             return _failed_pass(key, exc)
@@ -131,7 +139,7 @@ def _next(key: Key, outcome: Outcome) -> float | None:
 def forget(key: Key) -> None:
     """The job is gone: drop its metrics and bookkeeping."""
     metrics.forget(*key)
-    for book in (_attempts, _written):
+    for book in (_attempts, _written, _checkpoints):
         book.pop(key, None)
     SCHEDULER.after(key, None)
 
@@ -280,13 +288,37 @@ def on_vcjob(
 
 
 @kopf.on.event("", "v1", "pods", labels={LABEL_MANAGED_BY: MANAGED_BY})
-def on_pod(type: str, meta: kopf.Meta, status: kopf.Status, **_: Any) -> None:
-    """A gang pod failed or cannot start: read why while the pod (and its log) still exists."""
+def on_pod(
+    type: str, meta: kopf.Meta, status: kopf.Status, labels: Mapping[str, str], **_: Any
+) -> None:
+    """A gang pod failed or cannot start: read why while the pod (and its log) still exists.
+
+    A training pod whose container ended with a newer checkpoint report wakes its job too (the
+    initial listing only remembers it, so a restarted operator keeps what the pods say).
+    """
     key = _owner_key(meta)
-    if type is None or key is None or not _troubled(dict(status)):
+    if key is None:
         return
-    _pods_changed[key] = True
-    _wake(key)
+    newer = _remember_checkpoint(key, labels, status)
+    if type is None:
+        return
+    troubled = _troubled(dict(status))
+    if troubled:
+        _pods_changed[key] = True
+    if troubled or newer:
+        _wake(key)
+
+
+def _remember_checkpoint(key: Key, labels: Mapping[str, str], status: kopf.Status) -> bool:
+    """Keep the newest checkpoint a training pod reported; whether it is newer than the last."""
+    if labels.get(LABEL_STAGE) != "train":
+        return False
+    found = checkpoints.from_pod({"status": dict(status)})
+    known = _checkpoints.get(key)
+    if found is None or checkpoints.newest([known, found]) is known:
+        return False
+    _checkpoints[key] = found
+    return True
 
 
 def _owner_key(meta: kopf.Meta) -> Key | None:

@@ -4,6 +4,11 @@ The job's storage maps to `runs/<job>/volume` (data, Neuron cache, outputs, like
 the installed package stands in for the image, and the run record (status, logs, summary) goes to
 `runs/<job>/`. There is no Neuron compiler here: the precompile stage runs the training command
 for the step limit in graph-extraction mode, as `neuron_parallel_compile` does first.
+
+While it runs, the job file is read again at each poll and a change of runPolicy.suspend (only
+that field) is followed as the operator follows it: suspending cancels the stage's TorchX app
+(SIGTERM to torchrun, which the trainer answers with a checkpoint), resuming starts it again
+and the trainer resumes from that checkpoint (--resume auto).
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import shutil
 import socket
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -21,7 +27,7 @@ from typing import Any
 from torchx.runner import get_runner
 from torchx.specs import AppState
 
-from trainium_operator import appdef, cache, lifecycle, naming, status
+from trainium_operator import appdef, cache, checkpoints, lifecycle, naming, render, status
 from trainium_operator.appdef import StageContext
 from trainium_operator.cachekey import cache_key, cache_name
 from trainium_operator.lifecycle import Action, Child, Decision, Observed, Phase
@@ -32,6 +38,10 @@ Json = dict[str, Any]
 SYNTH_ANNOTATION = "trainium.dev/local-synthetic-data"
 SCHEDULER = "local_cwd"
 POLL_SECONDS = 1.0
+#: The job's runPolicy.suspend as the job file says now; None when it cannot be read just now.
+SuspendSource = Callable[[], bool | None]
+#: Where the training stage's rank 0 reports checkpoints (the termination message's stand-in).
+CHECKPOINT_REPORT = "checkpoint-report"
 
 
 def free_port() -> int:
@@ -54,11 +64,18 @@ class LocalRun:
     phase_started: dict[str, float] = field(default_factory=dict)
     phase_seconds: dict[str, float] = field(default_factory=dict)
     status: Json = field(default_factory=dict)
+    #: runPolicy.suspend as last read from the job file.
+    suspend: bool = False
 
     @property
     def volume(self) -> Path:
         """The folder standing in for the shared volume."""
         return self.root / "volume"
+
+    @property
+    def checkpoint_report(self) -> Path:
+        """The file the trainer names its last complete checkpoint in."""
+        return self.root / CHECKPOINT_REPORT
 
     @property
     def key(self) -> str:
@@ -92,6 +109,7 @@ def stage_context(run: LocalRun, stage: str) -> StageContext:
         python=sys.executable,
         compile_launcher=(),
         rdzv_port=run.rdzv_port,
+        checkpoint_report=str(run.checkpoint_report),
     )
 
 
@@ -143,6 +161,7 @@ def observe(run: LocalRun, runner: Any) -> Observed:
         training=train,
         training_message=_fail_message(run, "train", train),
         previous_phase=run.status.get("phase"),
+        suspend=run.suspend,
     )
 
 
@@ -175,6 +194,41 @@ def act(run: LocalRun, decision: Decision, runner: Any) -> None:
             os.replace(tmp, run.cache_record)
         elif action is Action.CREATE_TRAINING:
             submit(run, appdef.TRAIN, runner)
+        elif action is Action.STOP_PRECOMPILE:
+            stop(run, appdef.PRECOMPILE, runner)
+        elif action is Action.STOP_TRAINING:
+            stop(run, appdef.TRAIN, runner)
+
+
+def stop(run: LocalRun, stage: str, runner: Any) -> None:
+    """Cancel a stage's app, as the cluster deletes its Volcano job; the stage is absent after.
+
+    TorchX's local scheduler sends SIGTERM to torchrun's process group and SIGKILL 10 s later;
+    torchrun passes the SIGTERM to its workers, and the trainer checkpoints and exits.
+    """
+    handle = run.apps.pop(stage, None)
+    if handle is not None:
+        runner.cancel(handle)
+    run.rdzv_port = free_port()  # the next gang gets a store of its own
+
+
+def follow_file(path: str, name: str) -> SuspendSource | None:
+    """runPolicy.suspend of job `name` in the file now (None: unreadable or invalid just now).
+
+    Standard input ("-") cannot be read again: nothing to follow.
+    """
+    if path == "-":
+        return None
+
+    def suspend() -> bool | None:
+        try:
+            doc = next(d for d in render.load_jobs(path) if d["metadata"]["name"] == name)
+            spec, _owner = render.checked(doc)
+        except (render.UsageError, StopIteration, KeyError, TypeError, OSError):
+            return None
+        return spec.runPolicy.suspend
+
+    return suspend
 
 
 def _flag(args: tuple[str, ...], flag: str, default: str) -> str:
@@ -207,7 +261,7 @@ def rotate_outputs(run: LocalRun) -> None:
         dest = run.root / "history" / time.strftime("%Y%m%d-%H%M%S")
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.move(str(out), str(dest))
-    for stale in ("logs", "status.json", "summary.json"):
+    for stale in ("logs", "status.json", "summary.json", CHECKPOINT_REPORT):
         path = run.root / stale
         if path.is_dir():
             shutil.rmtree(path)
@@ -229,6 +283,8 @@ def report(run: LocalRun, decision: Decision) -> None:
         precompile_job=f"{run.name}-compile" if "precompile" in run.apps else None,
         training_job=f"{run.name}-train" if "train" in run.apps else None,
     )
+    if (kept := checkpoints.carried(previous, reported_checkpoint(run))) is not None:
+        new["lastCheckpoint"] = kept.to_status()
     old_phase = previous.get("phase")
     if old_phase != new["phase"]:
         if old_phase:
@@ -238,6 +294,15 @@ def report(run: LocalRun, decision: Decision) -> None:
         print(f"[phase] {new['phase']:<12} cache={cache:<5} {decision.message}", flush=True)
     run.status = new
     (run.root / "status.json").write_text(json.dumps(new, indent=2))
+
+
+def reported_checkpoint(run: LocalRun) -> checkpoints.Checkpoint | None:
+    """The checkpoint the trainer reported last, as the operator reads it from a pod."""
+    try:
+        text = run.checkpoint_report.read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        return None
+    return checkpoints.from_message(text)
 
 
 def progress(run: LocalRun, seen: int) -> int:
@@ -286,16 +351,21 @@ def finish(run: LocalRun) -> bool:
     return ok
 
 
-def run(doc: Json, runs_dir: Path, quiet: bool = False) -> bool:
+def run(
+    doc: Json, runs_dir: Path, quiet: bool = False, suspend: SuspendSource | None = None
+) -> bool:
     """Run one TrainiumJob to completion here; True when it succeeded."""
     name = doc["metadata"]["name"]
     job = LocalRun(name=name, spec=parse(doc), root=(runs_dir / name).resolve())
+    job.suspend = job.spec.runPolicy.suspend
     job.root.mkdir(parents=True, exist_ok=True)
     rotate_outputs(job)
     runner = get_runner()
     seen = 0
     try:
         while True:
+            now_suspended = suspend() if suspend is not None else None
+            job.suspend = job.suspend if now_suspended is None else now_suspended
             decision = lifecycle.decide(observe(job, runner))
             report(job, decision)
             if decision.phase in lifecycle.TERMINAL:

@@ -10,8 +10,19 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainium_operator import budget, builders, cache, failures, fsx, k8s, lifecycle, naming
+from trainium_operator import (
+    budget,
+    builders,
+    cache,
+    checkpoints,
+    failures,
+    fsx,
+    k8s,
+    lifecycle,
+    naming,
+)
 from trainium_operator.builders import Owner
+from trainium_operator.checkpoints import Checkpoint
 from trainium_operator.lifecycle import TERMINAL, Blocker, Child, Observed
 from trainium_operator.spec import TrainiumJobSpec
 
@@ -28,6 +39,8 @@ class Views:
     pods_changed: bool = False
     #: This pass's time (RFC 3339), for deadlines; empty: no deadline is judged.
     now: str = ""
+    #: The newest checkpoint the pod watch saw reported in this job's training pods.
+    checkpoint: Checkpoint | None = None
 
     def has_children(self, queue: str) -> bool:
         """Whether any known queue names this one as its parent (a non-leaf queue)."""
@@ -49,6 +62,8 @@ class Seen:
     startup_left: float | None = None
     #: The live stage's Volcano job, for the restart budget (None: no stage job exists).
     gang: budget.Gang | None = None
+    #: The newest checkpoint reported by the training pods (watched, or read in this pass).
+    checkpoint: Checkpoint | None = None
 
 
 def observe(
@@ -63,9 +78,9 @@ def observe(
     stage, job = ("train", train) if train is not None else ("precompile", pre)
     left = startup_left(job, spec.runPolicy.startupDeadlineSeconds, views.now)
     stuck = left is not None and left <= 0
-    failure = (
-        stuck_failure(owner, stage) if stuck else stage_failure(owner, stage, _child(job), views)
-    )
+    pods = [] if stuck else stage_pods(owner, stage, _child(job), views)
+    failure = stuck_failure(owner, stage) if stuck else gang_failure(owner, pods)
+    reported = [checkpoints.from_pod(p) for p in pods] if stage == "train" else []
     observed = Observed(
         failure=failure,
         policy=spec.precompile.policy,
@@ -83,7 +98,8 @@ def observe(
         training_message=_child_message(train),
         gang_retries=_retries(job),
     )
-    return Seen(observed, storage.names, storage.volume, lease, entry, left, _gang(job))
+    checkpoint = checkpoints.newest([views.checkpoint, *reported])
+    return Seen(observed, storage.names, storage.volume, lease, entry, left, _gang(job), checkpoint)
 
 
 def _retries(job: Json | None) -> int:
@@ -139,11 +155,15 @@ def gang_pods(owner: Owner, stage: str) -> list[Json]:
     return k8s.list_pods(owner.namespace, selector)
 
 
-def stage_failure(owner: Owner, stage: str, child: Child, views: Views) -> failures.Failure | None:
-    """Why the live stage's gang failed, from its pods and their log tails, if it did."""
+def stage_pods(owner: Owner, stage: str, child: Child, views: Views) -> list[Json]:
+    """The live stage's gang pods when a pod failed or changed ([]: nothing to read)."""
     if child not in _READ_PODS and not (views.pods_changed and child is not Child.ABSENT):
-        return None
-    pods = gang_pods(owner, stage)
+        return []
+    return gang_pods(owner, stage)
+
+
+def gang_failure(owner: Owner, pods: list[Json]) -> failures.Failure | None:
+    """Why the gang failed, from its pods and their log tails, if it did."""
     logs: dict[str, list[str]] = {}
     for pod in pods:
         container = failures.failed_container(pod)

@@ -16,6 +16,7 @@ from trainium_operator import (
     actions,
     budget,
     cache,
+    checkpoints,
     cost,
     crd,
     history,
@@ -26,6 +27,7 @@ from trainium_operator import (
 )
 from trainium_operator.builders import Owner
 from trainium_operator.cachekey import cache_key, cache_name
+from trainium_operator.checkpoints import Checkpoint
 from trainium_operator.lifecycle import Action, Child, Decision, Observed
 from trainium_operator.observe import FsxLookup, Views, observe
 from trainium_operator.spec import SpecError, TrainiumJobSpec, parse
@@ -90,7 +92,8 @@ def reconcile(
     previous = _status_of(body)
     generation = int(body["metadata"].get("generation", 1))
     if settled(previous, generation):
-        return expire(body, previous)
+        rv = _late_checkpoint(body, previous, (views or Views()).checkpoint)
+        return replace(expire(body, previous), written_version=rv)
     try:
         spec = parse_cached(body)
     except SpecError as exc:
@@ -120,7 +123,7 @@ def reconcile(
     rejections = actions.perform(decision.actions, spec, owner, seen)
     if rejections:  # what the API server refused is observed, and decided on, in this pass
         decision = lifecycle.decide(replace(observed, rejections=rejections))
-    new, transition, rv = _report(body, decision, spec, emit, observed, counted)
+    new, transition, rv = _report(body, decision, spec, emit, observed, counted, seen.checkpoint)
     outcome = expire(body, new, spec)
     return replace(
         outcome,
@@ -225,6 +228,7 @@ def _report(
     emit: Emit,
     obs: Observed | None = None,
     counted: budget.Accounted | None = None,
+    checkpoint: Checkpoint | None = None,
 ) -> tuple[Json, Transition | None, str | None]:
     """Patch status when it changed; Events on a phase transition and on a new blocker."""
     obs = obs or Observed()
@@ -254,6 +258,8 @@ def _report(
     last = _last_failure(obs) or previous.get("lastFailure")
     if last:
         new["lastFailure"] = last
+    if (kept := checkpoints.carried(previous, checkpoint)) is not None:
+        new["lastCheckpoint"] = kept.to_status()
     new["history"] = history.advance(previous, new, now, gang_pending=_gang_pending(decision, obs))
     if not status.changed(previous, new):
         return previous, None, None
@@ -268,6 +274,19 @@ def _report(
     if transition and decision.phase in lifecycle.TERMINAL:
         transition = replace(transition, cost=job_cost)  # counted once, when the job finishes
     return new, transition, rv
+
+
+def _late_checkpoint(body: Json, previous: Json, seen: Checkpoint | None) -> str | None:
+    """A finished job whose last pod reported after the final pass: add that checkpoint only.
+
+    The pod and Volcano job watches are separate streams: the job's Completed may come first.
+    """
+    kept = checkpoints.carried(previous, seen)
+    if kept is None or kept.to_status() == previous.get("lastCheckpoint"):
+        return None
+    meta = body["metadata"]
+    patch = {"lastCheckpoint": kept.to_status()}
+    return k8s.patch_trainiumjob_status(meta["namespace"], meta["name"], patch)
 
 
 def _gang_pending(decision: Decision, obs: Observed) -> bool:

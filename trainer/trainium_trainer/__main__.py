@@ -3,7 +3,7 @@
 Outcomes a caller must tell apart get their own exit code and one line on stderr (no traceback):
 a mistake the user can fix (2), a diverged loss (3), a SIGTERM stop after checkpointing (143).
 Anything else is a bug and keeps its traceback. The line also goes to the container's termination
-log, where Kubernetes shows it in the pod status.
+log, where Kubernetes shows it in the pod status, ahead of the last checkpoint's report.
 """
 
 from __future__ import annotations
@@ -11,8 +11,9 @@ from __future__ import annotations
 import contextlib
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
-from trainium_trainer import contract
+from trainium_trainer import contract, termination
 from trainium_trainer.config import UsageError, parse_args
 from trainium_trainer.errors import NonFiniteLoss, Preempted
 
@@ -39,12 +40,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _fail(line: str, code: int) -> int:
-    """Print the one line and leave it where Kubernetes picks up a termination message."""
+    """Print the one line and leave it where Kubernetes picks up a termination message.
+
+    The checkpoint report already there stays after it; outside a pod there is no file.
+    """
     print(line, file=sys.stderr, flush=True)
-    # "r+": write only where Kubernetes mounted the file, never create it.
-    with contextlib.suppress(OSError), open(contract.TERMINATION_LOG, "r+", encoding="utf-8") as f:
-        f.truncate()
-        f.write(line + "\n")
+    with contextlib.suppress(OSError):
+        termination.leave_outcome(Path(contract.TERMINATION_LOG), line)
     return code
 
 

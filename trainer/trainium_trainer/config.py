@@ -51,6 +51,8 @@ class RunConfig:
     pretrained: str | None = None
     eval_fraction: float = 0.1
     extract_graphs_only: bool = False
+    #: Where rank 0 reports each complete checkpoint (the termination-message file); None: nowhere.
+    checkpoint_report: Path | None = None
 
     @property
     def checkpoint_dir(self) -> Path:
@@ -152,6 +154,8 @@ def parse_args(argv: Sequence[str] | None = None) -> RunConfig:
     values["output_dir"] = output
     values["precision"] = ns.precision or _env_precision()
     values["extract_graphs_only"] = extract_graphs_only()
+    report = os.environ.get(contract.ENV_CHECKPOINT_REPORT)
+    values["checkpoint_report"] = Path(report) if report else None
     return RunConfig(**values)
 
 

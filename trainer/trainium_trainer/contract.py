@@ -23,6 +23,10 @@ ENV_PRECISION = "TRAINIUM_PRECISION"
 ENV_HF_HOME = "HF_HOME"
 #: "1" forbids hub downloads at run time (the default the operator sets).
 ENV_HF_OFFLINE = "HF_HUB_OFFLINE"
+#: Where rank 0 leaves one JSON line naming the last complete checkpoint after each one; the
+#: operator points it at the container's termination-message file, so the line reaches the pod's
+#: status when the container ends. Unset: no report is written.
+ENV_CHECKPOINT_REPORT = "TRAINIUM_CHECKPOINT_REPORT"
 #: Flags torch-neuronx passes to neuronx-cc; the operator puts --cache_dir and spec.compilerFlags
 #: there, and the trainer adds its task's defaults (--model-type=transformer) unless present.
 ENV_NEURON_CC_FLAGS = "NEURON_CC_FLAGS"
@@ -44,6 +48,11 @@ EXIT_DIVERGED = 3
 EXIT_PREEMPTED = 143
 #: Kubernetes shows this file's contents as the container's termination message.
 TERMINATION_LOG = "/dev/termination-log"
+#: The kubelet keeps at most the last 4096 bytes of a termination message.
+TERMINATION_MESSAGE_LIMIT = 4096
+#: The key of the checkpoint report line, one JSON object:
+#: {"trainiumCheckpoint": {"step": 120, "time": "2026-11-22T10:00:00Z", "path": ".../ckpt.pt"}}
+CHECKPOINT_REPORT_KEY = "trainiumCheckpoint"
 
 TRAINER_ENV = (
     ENV_JOB_NAME,
@@ -54,6 +63,7 @@ TRAINER_ENV = (
     ENV_EXTRACT_GRAPHS_ONLY,
     ENV_HF_HOME,
     ENV_HF_OFFLINE,
+    ENV_CHECKPOINT_REPORT,
 )
 
 # Set by torchrun (torch.distributed.run) for every worker; the trainer reads them to join the

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 
-from trainium_trainer import checkpoint, optim
+from trainium_trainer import checkpoint, optim, termination
 from trainium_trainer.config import RunConfig
 from trainium_trainer.metrics import merge_summary
 
@@ -41,6 +42,15 @@ def save(t: Trainer, step: int) -> None:
     checkpoint.write(path, step, lambda temp: torch.save(payload, temp))
     checkpoint.prune(t.cfg.checkpoint_dir, t.cfg.keep_checkpoints)
     t.metrics.event("checkpoint", step=step, path=str(path))
+    _report(t.cfg, step, path)
+
+
+def _report(cfg: RunConfig, step: int, path: Path) -> None:
+    """Name the checkpoint in the termination message; a failed report never stops training."""
+    try:
+        termination.report_checkpoint(cfg.checkpoint_report, step, path)
+    except OSError as exc:
+        print(f"warning: checkpoint report {cfg.checkpoint_report}: {exc}", file=sys.stderr)
 
 
 def resolve_resume(cfg: RunConfig, is_main: bool) -> tuple[Path, dict[str, Any]] | None:
