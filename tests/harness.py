@@ -237,6 +237,15 @@ class OperatorProcess:
     def running(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
+    def passes(self) -> int:
+        """Reconcile passes this process has made (any job), from its /metrics."""
+        with urllib.request.urlopen(self.metrics_url, timeout=5) as response:
+            text = response.read().decode()
+        for line in text.splitlines():
+            if line.startswith("trainium_operator_reconcile_duration_seconds_count "):
+                return int(float(line.split()[1]))
+        raise AssertionError("no trainium_operator_reconcile_duration_seconds_count on /metrics")
+
     def start(self, timeout: float = 30) -> None:
         """Start on fresh ports and wait until the liveness endpoint answers 200."""
         self.liveness_port, self.metrics_port = free_port(), free_port()

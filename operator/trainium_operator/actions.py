@@ -2,6 +2,8 @@
 
 Each action is idempotent ("already exists" is success). A 4xx refusal becomes a Rejection the
 lifecycle decides on in the same pass; throttling, 5xx and network errors propagate as transient.
+Every write's outcome is told to the pass's reader, so the next pass does not act on a watch
+that has not caught up with it yet.
 """
 
 from __future__ import annotations
@@ -14,17 +16,22 @@ from trainium_operator import builders, cache, k8s, naming
 from trainium_operator.builders import Owner
 from trainium_operator.lifecycle import Action, Rejection
 from trainium_operator.observe import Seen
+from trainium_operator.reads import ApiReader, Kind, Reader
 from trainium_operator.spec import TrainiumJobSpec
 from trainium_operator.status import now_iso
 
 
 def perform(
-    actions: tuple[Action, ...], spec: TrainiumJobSpec, owner: Owner, seen: Seen
+    actions: tuple[Action, ...],
+    spec: TrainiumJobSpec,
+    owner: Owner,
+    seen: Seen,
+    reader: Reader | None = None,
 ) -> tuple[Rejection, ...]:
     """Run the actions in order; stop at the first one the API server refuses."""
     for action in actions:
         try:
-            _one(action, spec, owner, seen)
+            _one(action, spec, owner, seen, reader or ApiReader())
         except ApiException as exc:
             if k8s.transient(exc):
                 raise
@@ -32,57 +39,67 @@ def perform(
     return ()
 
 
-def _one(action: Action, spec: TrainiumJobSpec, owner: Owner, seen: Seen) -> None:
+def _one(action: Action, spec: TrainiumJobSpec, owner: Owner, seen: Seen, read: Reader) -> None:
+    ns = owner.namespace
     if action is Action.CREATE_STORAGE:
         if seen.volume is None:
             assert seen.names is not None
             names = seen.names
-            k8s.create_volume(
-                builders.build_fsx_volume(spec, owner, names.dns_name, names.mount_name)
-            )
-        k8s.create_claim(builders.build_fsx_claim(spec, owner))
+            pv = builders.build_fsx_volume(spec, owner, names.dns_name, names.mount_name)
+            read.wrote(Kind.VOLUME, "", pv["metadata"]["name"], k8s.create_volume(pv))
+        claim = builders.build_fsx_claim(spec, owner)
+        read.wrote(Kind.CLAIM, ns, claim["metadata"]["name"], k8s.create_claim(claim))
     elif action is Action.REPAIR_STORAGE:
         assert seen.volume is not None
-        k8s.release_claim_ref(seen.volume)
-    elif action is Action.CREATE_PRECOMPILE:
-        k8s.create_vcjob(builders.build_vcjob(spec, owner, "precompile"))
+        pv_name = seen.volume["metadata"]["name"]
+        read.wrote(Kind.VOLUME, "", pv_name, k8s.release_claim_ref(seen.volume))
+    elif action in (Action.CREATE_PRECOMPILE, Action.CREATE_TRAINING):
+        stage = "precompile" if action is Action.CREATE_PRECOMPILE else "train"
+        job = builders.build_vcjob(spec, owner, stage)
+        read.wrote(Kind.VCJOB, ns, job["metadata"]["name"], k8s.create_vcjob(job))
     elif action in _CACHE_ACTIONS:
-        _cache_action(action, spec, owner, seen)
-    elif action is Action.CREATE_TRAINING:
-        k8s.create_vcjob(builders.build_vcjob(spec, owner, "train"))
-    elif action is Action.STOP_TRAINING:
-        k8s.delete_vcjob(owner.namespace, naming.vcjob_name(owner.name, "train"))
-    elif action is Action.STOP_PRECOMPILE:
-        k8s.delete_vcjob(owner.namespace, naming.vcjob_name(owner.name, "precompile"))
-        _release(seen, owner)  # another job may compile these graphs meanwhile
+        _cache_action(action, spec, owner, seen, read)
+    elif action in (Action.STOP_TRAINING, Action.STOP_PRECOMPILE):
+        stage = "train" if action is Action.STOP_TRAINING else "precompile"
+        name = naming.vcjob_name(owner.name, stage)
+        k8s.delete_vcjob(ns, name)
+        read.deleted(Kind.VCJOB, ns, name)
+        if action is Action.STOP_PRECOMPILE:
+            _release(seen, owner, read)  # another job may compile these graphs meanwhile
 
 
 _CACHE_ACTIONS = (Action.ACQUIRE_CACHE, Action.RECORD_CACHE, Action.RECORD_CACHE_FAILED)
 
 
-def _cache_action(action: Action, spec: TrainiumJobSpec, owner: Owner, seen: Seen) -> None:
+def _cache_action(
+    action: Action, spec: TrainiumJobSpec, owner: Owner, seen: Seen, read: Reader
+) -> None:
     """Take the entry's lease and mark it Compiling; or record the outcome and release."""
-    ident, now = cache.identity(spec), now_iso()
+    ident, now, ns = cache.identity(spec), now_iso(), owner.namespace
+    name = ident.record_name
     if action is Action.ACQUIRE_CACHE:
         micro = _micro_now()
         if seen.lease is None:
-            k8s.create_lease(cache.lease(ident, owner, micro))
+            taken = k8s.create_lease(cache.lease(ident, owner, micro))
         else:  # stale: its holder is gone or finished
-            k8s.take_lease(seen.lease, cache.holder(owner), micro)
-        k8s.put_configmap(
-            cache.record(ident, spec, owner, cache.COMPILING, started_at=now, now=now)
-        )
+            taken = k8s.take_lease(seen.lease, cache.holder(owner), micro)
+        read.wrote(Kind.LEASE, ns, name, taken)
+        compiling = cache.record(ident, spec, owner, cache.COMPILING, started_at=now, now=now)
+        read.wrote(Kind.RECORD, ns, name, k8s.put_configmap(compiling))
         return
     state = cache.READY if action is Action.RECORD_CACHE else cache.FAILED
     started = seen.entry.started_at if seen.entry else ""
-    k8s.put_configmap(cache.record(ident, spec, owner, state, started_at=started, now=now))
-    _release(seen, owner)
+    done = cache.record(ident, spec, owner, state, started_at=started, now=now)
+    read.wrote(Kind.RECORD, ns, name, k8s.put_configmap(done))
+    _release(seen, owner, read)
 
 
-def _release(seen: Seen, owner: Owner) -> None:
+def _release(seen: Seen, owner: Owner, read: Reader) -> None:
     """Give up the entry's writer lease if this job holds it."""
     if seen.lease is not None and cache.read_holder(seen.lease) == cache.holder(owner):
         k8s.delete_lease(seen.lease)
+        md = seen.lease["metadata"]
+        read.deleted(Kind.LEASE, md["namespace"], md["name"])
 
 
 def _micro_now() -> str:

@@ -14,12 +14,13 @@ import socket
 import threading
 from collections import defaultdict
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any, cast
 
 import kopf
 from kubernetes.client.exceptions import ApiException
 
-from trainium_operator import checkpoints, k8s, metrics, naming, peering
+from trainium_operator import checkpoints, k8s, metrics, naming, peering, watches
 from trainium_operator.builders import (
     ANNOTATION_OWNER,
     LABEL_JOB,
@@ -43,7 +44,8 @@ Json = dict[str, Any]
 _TERMINAL = {p.value for p in TERMINAL}
 _busy_guard = threading.Lock()
 _busy: set[Key] = set()
-_again: set[Key] = set()
+#: Triggers that came during a pass: one more pass each, fresh if any trigger was.
+_again: dict[Key, bool] = {}
 _attempts: defaultdict[Key, int] = defaultdict(int)
 _written: dict[Key, str] = {}
 _queue_parents: dict[str, str | None] = {}
@@ -60,30 +62,36 @@ def resync_seconds() -> float:
     return float(os.environ.get("TRAINIUM_RESYNC_SECONDS", RESYNC))
 
 
-def handle(key: Key) -> float | Busy | None:
+def handle(key: Key, *, fresh: bool = False) -> float | Busy | None:
     """Reconcile one job, one pass at a time; triggers during a pass coalesce into one more.
 
     A trigger that finds a pass running returns BUSY at once instead of holding a worker
-    thread: the running pass goes round again and sets the next look itself.
+    thread: the running pass goes round again and sets the next look itself. A fresh pass
+    reads with GETs instead of the watches (the backstop's: it heals what a watch missed).
     """
     with _busy_guard:
         if key in _busy:
-            _again.add(key)
+            _again[key] = _again.get(key, False) or fresh
             return BUSY
         _busy.add(key)
     try:
         while True:
-            delay = _pass(key)
+            delay = _pass(key, fresh)
             with _busy_guard:
                 if key not in _again:
                     return delay
-                _again.discard(key)
+                fresh = _again.pop(key)
     finally:
         with _busy_guard:
             _busy.discard(key)
 
 
-def _pass(key: Key) -> float | None:
+def _backstop(key: Key) -> float | Busy | None:
+    """A look the scheduler made due (no event): read fresh."""
+    return handle(key, fresh=True)
+
+
+def _pass(key: Key, fresh: bool = False) -> float | None:
     """One reconcile of one job; return when to look again."""
     namespace, name = key
     with metrics.reconcile_timer():
@@ -93,6 +101,8 @@ def _pass(key: Key) -> float | None:
                 pods_changed=_pods_changed.pop(key, False),
                 checkpoint=_checkpoints.get(key),
             )
+            read = watches.reader(fresh=fresh)
+            views = replace(views, reader=read) if read is not None else views
             outcome = reconcile(namespace, name, _emit, views)
         except Exception as exc:  # never crash the handler: count, log, back off, retry
             return _failed_pass(key, exc)
@@ -144,7 +154,7 @@ def forget(key: Key) -> None:
     SCHEDULER.after(key, None)
 
 
-SCHEDULER = Scheduler(handle)
+SCHEDULER = Scheduler(_backstop)
 
 
 def _emit(body: Json, kind: str, reason: str, message: str) -> None:
@@ -199,21 +209,25 @@ def shutdown(**_: Any) -> None:
 
 
 @kopf.index(GROUP, VERSION, PLURAL)
-def tj_by_claim(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> dict[Any, Any]:
+async def tj_by_claim(
+    namespace: str | None, name: str, body: kopf.Body, **_: Any
+) -> dict[Any, Any]:
     """Jobs by the claim they mount, so a claim's events wake its jobs."""
     claim = _field(body, "storage", "claimName")
     return {(namespace, claim or naming.claim_name(name)): name}
 
 
 @kopf.index(GROUP, VERSION, PLURAL)
-def tj_by_queue(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> dict[Any, Any]:
+async def tj_by_queue(
+    namespace: str | None, name: str, body: kopf.Body, **_: Any
+) -> dict[Any, Any]:
     """Jobs by Volcano queue, so a queue's events wake the jobs waiting for it."""
     queue = _field(body, "scheduling", "queue")
     return {queue or "default": (namespace, name)}
 
 
 @kopf.index(GROUP, VERSION, PLURAL)
-def tj_by_cache_entry(
+async def tj_by_cache_entry(
     namespace: str | None, name: str, body: kopf.Body, **_: Any
 ) -> dict[Any, Any]:
     """Jobs by the cache entry on their status, so the entry's record and lease wake them."""
@@ -400,7 +414,7 @@ def on_delete(namespace: str | None, name: str, **_: Any) -> None:
 
 
 @kopf.index(GROUP, VERSION, PLURAL)
-def trainiumjob_statuses(
+async def trainiumjob_statuses(
     namespace: str | None, name: str, status: kopf.Status, **_: Any
 ) -> dict[tuple[str, str], Json]:
     """Each job's status by (namespace, name); kopf drops the entry when the job is deleted."""

@@ -125,14 +125,13 @@ def _missing_is_none(call: Any, *args: Any, **kwargs: Any) -> Any:
         raise
 
 
-def _exists_is_ok(call: Any, *args: Any, **kwargs: Any) -> bool:
-    """Create; True when created now, False when it already existed (a restart adopts it)."""
+def _exists_is_ok(call: Any, *args: Any, **kwargs: Any) -> Json | None:
+    """Create; the object created now, None when it already existed (a restart adopts it)."""
     try:
-        request(call, *args, **kwargs)
-        return True
+        return to_dict(request(call, *args, **kwargs)) or {}
     except ApiException as exc:
         if exc.status == 409 and _reason(exc) == "AlreadyExists":
-            return False
+            return None
         raise
 
 
@@ -163,13 +162,13 @@ def delete_trainiumjob(namespace: str, name: str) -> None:
     _missing_is_none(custom().delete_namespaced_custom_object, *args)
 
 
-def patch_trainiumjob_status(namespace: str, name: str, status: Json) -> str:
-    """Merge-patch the status subresource; returns the new resourceVersion."""
+def patch_trainiumjob_status(namespace: str, name: str, status: Json) -> Json:
+    """Merge-patch the status subresource; returns the job as patched."""
     out = request(
         custom().patch_namespaced_custom_object_status,
         GROUP, VERSION, namespace, PLURAL, name, {"status": status}, _content_type=MERGE_PATCH,
     )  # fmt: skip
-    return str(((out or {}).get("metadata") or {}).get("resourceVersion", ""))
+    return out or {}  # type: ignore[no-any-return]
 
 
 def get_claim(namespace: str, name: str) -> Json | None:
@@ -184,8 +183,8 @@ def get_volume(name: str) -> Json | None:
     return to_dict(_missing_is_none(core().read_persistent_volume, name))
 
 
-def create_volume(body: Json) -> bool:
-    """Create a PersistentVolume (409 tolerated)."""
+def create_volume(body: Json) -> Json | None:
+    """Create a PersistentVolume; the created object, None when it existed (409)."""
     return _exists_is_ok(core().create_persistent_volume, body)
 
 
@@ -194,7 +193,7 @@ def delete_volume(name: str) -> None:
     _missing_is_none(core().delete_persistent_volume, name)
 
 
-def release_claim_ref(volume: Json) -> None:
+def release_claim_ref(volume: Json) -> Json:
     """Drop a Released PV's stale claimRef uid so the PV controller binds the new claim to it.
 
     Guarded by the observed resourceVersion: a PV that changed meanwhile answers 409 (retried).
@@ -203,11 +202,11 @@ def release_claim_ref(volume: Json) -> None:
     ref = {"uid": None, "resourceVersion": None}
     body = {"metadata": {"resourceVersion": md["resourceVersion"]}, "spec": {"claimRef": ref}}
     patch = core().patch_persistent_volume
-    request(patch, md["name"], body, _content_type=MERGE_PATCH, guarded=True)
+    return to_dict(request(patch, md["name"], body, _content_type=MERGE_PATCH, guarded=True)) or {}
 
 
-def create_claim(body: Json) -> bool:
-    """Create a PersistentVolumeClaim (409 tolerated)."""
+def create_claim(body: Json) -> Json | None:
+    """Create a PersistentVolumeClaim; the created object, None when it existed (409)."""
     ns = body["metadata"]["namespace"]
     return _exists_is_ok(core().create_namespaced_persistent_volume_claim, ns, body)
 
@@ -217,8 +216,8 @@ def get_configmap(namespace: str, name: str) -> Json | None:
     return to_dict(_missing_is_none(core().read_namespaced_config_map, name, namespace))
 
 
-def create_configmap(body: Json) -> bool:
-    """Create a ConfigMap (409 tolerated)."""
+def create_configmap(body: Json) -> Json | None:
+    """Create a ConfigMap; the created object, None when it existed (409)."""
     ns = body["metadata"]["namespace"]
     return _exists_is_ok(core().create_namespaced_config_map, ns, body)
 
@@ -229,8 +228,8 @@ def get_vcjob(namespace: str, name: str) -> Json | None:
     return _missing_is_none(custom().get_namespaced_custom_object, *args)  # type: ignore[no-any-return]
 
 
-def create_vcjob(body: Json) -> bool:
-    """Create a Volcano job (409 tolerated)."""
+def create_vcjob(body: Json) -> Json | None:
+    """Create a Volcano job; the created object, None when it existed (409)."""
     ns = body["metadata"]["namespace"]
     args = (VOLCANO_GROUP, VOLCANO_VERSION, ns, VOLCANO_JOBS, body)
     return _exists_is_ok(custom().create_namespaced_custom_object, *args)
@@ -260,13 +259,13 @@ def get_lease(namespace: str, name: str) -> Json | None:
     return to_dict(_missing_is_none(coordination().read_namespaced_lease, name, namespace))
 
 
-def create_lease(body: Json) -> None:
+def create_lease(body: Json) -> Json:
     """Create a Lease; an existing one is NOT success here: someone else holds it (409)."""
     ns = body["metadata"]["namespace"]
-    request(coordination().create_namespaced_lease, ns, body)
+    return to_dict(request(coordination().create_namespaced_lease, ns, body)) or {}
 
 
-def take_lease(observed: Json, holder: str, now_micro: str) -> None:
+def take_lease(observed: Json, holder: str, now_micro: str) -> Json:
     """Take over a stale Lease; guarded by the resourceVersion read (409 when it moved)."""
     md, spec = observed["metadata"], observed.get("spec") or {}
     body = {
@@ -279,7 +278,8 @@ def take_lease(observed: Json, holder: str, now_micro: str) -> None:
         },
     }
     patch = coordination().patch_namespaced_lease
-    request(patch, md["name"], md["namespace"], body, _content_type=MERGE_PATCH, guarded=True)
+    args = (md["name"], md["namespace"], body)
+    return to_dict(request(patch, *args, _content_type=MERGE_PATCH, guarded=True)) or {}
 
 
 def delete_lease(observed: Json) -> None:
@@ -290,17 +290,22 @@ def delete_lease(observed: Json) -> None:
     _missing_is_none(delete, md["name"], md["namespace"], body=body, guarded=True)
 
 
-def put_configmap(body: Json) -> None:
-    """Create a ConfigMap, or merge its data into the existing one (None values remove keys)."""
+def put_configmap(body: Json) -> Json:
+    """Create a ConfigMap, or merge its data into the existing one (None values remove keys).
+
+    Returns the ConfigMap as written.
+    """
     data = {k: v for k, v in (body.get("data") or {}).items() if v is not None}
-    if create_configmap({**body, "data": data}):
-        return
+    created = create_configmap({**body, "data": data})
+    if created is not None:
+        return created
     md = body["metadata"]
     patch = {"metadata": {"labels": md.get("labels", {})}, "data": body.get("data", {})}
-    request(
+    out = request(
         core().patch_namespaced_config_map, md["name"], md["namespace"], patch,
         _content_type=MERGE_PATCH,
     )  # fmt: skip
+    return to_dict(out) or {}
 
 
 def list_pods(namespace: str, selector: str) -> list[Json]:

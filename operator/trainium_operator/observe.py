@@ -1,7 +1,7 @@
 """Read what the lifecycle needs from the API (and FSx when names are missing): no decisions.
 
-Every read here is a GET of a named object; what the operator's watches already stream (the
-queue hierarchy) comes in through `Views`, so a pass costs no extra list requests.
+Every read here is of a named object, through the pass's `Reader` (reads.py): in the operator,
+what its watches already stream; GETs elsewhere. The queue hierarchy comes in through `Views`.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from trainium_operator import (
 from trainium_operator.builders import Owner
 from trainium_operator.checkpoints import Checkpoint
 from trainium_operator.lifecycle import TERMINAL, Blocker, Child, Observed
+from trainium_operator.reads import ApiReader, Kind, Reader
 from trainium_operator.spec import TrainiumJobSpec
 
 Json = dict[str, Any]
@@ -41,6 +42,8 @@ class Views:
     now: str = ""
     #: The newest checkpoint the pod watch saw reported in this job's training pods.
     checkpoint: Checkpoint | None = None
+    #: Where this pass reads objects from (and tells of its writes).
+    reader: Reader = field(default_factory=ApiReader)
 
     def has_children(self, queue: str) -> bool:
         """Whether any known queue names this one as its parent (a non-leaf queue)."""
@@ -70,11 +73,12 @@ def observe(
     spec: TrainiumJobSpec, owner: Owner, views: Views, lookup: FsxLookup | None = None
 ) -> Seen:
     """Read the job's world: storage, queue, cache record and both Volcano jobs."""
-    storage = _storage(spec, owner, lookup or fsx.describe)
-    pre = k8s.get_vcjob(owner.namespace, naming.vcjob_name(owner.name, "precompile"))
-    train = k8s.get_vcjob(owner.namespace, naming.vcjob_name(owner.name, "train"))
+    read = views.reader
+    storage = _storage(spec, owner, lookup or fsx.describe, read)
+    pre = read.get(Kind.VCJOB, owner.namespace, naming.vcjob_name(owner.name, "precompile"))
+    train = read.get(Kind.VCJOB, owner.namespace, naming.vcjob_name(owner.name, "train"))
     ident = cache.identity(spec)
-    entry, lease, holder, holder_job = _cache(ident, owner, spec.precompile.policy)
+    entry, lease, holder, holder_job = _cache(ident, owner, spec.precompile.policy, read)
     stage, job = ("train", train) if train is not None else ("precompile", pre)
     left = startup_left(job, spec.runPolicy.startupDeadlineSeconds, views.now)
     stuck = left is not None and left <= 0
@@ -116,14 +120,14 @@ def _gang(job: Json | None) -> budget.Gang | None:
 
 
 def _cache(
-    ident: cache.Identity, owner: Owner, policy: str
+    ident: cache.Identity, owner: Owner, policy: str, read: Reader
 ) -> tuple[cache.Entry | None, Json | None, str, str]:
     """The entry, its lease, and who holds it: "self", "other" (a live job) or "none"."""
     if policy == "Never":
         return None, None, "none", ""
     name = ident.record_name
-    entry = cache.read_entry(k8s.get_configmap(owner.namespace, name))
-    lease = k8s.get_lease(owner.namespace, name)
+    entry = cache.read_entry(read.get(Kind.RECORD, owner.namespace, name))
+    lease = read.get(Kind.LEASE, owner.namespace, name)
     who = cache.read_holder(lease)
     if who is None:
         return entry, lease, "none", ""
@@ -131,12 +135,12 @@ def _cache(
         return entry, lease, "self", ""
     ns, _sep, rest = who.partition("/")
     job, _sep, uid = rest.partition("/")
-    return entry, lease, ("other" if _alive(ns, job, uid) else "none"), f"{ns}/{job}"
+    return entry, lease, ("other" if _alive(ns, job, uid, read) else "none"), f"{ns}/{job}"
 
 
-def _alive(namespace: str, name: str, uid: str) -> bool:
+def _alive(namespace: str, name: str, uid: str, read: Reader) -> bool:
     """A lease holder is live while its job exists (same uid) and has not finished."""
-    body = k8s.get_trainiumjob(namespace, name)
+    body = read.get(Kind.TRAINIUMJOB, namespace, name)
     if body is None or body["metadata"].get("uid") != uid:
         return False
     phase = (body.get("status") or {}).get("phase")
@@ -195,7 +199,7 @@ def stuck_failure(owner: Owner, stage: str) -> failures.Failure:
 
 def queue_blocker(name: str, views: Views) -> Blocker | None:
     """Volcano admits jobs only into an existing, Open, leaf queue: say which one is wrong."""
-    queue = k8s.get_queue(name)
+    queue = views.reader.get(Kind.QUEUE, "", name)
     field_ = f"Volcano queue {name!r} (spec.scheduling.queue)"
     if queue is None:
         return Blocker("QueueNotFound", f"{field_} does not exist; create it or pick another queue")
@@ -218,19 +222,19 @@ class _Storage:
     volume: Json | None = None
 
 
-def _storage(spec: TrainiumJobSpec, owner: Owner, lookup: FsxLookup) -> _Storage:
+def _storage(spec: TrainiumJobSpec, owner: Owner, lookup: FsxLookup, read: Reader) -> _Storage:
     """Ready means the claim is Bound; a Pending claim, a terminating or stale PV wait."""
     if spec.storage.claimName:
-        return _user_claim(spec.storage.claimName, owner.namespace)
-    claim = k8s.get_claim(owner.namespace, naming.claim_name(owner.name))
-    volume = k8s.get_volume(naming.volume_name(owner.namespace, owner.name))
+        return _user_claim(spec.storage.claimName, owner.namespace, read)
+    claim = read.get(Kind.CLAIM, owner.namespace, naming.claim_name(owner.name))
+    volume = read.get(Kind.VOLUME, "", naming.volume_name(owner.namespace, owner.name))
     if volume is not None:
         return _static_volume(volume, claim)
     return _Storage(**_fsx_names(spec, lookup))
 
 
-def _user_claim(name: str, namespace: str) -> _Storage:
-    claim = k8s.get_claim(namespace, name)
+def _user_claim(name: str, namespace: str, read: Reader) -> _Storage:
+    claim = read.get(Kind.CLAIM, namespace, name)
     what = f"PersistentVolumeClaim {name!r} (spec.storage.claimName)"
     if claim is None:
         msg = f"{what} not found in namespace {namespace!r}; waiting for it to be created"

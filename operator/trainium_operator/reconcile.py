@@ -30,6 +30,7 @@ from trainium_operator.cachekey import cache_key, cache_name
 from trainium_operator.checkpoints import Checkpoint
 from trainium_operator.lifecycle import Action, Child, Decision, Observed
 from trainium_operator.observe import FsxLookup, Views, observe
+from trainium_operator.reads import ApiReader, Kind, Reader, version
 from trainium_operator.spec import SpecError, TrainiumJobSpec, parse
 from trainium_operator.status import now_iso
 
@@ -86,21 +87,23 @@ def reconcile(
     lookup: FsxLookup | None = None,
 ) -> Outcome:
     """One pass over one TrainiumJob: derive, act, report; a finished job only ages out."""
-    body = k8s.get_trainiumjob(namespace, name)
+    views = views or Views()
+    read = views.reader
+    body = read.get(Kind.TRAINIUMJOB, namespace, name)
     if body is None or body["metadata"].get("deletionTimestamp"):
         return Outcome(None)
     previous = _status_of(body)
     generation = int(body["metadata"].get("generation", 1))
     if settled(previous, generation):
-        rv = _late_checkpoint(body, previous, (views or Views()).checkpoint)
-        return replace(expire(body, previous), written_version=rv)
+        rv = _late_checkpoint(body, previous, views.checkpoint, read)
+        return replace(expire(body, previous, reader=read), written_version=rv)
     try:
         spec = parse_cached(body)
     except SpecError as exc:
-        new, transition, rv = _report(body, lifecycle.invalid(exc.problems), None, emit)
+        new, transition, rv = _report(body, lifecycle.invalid(exc.problems), None, emit, read)
         return Outcome(new.get("phase"), transition, written_version=rv)
     owner = Owner(name, namespace, body["metadata"].get("uid", ""))
-    seen = observe(spec, owner, replace(views or Views(), now=now_iso()), lookup)
+    seen = observe(spec, owner, replace(views, now=now_iso()), lookup)
     deadline_in = _deadline_in(spec, previous)
     digests = crd.spec_digests(body)
     started = previous.get("specDigests") or {}
@@ -120,11 +123,13 @@ def reconcile(
         deadline_exceeded=deadline_in is not None and deadline_in <= 0,
     )
     decision = lifecycle.decide(observed)
-    rejections = actions.perform(decision.actions, spec, owner, seen)
+    rejections = actions.perform(decision.actions, spec, owner, seen, read)
     if rejections:  # what the API server refused is observed, and decided on, in this pass
         decision = lifecycle.decide(replace(observed, rejections=rejections))
-    new, transition, rv = _report(body, decision, spec, emit, observed, counted, seen.checkpoint)
-    outcome = expire(body, new, spec)
+    new, transition, rv = _report(
+        body, decision, spec, emit, read, observed, counted, seen.checkpoint
+    )
+    outcome = expire(body, new, spec, reader=read)
     return replace(
         outcome,
         transition=transition,
@@ -184,7 +189,13 @@ def parse_cached(body: Json) -> TrainiumJobSpec:
     return found
 
 
-def expire(body: Json, status_now: Json, spec: TrainiumJobSpec | None = None) -> Outcome:
+def expire(
+    body: Json,
+    status_now: Json,
+    spec: TrainiumJobSpec | None = None,
+    *,
+    reader: Reader | None = None,
+) -> Outcome:
     """Delete a finished job once ttlSecondsAfterFinished has passed (children go with it).
 
     An invalid job is never deleted by its TTL: nobody would see why it failed.
@@ -200,6 +211,7 @@ def expire(body: Json, status_now: Json, spec: TrainiumJobSpec | None = None) ->
     if remaining is not None and remaining <= 0:
         meta = body["metadata"]
         k8s.delete_trainiumjob(meta["namespace"], meta["name"])
+        (reader or ApiReader()).deleted(Kind.TRAINIUMJOB, meta["namespace"], meta["name"])
         return Outcome(phase)
     return Outcome(phase, ttl_remaining=remaining)
 
@@ -226,6 +238,7 @@ def _report(
     decision: Decision,
     spec: TrainiumJobSpec | None,
     emit: Emit,
+    read: Reader,
     obs: Observed | None = None,
     counted: budget.Accounted | None = None,
     checkpoint: Checkpoint | None = None,
@@ -266,7 +279,9 @@ def _report(
     job_cost = history.job_cost(spec, new["history"], now) if spec is not None else None
     if job_cost is not None:  # as of this write: the estimate moves with the status, not the clock
         new["cost"] = cost.status_fragment(job_cost)
-    rv = k8s.patch_trainiumjob_status(meta["namespace"], owner_name, new)
+    patched = k8s.patch_trainiumjob_status(meta["namespace"], owner_name, new)
+    read.wrote(Kind.TRAINIUMJOB, meta["namespace"], owner_name, patched)
+    rv = _written_version(patched)
     max_retries = spec.runPolicy.maxRetries if spec is not None else 0
     for reason, message in budget.events(counted, max_retries):
         emit(body, "Warning", reason, message)
@@ -276,7 +291,9 @@ def _report(
     return new, transition, rv
 
 
-def _late_checkpoint(body: Json, previous: Json, seen: Checkpoint | None) -> str | None:
+def _late_checkpoint(
+    body: Json, previous: Json, seen: Checkpoint | None, read: Reader
+) -> str | None:
     """A finished job whose last pod reported after the final pass: add that checkpoint only.
 
     The pod and Volcano job watches are separate streams: the job's Completed may come first.
@@ -286,7 +303,14 @@ def _late_checkpoint(body: Json, previous: Json, seen: Checkpoint | None) -> str
         return None
     meta = body["metadata"]
     patch = {"lastCheckpoint": kept.to_status()}
-    return k8s.patch_trainiumjob_status(meta["namespace"], meta["name"], patch)
+    patched = k8s.patch_trainiumjob_status(meta["namespace"], meta["name"], patch)
+    read.wrote(Kind.TRAINIUMJOB, meta["namespace"], meta["name"], patched)
+    return _written_version(patched)
+
+
+def _written_version(patched: Json) -> str | None:
+    """The resourceVersion a status patch produced (its watch event needs no new pass)."""
+    return version(patched) if (patched.get("metadata") or {}).get("resourceVersion") else None
 
 
 def _gang_pending(decision: Decision, obs: Observed) -> bool:

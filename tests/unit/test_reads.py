@@ -1,0 +1,302 @@
+"""Reads from the watches: the overlay rules for our own writes; passes over a lagging watch."""
+
+from __future__ import annotations
+
+import copy
+import itertools
+from typing import Any
+
+import pytest
+from support import job
+
+from trainium_operator import cache, k8s, naming, reads
+from trainium_operator.builders import Owner
+from trainium_operator.observe import Views, observe
+from trainium_operator.reads import ApiReader, Kind, Overlay, WatchReader, slim
+from trainium_operator.reconcile import reconcile
+from trainium_operator.spec import parse
+
+Json = dict[str, Any]
+NS = "default"
+
+
+def obj(name: str, rv: str, **fields: Any) -> Json:
+    return {"metadata": {"name": name, "namespace": NS, "resourceVersion": rv}, **fields}
+
+
+def indices(**found: list[Json]) -> dict[Kind, dict[tuple[str, str], list[Json]]]:
+    """Empty indices of every kind; `found` fills one kind's index (by its name, lower case)."""
+    out: dict[Kind, dict[tuple[str, str], list[Json]]] = {kind: {} for kind in Kind}
+    for kind_name, bodies in found.items():
+        for body in bodies:
+            md = body["metadata"]
+            out[Kind[kind_name.upper()]].setdefault((md.get("namespace", ""), md["name"]), [])
+            out[Kind[kind_name.upper()]][(md.get("namespace", ""), md["name"])].append(body)
+    return out
+
+
+def show(idx: dict[Kind, Any], kind: Kind, body: Json | None, name: str = "x") -> None:
+    """The watch delivers a version of object `name` (None: its deletion)."""
+    idx[kind][(NS, name)] = [body] if body is not None else []
+
+
+def rv_of(body: Json | None) -> str | None:
+    return None if body is None else body["metadata"]["resourceVersion"]
+
+
+# ---- the overlay's rules ------------------------------------------------------------------------
+
+
+def test_a_create_is_served_until_the_index_shows_the_object_in_any_version() -> None:
+    idx, overlay = indices(), Overlay()
+    first = WatchReader(idx, overlay)
+    assert first.get(Kind.VCJOB, NS, "x") is None
+    first.wrote(Kind.VCJOB, NS, "x", obj("x", "5"))
+    later = WatchReader(idx, overlay)
+    assert rv_of(later.get(Kind.VCJOB, NS, "x")) == "5"  # the watch has not caught up yet
+    show(idx, Kind.VCJOB, obj("x", "7"))  # Volcano moved it on before our ADDED came in
+    assert rv_of(WatchReader(idx, overlay).get(Kind.VCJOB, NS, "x")) == "7"
+    assert len(overlay) == 0
+
+
+def test_a_patch_is_served_while_the_index_shows_the_version_it_was_based_on() -> None:
+    idx, overlay = indices(trainiumjob=[obj("x", "1", status={"phase": "Pending"})]), Overlay()
+    first = WatchReader(idx, overlay)
+    assert first.get(Kind.TRAINIUMJOB, NS, "x")["status"]["phase"] == "Pending"  # type: ignore[index]
+    first.wrote(Kind.TRAINIUMJOB, NS, "x", obj("x", "2", status={"phase": "Precompiling"}))
+    again = WatchReader(idx, overlay).get(Kind.TRAINIUMJOB, NS, "x")
+    assert again is not None and again["status"]["phase"] == "Precompiling"
+    show(idx, Kind.TRAINIUMJOB, obj("x", "2", status={"phase": "Precompiling"}))
+    assert rv_of(WatchReader(idx, overlay).get(Kind.TRAINIUMJOB, NS, "x")) == "2"
+    assert len(overlay) == 0
+
+
+def test_a_relist_that_skips_our_version_ends_the_overlay() -> None:
+    """Versions are opaque: any version other than the ones we superseded is newer than ours."""
+    idx, overlay = indices(trainiumjob=[obj("x", "1")]), Overlay()
+    first = WatchReader(idx, overlay)
+    first.get(Kind.TRAINIUMJOB, NS, "x")
+    first.wrote(Kind.TRAINIUMJOB, NS, "x", obj("x", "2"))
+    show(idx, Kind.TRAINIUMJOB, obj("x", "9"))  # a relist: 2..8 were never streamed to us
+    assert rv_of(WatchReader(idx, overlay).get(Kind.TRAINIUMJOB, NS, "x")) == "9"
+
+
+def test_writes_in_a_row_supersede_every_version_before_them() -> None:
+    idx, overlay = indices(trainiumjob=[obj("x", "1")]), Overlay()
+    for written in ("2", "3"):  # each pass reads the last write from the overlay, writes again
+        reader = WatchReader(idx, overlay)
+        reader.get(Kind.TRAINIUMJOB, NS, "x")
+        reader.wrote(Kind.TRAINIUMJOB, NS, "x", obj("x", written))
+    for lagging in ("1", "2"):  # the watch delivers the older versions one by one
+        show(idx, Kind.TRAINIUMJOB, obj("x", lagging))
+        assert rv_of(WatchReader(idx, overlay).get(Kind.TRAINIUMJOB, NS, "x")) == "3"
+    show(idx, Kind.TRAINIUMJOB, obj("x", "3"))
+    assert rv_of(WatchReader(idx, overlay).get(Kind.TRAINIUMJOB, NS, "x")) == "3"
+    assert len(overlay) == 0
+
+
+def test_a_delete_hides_the_object_until_the_index_changes() -> None:
+    idx, overlay = indices(lease=[obj("x", "4")]), Overlay()
+    first = WatchReader(idx, overlay)
+    assert first.get(Kind.LEASE, NS, "x") is not None
+    first.deleted(Kind.LEASE, NS, "x")
+    assert WatchReader(idx, overlay).get(Kind.LEASE, NS, "x") is None  # DELETED not seen yet
+    show(idx, Kind.LEASE, obj("x", "8"))  # someone else's lease of the same name, since
+    assert rv_of(WatchReader(idx, overlay).get(Kind.LEASE, NS, "x")) == "8"
+
+
+def test_a_create_after_our_delete_supersedes_the_tombstone() -> None:
+    idx, overlay = indices(vcjob=[obj("x", "4")]), Overlay()
+    reader = WatchReader(idx, overlay)
+    reader.get(Kind.VCJOB, NS, "x")
+    reader.deleted(Kind.VCJOB, NS, "x")
+    reader = WatchReader(idx, overlay)
+    assert reader.get(Kind.VCJOB, NS, "x") is None
+    reader.wrote(Kind.VCJOB, NS, "x", obj("x", "6"))
+    for lagging in (obj("x", "4"), None):  # the old one, then its deletion, stream in late
+        show(idx, Kind.VCJOB, lagging)
+        assert rv_of(WatchReader(idx, overlay).get(Kind.VCJOB, NS, "x")) == "6"
+
+
+def test_already_exists_drops_what_we_thought_and_trusts_the_index() -> None:
+    idx, overlay = indices(), Overlay()
+    reader = WatchReader(idx, overlay)
+    reader.get(Kind.VCJOB, NS, "x")
+    reader.deleted(Kind.VCJOB, NS, "x")
+    reader.wrote(Kind.VCJOB, NS, "x", None)  # a create answered 409 AlreadyExists
+    assert len(overlay) == 0
+
+
+def test_a_write_to_an_object_the_pass_never_read_is_not_kept() -> None:
+    """Nothing is known to be older than it, so nothing the index shows is hidden by it."""
+    idx, overlay = indices(), Overlay()
+    WatchReader(idx, overlay).wrote(Kind.RECORD, NS, "x", obj("x", "3"))
+    assert WatchReader(idx, overlay).get(Kind.RECORD, NS, "x") is None
+
+
+def test_writes_are_forgotten_after_the_ttl() -> None:
+    """A watch that never delivers (broken; kopf restarts it) does not keep writes forever."""
+    clock = [0.0]
+    idx, overlay = indices(), Overlay(clock=lambda: clock[0])
+    for name, at in (("old", 0.0), ("new", Overlay.TTL + 1)):
+        clock[0] = at
+        reader = WatchReader(idx, overlay)
+        reader.get(Kind.VCJOB, NS, name)
+        reader.wrote(Kind.VCJOB, NS, name, obj(name, "1"))
+    assert len(overlay) == 1
+    assert WatchReader(idx, overlay).get(Kind.VCJOB, NS, "old") is None
+    assert WatchReader(idx, overlay).get(Kind.VCJOB, NS, "new") is not None
+
+
+def test_fresh_and_ambiguous_reads_get_and_supersede_what_the_index_shows(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    served = {"x": obj("x", "5"), "y": obj("y", "9")}
+    monkeypatch.setattr(k8s, "get_configmap", lambda ns, name: served[name])
+    idx = indices(record=[obj("x", "3"), obj("y", "8"), {**obj("y", "2"), "old": True}])
+    overlay = Overlay()
+    fresh = WatchReader(idx, overlay, fresh=True)
+    assert rv_of(fresh.get(Kind.RECORD, NS, "x")) == "5"
+    fresh.wrote(Kind.RECORD, NS, "x", obj("x", "6"))
+    assert rv_of(WatchReader(idx, overlay).get(Kind.RECORD, NS, "x")) == "6"  # index: 3
+    ambiguous = WatchReader(idx, overlay)  # an old "y" whose deletion is not processed yet
+    assert rv_of(ambiguous.get(Kind.RECORD, NS, "y")) == "9"
+
+
+def test_the_api_reader_gets_and_keeps_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(k8s, "get_queue", lambda name: obj(name, "1"))
+    reader = ApiReader()
+    assert rv_of(reader.get(Kind.QUEUE, "", "q")) == "1"
+    reader.wrote(Kind.QUEUE, "", "q", obj("q", "2"))
+    assert rv_of(reader.get(Kind.QUEUE, "", "q")) == "1"
+
+
+# ---- what the indices keep is all observe reads ------------------------------------------------
+
+
+def full_world(owner: Owner, record: str) -> dict[Kind, list[Json]]:
+    """Full objects, as a GET returns them, of a job that is precompiling as the cache writer."""
+    meta = {"uid": "u", "creationTimestamp": "2026-11-22T00:00:00Z", "labels": {"a": "b"},
+            "managedFields": [{"manager": "kubectl"}], "annotations": {"x": "y"}}  # fmt: skip
+    pre = naming.vcjob_name(owner.name, "precompile")
+    state = {"phase": "Running", "reason": "r", "message": "m", "lastTransitionTime": "t"}
+    vc_status = {"state": state, "retryCount": 1, "running": 2, "conditions": [{"status": "x"}]}
+    holder = f"{owner.namespace}/{owner.name}/{owner.uid}"
+    return {
+        Kind.VCJOB: [obj(pre, "11", spec={"tasks": [{"x": 1}]}, status=vc_status)],
+        Kind.CLAIM: [obj("fsx-claim", "12", spec={"volumeName": "v"}, status={"phase": "Bound"})],
+        Kind.RECORD: [obj(record, "13", data={"state": "Compiling", "startedAt": "s"})],
+        Kind.LEASE: [obj(record, "14", spec={"holderIdentity": holder, "leaseTransitions": 2})],
+        Kind.QUEUE: [{"metadata": {"name": "q", "resourceVersion": "15", **meta},
+                      "spec": {"weight": 1}, "status": {"state": "Open", "running": 3}}],
+        Kind.TRAINIUMJOB: [],
+    }  # fmt: skip
+
+
+def test_observe_over_the_slim_indices_sees_what_it_sees_with_gets(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    body = job("j", scheduling={"queue": "q"})
+    spec, owner = parse(body), Owner("j", NS, "uid-j")
+    world = full_world(owner, cache.identity(spec).record_name)
+    for bodies in world.values():
+        for b in bodies:
+            b["metadata"].update(uid="u", creationTimestamp="2026-11-22T00:00:00Z")
+
+    def get(kind: Kind, namespace: str, name: str) -> Json | None:
+        found = [b for b in world[kind] if b["metadata"]["name"] == name]
+        return copy.deepcopy(found[0]) if found else None
+
+    monkeypatch.setattr(reads, "api_get", get)
+    slim_idx = indices()
+    for kind, bodies in world.items():
+        for b in bodies:
+            slim_idx[kind][(b["metadata"].get("namespace", ""), b["metadata"]["name"])] = [
+                slim(kind, b)
+            ]
+    now = "2026-11-22T00:01:00Z"
+    with_gets = observe(spec, owner, Views(now=now, reader=ApiReader()))
+    from_watch = observe(spec, owner, Views(now=now, reader=WatchReader(slim_idx, Overlay())))
+    assert from_watch.observed == with_gets.observed
+    assert from_watch.entry == with_gets.entry and from_watch.observed.cache_holder == "self"
+    assert from_watch.lease is not None and with_gets.lease is not None
+    assert from_watch.lease["spec"] == with_gets.lease["spec"]
+    assert set(from_watch.lease["metadata"]) >= {"name", "namespace", "uid", "resourceVersion"}
+
+
+# ---- whole passes over a watch that lags behind our writes -------------------------------------
+
+
+class FakeApi:
+    """Stores what the operator writes, with resourceVersions; the watch delivers it on demand."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.rv = itertools.count(100)
+        self.creates: list[str] = []
+        self.objects: dict[tuple[Kind, str], Json] = {}
+        for name, kind in (("create_vcjob", Kind.VCJOB), ("create_lease", Kind.LEASE)):
+            monkeypatch.setattr(k8s, name, self._creator(kind))
+        monkeypatch.setattr(k8s, "put_configmap", self._creator(Kind.RECORD, upsert=True))
+        monkeypatch.setattr(k8s, "patch_trainiumjob_status", self.patch_status)
+
+    def _creator(self, kind: Kind, upsert: bool = False) -> Any:
+        def create(body: Json) -> Json | None:
+            name = body["metadata"]["name"]
+            if (kind, name) in self.objects and not upsert:
+                return None  # AlreadyExists
+            self.creates.append(f"{kind.value}/{name}")
+            return self.store(kind, copy.deepcopy(body))
+
+        return create
+
+    def store(self, kind: Kind, body: Json) -> Json:
+        body["metadata"]["resourceVersion"] = str(next(self.rv))
+        self.objects[(kind, body["metadata"]["name"])] = body
+        return copy.deepcopy(body)
+
+    def patch_status(self, namespace: str, name: str, status: Json) -> Json:
+        body = copy.deepcopy(self.objects[(Kind.TRAINIUMJOB, name)])
+        body["status"] = {**(body.get("status") or {}), **status}
+        return self.store(Kind.TRAINIUMJOB, body)
+
+    def deliver(self, idx: dict[Kind, Any]) -> None:
+        """The watches catch up with everything stored."""
+        for (kind, name), body in self.objects.items():
+            idx[kind][(NS, name)] = [slim(kind, copy.deepcopy(body))]
+
+
+def test_passes_before_the_watch_catches_up_create_nothing_twice_and_announce_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    api = FakeApi(monkeypatch)
+    body = job("j", scheduling={"queue": "q"})
+    body["metadata"].update(uid="uid-j", resourceVersion="1", generation=1)
+    api.objects[(Kind.TRAINIUMJOB, "j")] = body
+    idx = indices(
+        claim=[obj("fsx-claim", "2", status={"phase": "Bound"})],
+        queue=[{"metadata": {"name": "q", "resourceVersion": "3"}, "status": {"state": "Open"}}],
+        trainiumjob=[copy.deepcopy(body)],
+    )
+    events: list[str] = []
+    overlay = Overlay()
+
+    def one_pass() -> str | None:
+        emit = lambda _b, _t, reason, _m: events.append(reason)  # noqa: E731
+        views = Views(reader=WatchReader(idx, overlay))
+        return reconcile(NS, "j", emit, views).phase
+
+    assert one_pass() == "Precompiling"
+    entry = cache.identity(parse(body)).record_name
+    made = [
+        f"leases/{entry}",
+        f"configmaps/{entry}",
+        f"vcjobs/{naming.vcjob_name('j', 'precompile')}",
+    ]
+    assert api.creates == made  # the lease, the record and the precompile job
+    for _ in range(3):  # child events wake the job before any watch delivered our writes
+        assert one_pass() == "Precompiling"
+    assert api.creates == made, "a pass acted on the watch's older picture"
+    assert events.count("Precompiling") == 1, events
+    api.deliver(idx)
+    assert one_pass() == "Precompiling" and api.creates == made
+    assert events.count("Precompiling") == 1 and len(overlay) == 0
