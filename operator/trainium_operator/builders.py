@@ -7,14 +7,15 @@ user resources, tolerations and node selectors.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import threading
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kubernetes.client import ApiClient
+from kubernetes.client import ApiClient, Configuration
 from torchx.schedulers.kubernetes_scheduler import PLACEHOLDER_FIELD_PATH, KubernetesScheduler
 from torchx.specs import AppDef, runopts
 from torchx.specs.overlays import set_overlay
@@ -206,9 +207,27 @@ _dry_run: list[_DryRunScheduler] = []  # built on first use, under the lock
 _serializer = ApiClient()
 
 
+@contextlib.contextmanager
+def _one_model_configuration() -> Iterator[None]:
+    """Every kubernetes model a dry run builds shares one Configuration, not a deep copy each.
+
+    A model built without one deep-copies the default Configuration, whose setters re-level the
+    client's loggers (walking every logger): ~60 models per Volcano job made that more than half
+    of a build's CPU (kubernetes-client/python#1921). Models only read its validation flag; the
+    client's own requests pass their Configuration explicitly and are unaffected.
+    """
+    shared = Configuration.get_default_copy()
+    original = Configuration.__dict__["get_default_copy"]
+    setattr(Configuration, "get_default_copy", classmethod(lambda cls: shared))  # noqa: B010
+    try:
+        yield
+    finally:
+        setattr(Configuration, "get_default_copy", original)  # noqa: B010
+
+
 def _submit_dryrun(app: AppDef, cfg: dict[str, Any]) -> Any:
     """One dry run at a time: catch_warnings swaps process-global state, unsafe across threads."""
-    with _DRY_RUN_LOCK, warnings.catch_warnings():
+    with _DRY_RUN_LOCK, warnings.catch_warnings(), _one_model_configuration():
         # TorchX warns on every build that Volcano < 1.4 mishandles retries; we need Volcano >= 1.6.
         warnings.simplefilter("ignore", UserWarning)
         if not _dry_run:

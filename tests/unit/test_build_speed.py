@@ -13,6 +13,7 @@ import threading
 from typing import Any
 
 import pytest
+from kubernetes.client import Configuration
 from support import example_spec
 
 from trainium_operator import builders
@@ -32,6 +33,24 @@ def test_repeated_builds_parse_no_source(monkeypatch: pytest.MonkeyPatch) -> Non
     for stage in ("precompile", "train", "precompile"):
         builders.build_vcjob(spec, owner, stage)
     assert parses == []
+
+
+def test_a_build_copies_the_client_configuration_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Not once per kubernetes model TorchX builds (kubernetes-client/python#1921)."""
+    spec, owner = example_spec("bert-large-pretrain.yaml")
+    monkeypatch.setattr(Configuration, "_default", Configuration())  # as a loaded kubeconfig
+    copies = []
+    real_copy = Configuration.__deepcopy__
+
+    def counting_copy(self: Configuration, memo: Any) -> Any:
+        copies.append(1)
+        return real_copy(self, memo)
+
+    monkeypatch.setattr(Configuration, "__deepcopy__", counting_copy)
+    job = builders.build_vcjob(spec, owner, "train")
+    assert len(copies) == 1
+    assert job["spec"]["tasks"][0]["template"]["spec"]["containers"][0]["env"]  # models built
+    assert Configuration.get_default_copy() is not Configuration.get_default_copy()  # restored
 
 
 @pytest.mark.filterwarnings("error")  # a warning escaping one build's filter fails that build
