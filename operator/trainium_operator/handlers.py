@@ -32,6 +32,7 @@ from trainium_operator.builders import (
 from trainium_operator.cache import LABEL_CACHE_ENTRY
 from trainium_operator.checkpoints import Checkpoint
 from trainium_operator.crd import GROUP, PLURAL, VERSION
+from trainium_operator.essence import LeanDiffBase
 from trainium_operator.lifecycle import TERMINAL
 from trainium_operator.observe import Views
 from trainium_operator.reconcile import Outcome, expire, reconcile, settled
@@ -173,7 +174,7 @@ def _wake(key: Key) -> None:
 def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     """Our annotations, our Event source, retries that cover resets; start the backstop."""
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=PREFIX)
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+    settings.persistence.diffbase_storage = LeanDiffBase(
         prefix=PREFIX, key="last-handled-configuration"
     )
     settings.persistence.finalizer = f"{PREFIX}/finalizer"
