@@ -8,6 +8,7 @@ import datetime
 import urllib.request
 
 from prometheus_client.parser import text_string_to_metric_families
+from test_operator_e2e import claim
 
 from harness import OperatorProcess, apply, get, kubectl, wait_for
 
@@ -32,10 +33,7 @@ def precompiling_job(ns: str, name: str) -> None:
     queue = f"q-{ns}"
     apply({"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue",
            "metadata": {"name": queue}, "spec": {"weight": 1}})  # fmt: skip
-    apply({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
-           "metadata": {"name": "data", "namespace": ns},
-           "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "fsx-sc",
-                    "resources": {"requests": {"storage": "1200Gi"}}}})  # fmt: skip
+    claim(ns, "data")  # with its StorageClass: bound whichever tests ran before
     apply({
         "apiVersion": "trainium.dev/v1alpha1", "kind": "TrainiumJob",
         "metadata": {"name": name, "namespace": ns},
