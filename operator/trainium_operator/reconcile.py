@@ -105,7 +105,7 @@ def reconcile(
     owner = Owner(name, namespace, body["metadata"].get("uid", ""))
     seen = observe(spec, owner, replace(views, now=now_iso()), lookup)
     deadline_in = _deadline_in(spec, previous)
-    digests = crd.spec_digests(body)
+    digests = digests_cached(body)
     started = previous.get("specDigests") or {}
     changed = tuple(f for f in digests if f in started and started[f] != digests[f])
     counted = budget.account(
@@ -170,12 +170,28 @@ def _status_of(body: Json) -> Json:
 
 
 _parsed: dict[tuple[str, int], TrainiumJobSpec | SpecError] = {}
+_digests: dict[tuple[str, int], dict[str, str]] = {}
+
+
+def _spec_key(body: Json) -> tuple[str, int]:
+    """A spec's identity: the API server bumps generation on every spec change."""
+    md = body["metadata"]
+    return str(md.get("uid", "")), int(md.get("generation", 1))
+
+
+def digests_cached(body: Json) -> dict[str, str]:
+    """crd.spec_digests once per (uid, generation), not on every pass."""
+    key = _spec_key(body)
+    if key not in _digests:
+        if len(_digests) > 4096:
+            _digests.clear()
+        _digests[key] = crd.spec_digests(body)
+    return _digests[key]
 
 
 def parse_cached(body: Json) -> TrainiumJobSpec:
     """parse() once per (uid, generation): an unchanged spec is not validated again."""
-    md = body["metadata"]
-    key = (str(md.get("uid", "")), int(md.get("generation", 1)))
+    key = _spec_key(body)
     if key not in _parsed:
         if len(_parsed) > 4096:
             _parsed.clear()
@@ -266,7 +282,7 @@ def _report(
         cache_extra=_cache_figures(spec, decision, obs) if spec else None,
     )
     if spec is not None:  # what the job started with: a later change is refused, not followed
-        new["specDigests"] = previous.get("specDigests") or crd.spec_digests(body)
+        new["specDigests"] = previous.get("specDigests") or digests_cached(body)
     new.update(budget.fragment(counted.tally))
     last = _last_failure(obs) or previous.get("lastFailure")
     if last:
