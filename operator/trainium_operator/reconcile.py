@@ -29,7 +29,7 @@ from trainium_operator.builders import Owner
 from trainium_operator.cachekey import cache_key, cache_name
 from trainium_operator.checkpoints import Checkpoint
 from trainium_operator.lifecycle import Action, Child, Decision, Observed
-from trainium_operator.observe import FsxLookup, Views, observe
+from trainium_operator.observe import FsxLookup, Seen, Views, observe
 from trainium_operator.reads import ApiReader, Kind, Reader, version
 from trainium_operator.spec import SpecError, TrainiumJobSpec, parse
 from trainium_operator.status import now_iso
@@ -103,29 +103,19 @@ def reconcile(
         new, transition, rv = _report(body, lifecycle.invalid(exc.problems), None, emit, read)
         return Outcome(new.get("phase"), transition, written_version=rv)
     owner = Owner(name, namespace, body["metadata"].get("uid", ""))
-    seen = observe(spec, owner, replace(views, now=now_iso()), lookup)
     deadline_in = _deadline_in(spec, previous)
-    digests = digests_cached(body)
-    started = previous.get("specDigests") or {}
-    changed = tuple(f for f in digests if f in started and started[f] != digests[f])
-    counted = budget.account(
-        budget.read(previous), seen.gang, seen.observed.failure, spec.runPolicy.maxRetries,
-        mirrored=budget.legacy(previous),
-    )  # fmt: skip
-    observed = replace(
-        seen.observed,
-        restarts=counted.tally.restarts,
-        disruptions=counted.tally.disruptions,
-        exhausted=counted.exhausted,
-        changed_fields=changed,
-        previous_phase=previous.get("phase"),
-        suspend=spec.runPolicy.suspend,
-        deadline_exceeded=deadline_in is not None and deadline_in <= 0,
-    )
+    seen, observed, counted = _look(body, spec, owner, views, lookup, deadline_in)
     decision = lifecycle.decide(observed)
     rejections = actions.perform(decision.actions, spec, owner, seen, read)
     if rejections:  # what the API server refused is observed, and decided on, in this pass
         decision = lifecycle.decide(replace(observed, rejections=rejections))
+    elif _CREATES.intersection(decision.actions):
+        # Read our own writes back (free: the reader keeps them) so the status says what now
+        # exists; a pass woken by their echo then has nothing to change.
+        again = _look(body, spec, owner, replace(views, pods_changed=False), lookup, deadline_in)
+        settled_now = lifecycle.decide(again[1])
+        if not settled_now.actions:
+            (seen, observed, counted), decision = again, settled_now
     new, transition, rv = _report(
         body, decision, spec, emit, read, observed, counted, seen.checkpoint
     )
@@ -138,6 +128,43 @@ def reconcile(
         cache_figures=_new_figures(previous, new),
         deadline_in=_soonest(deadline_in, seen.startup_left),
     )
+
+
+#: Actions that bring something into being (what a second look would see).
+_CREATES = frozenset(
+    {Action.CREATE_STORAGE, Action.CREATE_PRECOMPILE, Action.CREATE_TRAINING,
+     Action.ACQUIRE_CACHE, Action.RECORD_CACHE}
+)  # fmt: skip
+
+
+def _look(
+    body: Json,
+    spec: TrainiumJobSpec,
+    owner: Owner,
+    views: Views,
+    lookup: FsxLookup | None,
+    deadline_in: float | None,
+) -> tuple[Seen, Observed, budget.Accounted]:
+    """Observe the job's world, and add what the job itself says (status, budget, spec)."""
+    previous = _status_of(body)
+    seen = observe(spec, owner, replace(views, now=now_iso()), lookup)
+    digests = digests_cached(body)
+    started = previous.get("specDigests") or {}
+    counted = budget.account(
+        budget.read(previous), seen.gang, seen.observed.failure, spec.runPolicy.maxRetries,
+        mirrored=budget.legacy(previous),
+    )  # fmt: skip
+    observed = replace(
+        seen.observed,
+        restarts=counted.tally.restarts,
+        disruptions=counted.tally.disruptions,
+        exhausted=counted.exhausted,
+        changed_fields=tuple(f for f in digests if f in started and started[f] != digests[f]),
+        previous_phase=previous.get("phase"),
+        suspend=spec.runPolicy.suspend,
+        deadline_exceeded=deadline_in is not None and deadline_in <= 0,
+    )
+    return seen, observed, counted
 
 
 def _soonest(*left: float | None) -> float | None:

@@ -233,11 +233,14 @@ class FakeApi:
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.rv = itertools.count(100)
         self.creates: list[str] = []
+        self.patches = 0
+        self.deleted: list[tuple[Kind, str]] = []
         self.objects: dict[tuple[Kind, str], Json] = {}
         for name, kind in (("create_vcjob", Kind.VCJOB), ("create_lease", Kind.LEASE)):
             monkeypatch.setattr(k8s, name, self._creator(kind))
         monkeypatch.setattr(k8s, "put_configmap", self._creator(Kind.RECORD, upsert=True))
         monkeypatch.setattr(k8s, "patch_trainiumjob_status", self.patch_status)
+        monkeypatch.setattr(k8s, "delete_lease", self.delete)
 
     def _creator(self, kind: Kind, upsert: bool = False) -> Any:
         def create(body: Json) -> Json | None:
@@ -254,49 +257,83 @@ class FakeApi:
         self.objects[(kind, body["metadata"]["name"])] = body
         return copy.deepcopy(body)
 
+    def delete(self, observed: Json) -> None:
+        del self.objects[(Kind.LEASE, observed["metadata"]["name"])]
+        self.deleted.append((Kind.LEASE, observed["metadata"]["name"]))
+
     def patch_status(self, namespace: str, name: str, status: Json) -> Json:
+        self.patches += 1
         body = copy.deepcopy(self.objects[(Kind.TRAINIUMJOB, name)])
         body["status"] = {**(body.get("status") or {}), **status}
         return self.store(Kind.TRAINIUMJOB, body)
 
     def deliver(self, idx: dict[Kind, Any]) -> None:
-        """The watches catch up with everything stored."""
+        """The watches catch up with everything stored (and every deletion)."""
+        for kind, name in self.deleted:
+            idx[kind].pop((NS, name), None)
         for (kind, name), body in self.objects.items():
             idx[kind][(NS, name)] = [slim(kind, copy.deepcopy(body))]
+
+
+class Job:
+    """One TrainiumJob on the fake API, reconciled pass by pass over lagging indices."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.api = FakeApi(monkeypatch)
+        self.body = job("j", scheduling={"queue": "q"})
+        self.body["metadata"].update(uid="uid-j", resourceVersion="1", generation=1)
+        self.api.objects[(Kind.TRAINIUMJOB, "j")] = self.body
+        self.idx = indices(
+            claim=[obj("fsx-claim", "2", status={"phase": "Bound"})],
+            queue=[{"metadata": {"name": "q", "resourceVersion": "3"}, "status": {}}],
+            trainiumjob=[copy.deepcopy(self.body)],
+        )
+        self.events: list[str] = []
+        self.overlay = Overlay()
+
+    def one_pass(self) -> str | None:
+        emit = lambda _b, _t, reason, _m: self.events.append(reason)  # noqa: E731
+        views = Views(reader=WatchReader(self.idx, self.overlay))
+        return reconcile(NS, "j", emit, views).phase
+
+    def status(self) -> Json:
+        return dict(self.api.objects[(Kind.TRAINIUMJOB, "j")]["status"])
 
 
 def test_passes_before_the_watch_catches_up_create_nothing_twice_and_announce_once(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    api = FakeApi(monkeypatch)
-    body = job("j", scheduling={"queue": "q"})
-    body["metadata"].update(uid="uid-j", resourceVersion="1", generation=1)
-    api.objects[(Kind.TRAINIUMJOB, "j")] = body
-    idx = indices(
-        claim=[obj("fsx-claim", "2", status={"phase": "Bound"})],
-        queue=[{"metadata": {"name": "q", "resourceVersion": "3"}, "status": {"state": "Open"}}],
-        trainiumjob=[copy.deepcopy(body)],
-    )
-    events: list[str] = []
-    overlay = Overlay()
-
-    def one_pass() -> str | None:
-        emit = lambda _b, _t, reason, _m: events.append(reason)  # noqa: E731
-        views = Views(reader=WatchReader(idx, overlay))
-        return reconcile(NS, "j", emit, views).phase
-
-    assert one_pass() == "Precompiling"
-    entry = cache.identity(parse(body)).record_name
-    made = [
-        f"leases/{entry}",
-        f"configmaps/{entry}",
-        f"vcjobs/{naming.vcjob_name('j', 'precompile')}",
-    ]
-    assert api.creates == made  # the lease, the record and the precompile job
+    j = Job(monkeypatch)
+    assert j.one_pass() == "Precompiling"
+    entry = cache.identity(parse(j.body)).record_name
+    pre = naming.vcjob_name("j", "precompile")
+    made = [f"leases/{entry}", f"configmaps/{entry}", f"vcjobs/{pre}"]
+    assert j.api.creates == made  # the lease, the record and the precompile job
     for _ in range(3):  # child events wake the job before any watch delivered our writes
-        assert one_pass() == "Precompiling"
-    assert api.creates == made, "a pass acted on the watch's older picture"
-    assert events.count("Precompiling") == 1, events
-    api.deliver(idx)
-    assert one_pass() == "Precompiling" and api.creates == made
-    assert events.count("Precompiling") == 1 and len(overlay) == 0
+        assert j.one_pass() == "Precompiling"
+    assert j.api.creates == made, "a pass acted on the watch's older picture"
+    assert j.events.count("Precompiling") == 1, j.events
+    j.api.deliver(j.idx)
+    assert j.one_pass() == "Precompiling" and j.api.creates == made
+    assert j.events.count("Precompiling") == 1 and len(j.overlay) == 0
+
+
+def test_the_pass_that_creates_a_stage_reports_it_and_its_echo_changes_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    j = Job(monkeypatch)
+    j.one_pass()
+    pre = naming.vcjob_name("j", "precompile")
+    j.api.objects[(Kind.VCJOB, pre)]["status"] = {"state": {"phase": "Completed"}}
+    j.api.deliver(j.idx)  # the precompile job completed; the watches are up to date
+    patches = j.api.patches
+    assert j.one_pass() == "Training"
+    assert j.api.creates[-1] == f"vcjobs/{naming.vcjob_name('j', 'train')}"
+    running = {c["type"]: c["reason"] for c in j.status()["conditions"]}["Running"]
+    assert running == "GangPending"  # what exists now, not "about to be created"
+    assert j.status()["cache"]["compileSeconds"] is not None  # the record written in this pass
+    assert j.api.patches == patches + 1
+    j.one_pass()  # woken by the training job's ADDED, before any watch delivered it
+    j.api.deliver(j.idx)
+    j.one_pass()  # and after
+    assert j.api.patches == patches + 1 and j.events.count("Training") == 1
