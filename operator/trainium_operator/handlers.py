@@ -14,6 +14,7 @@ import socket
 import threading
 from collections import defaultdict
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any, cast
 
@@ -53,8 +54,11 @@ _queue_parents: dict[str, str | None] = {}
 _pods_changed: dict[Key, bool] = {}
 #: The newest checkpoint each job's training pods reported, as the pod watch streamed it.
 _checkpoints: dict[Key, Checkpoint] = {}
-#: Threads for sync handlers: enough that passes waiting on throttled requests block no others.
+#: Threads for passes: enough that passes waiting on throttled requests block no others.
 WORKERS = 16
+#: Passes run here, not in kopf's handler threads: a handler returns at once, so kopf's
+#: per-object workers drain their events (and free the bodies) while passes coalesce by job.
+PASSES = ThreadPoolExecutor(WORKERS, thread_name_prefix="trainium-pass")
 log = logging.getLogger(__name__)
 
 
@@ -163,8 +167,14 @@ def _emit(body: Json, kind: str, reason: str, message: str) -> None:
 
 
 def _wake(key: Key) -> None:
-    """Run a pass now, from a handler; schedule the next look."""
-    SCHEDULER.context = contextvars.copy_context()  # kopf's, so the backstop can post Events
+    """Queue a pass, from a handler (in kopf's context: its Events are posted from there)."""
+    context = contextvars.copy_context()
+    SCHEDULER.context = context  # so the backstop can post Events too
+    PASSES.submit(context.run, _wake_now, key)
+
+
+def _wake_now(key: Key) -> None:
+    """Run a pass now; schedule the next look."""
     delay = handle(key)
     if delay is not BUSY:
         SCHEDULER.after(key, delay)
@@ -182,8 +192,8 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.posting.reporting_component = "trainium-operator"
     settings.posting.reporting_instance = os.environ.get("POD_NAME") or socket.gethostname()
     settings.watching.server_timeout = 300
-    # Sync handlers run in kopf's thread pool (default: cores + 4). A pass may wait out a
-    # Retry-After; idle threads cost nothing, a pool drained by waits stalls every job.
+    # Sync handlers run in kopf's thread pool (default: cores + 4); they only queue passes,
+    # but a settled job's TTL delete is a request: keep threads to spare for retries' waits.
     settings.execution.max_workers = WORKERS
     logging.getLogger("kopf.objects").addFilter(_quiet_events)
     if settings.peering.mandatory:
@@ -205,8 +215,9 @@ def _quiet_events(record: logging.LogRecord) -> bool:
 
 @kopf.on.cleanup()
 def shutdown(**_: Any) -> None:
-    """Stop the backstop thread with the operator."""
+    """Stop the backstop thread and the passes with the operator."""
     SCHEDULER.stop()
+    PASSES.shutdown(wait=False, cancel_futures=True)
 
 
 @kopf.index(GROUP, VERSION, PLURAL)

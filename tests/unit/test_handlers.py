@@ -87,3 +87,19 @@ def test_triggers_during_a_pass_coalesce_into_one_more_pass(
     first.join(10)
     assert results == [None] and passes == [0, 1]  # three triggers, one more pass
     assert handlers.handle(key) is None and passes == [0, 1, 2]  # idle again: runs at once
+
+
+def test_a_handler_queues_the_pass_and_returns_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """kopf's per-object worker is not held while a pass runs (its events would pile up)."""
+    release, done = threading.Event(), threading.Event()
+
+    def slow(*_: Any, **__: Any) -> Outcome:
+        assert release.wait(10)
+        done.set()
+        return Outcome(None)
+
+    monkeypatch.setattr(handlers, "reconcile", slow)
+    handlers._wake(("ns", "queued"))  # returns although the pass is blocked
+    assert not done.is_set()
+    release.set()
+    assert done.wait(10)
