@@ -229,8 +229,9 @@ _KEEP: dict[Kind, tuple[tuple[str, tuple[str, ...] | None], ...]] = {
 
 def slim(kind: Kind, body: Mapping[str, Any]) -> Json:
     """The fields of an object that a pass reads (the whole object for a TrainiumJob)."""
-    if kind is Kind.TRAINIUMJOB:
-        return dict(body)  # shallow: the watch event's own dicts, not a copy
+    if kind is Kind.TRAINIUMJOB:  # shallow: the watch event's own dicts, not a copy
+        meta = body.get("metadata") or {}
+        return {**body, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
     out: Json = {"metadata": _pick(body, "metadata", _META)}
     for part, keys in _KEEP[kind]:
         value = body.get(part)

@@ -174,6 +174,14 @@ def test_the_api_reader_gets_and_keeps_nothing(monkeypatch: pytest.MonkeyPatch) 
 # ---- what the indices keep is all observe reads ------------------------------------------------
 
 
+def test_a_trainiumjob_is_kept_whole_but_for_managed_fields() -> None:
+    body = obj("j", "1", spec={"image": "i"}, status={"phase": "Training"})
+    body["metadata"]["managedFields"] = [{"manager": "kubectl"}]
+    kept = slim(Kind.TRAINIUMJOB, body)
+    assert kept["spec"] is body["spec"] and kept["status"] is body["status"]  # no copies
+    assert "managedFields" not in kept["metadata"] and "managedFields" in body["metadata"]
+
+
 def full_world(owner: Owner, record: str) -> dict[Kind, list[Json]]:
     """Full objects, as a GET returns them, of a job that is precompiling as the cache writer."""
     meta = {"uid": "u", "creationTimestamp": "2026-11-22T00:00:00Z", "labels": {"a": "b"},
