@@ -15,10 +15,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import cel
 import yaml
 
 from trainium_operator import structural
+from trainium_operator.celcore import cel
 
 CRD_FILE = "trainiumjobs.trainium.dev.yaml"
 GROUP = "trainium.dev"

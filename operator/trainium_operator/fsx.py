@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import boto3
-from botocore.exceptions import BotoCoreError, ClientError
+if TYPE_CHECKING:
+    from botocore.exceptions import ClientError
 
 
 @dataclass(frozen=True)
@@ -27,6 +27,9 @@ class FsxLookupError(Exception):
 
 def describe(file_system_id: str, fsx_client: Any | None = None) -> FsxNames:
     """DNS and mount names of one file system, or FsxLookupError with an actionable message."""
+    import boto3  # only here: boto3 costs the operator ~7 MB resident, most jobs never need it
+    from botocore.exceptions import BotoCoreError, ClientError
+
     fsx = fsx_client or boto3.client("fsx")
     try:
         resp = fsx.describe_file_systems(FileSystemIds=[file_system_id])
