@@ -1,8 +1,10 @@
 """kopf registrations only: watch events of a job and its world run one level-based reconcile.
 
-Event handlers write nothing of kopf's own (no progress annotations), so an unsettled job costs
-no requests between events; the scheduler's backstop re-checks it rarely. The only finalizer is
-on jobs with an FSx file system: their cluster-scoped PV must really be deleted with them.
+Event handlers only queue a pass (in kopf's event loop; passes run in the operator's own threads
+and read what the watches stream, reads.py) and write nothing of kopf's own (no progress
+annotations), so an unsettled job costs no requests between events; the scheduler's backstop
+re-checks it rarely. The only finalizer is on jobs with an FSx file system: their
+cluster-scoped PV must really be deleted with them.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from trainium_operator.crd import GROUP, PLURAL, VERSION
 from trainium_operator.essence import LeanDiffBase
 from trainium_operator.lifecycle import TERMINAL
 from trainium_operator.observe import Views
-from trainium_operator.reconcile import Outcome, expire, reconcile, settled
+from trainium_operator.reconcile import Outcome, reconcile
 from trainium_operator.scheduler import BUSY, RESYNC, Busy, Key, Scheduler, next_look
 from trainium_operator.status import clip
 
@@ -255,7 +257,7 @@ def _entry(body: kopf.Body) -> str | None:
 
 @kopf.on.event("", "v1", "configmaps", labels={LABEL_CACHE_ENTRY: kopf.PRESENT})
 @kopf.on.event("coordination.k8s.io", "v1", "leases", labels={LABEL_CACHE_ENTRY: kopf.PRESENT})
-def on_cache_entry(
+async def on_cache_entry(
     type: str, namespace: str | None, labels: Mapping[str, str], **kwargs: Any
 ) -> None:
     """An entry turned Ready or Failed, or its writer let go: wake the jobs that use it."""
@@ -277,8 +279,10 @@ def _wake_cache_users(namespace: str, body: kopf.Body, kwargs: Mapping[str, Any]
 
 
 @kopf.on.event(GROUP, VERSION, PLURAL)
-def on_job(type: str, body: kopf.Body, namespace: str | None, name: str, **kwargs: Any) -> None:
-    """The job changed (or was listed at start-up): reconcile it unless nothing can change."""
+async def on_job(
+    type: str, body: kopf.Body, namespace: str | None, name: str, **kwargs: Any
+) -> None:
+    """The job changed (or was listed at start-up): a pass (a finished job's only ages out)."""
     if namespace is None:
         return
     key = (namespace, name)
@@ -288,13 +292,6 @@ def on_job(type: str, body: kopf.Body, namespace: str | None, name: str, **kwarg
         return
     if _written.get(key) == body.metadata.get("resourceVersion"):
         return  # the echo of our own status patch
-    status = body.get("status")
-    if isinstance(status, dict) and settled(status, int(body.metadata.get("generation") or 1)):
-        outcome = expire(dict(body), dict(status))  # no request unless the TTL has passed
-        metrics.track(namespace, name, str(status.get("phase")))
-        delay = next_look(outcome.phase, terminal=True, ttl_remaining=outcome.ttl_remaining)
-        SCHEDULER.after(key, delay)
-        return
     _wake(key)
 
 
@@ -304,7 +301,7 @@ def on_job(type: str, body: kopf.Body, namespace: str | None, name: str, **kwarg
     "jobs",
     labels={LABEL_MANAGED_BY: MANAGED_BY, LABEL_JOB: kopf.PRESENT},
 )
-def on_vcjob(
+async def on_vcjob(
     type: str, namespace: str | None, meta: kopf.Meta, labels: Mapping[str, str], **_: Any
 ) -> None:
     """A Volcano job of ours changed: re-derive its owner's status right away."""
@@ -314,7 +311,7 @@ def on_vcjob(
 
 
 @kopf.on.event("", "v1", "pods", labels={LABEL_MANAGED_BY: MANAGED_BY})
-def on_pod(
+async def on_pod(
     type: str, meta: kopf.Meta, status: kopf.Status, labels: Mapping[str, str], **_: Any
 ) -> None:
     """A gang pod failed or cannot start: read why while the pod (and its log) still exists.
@@ -369,7 +366,7 @@ def _troubled(status: Json) -> bool:
 
 
 @kopf.on.event("", "v1", "persistentvolumeclaims")
-def on_claim(type: str, namespace: str | None, name: str, **kwargs: Any) -> None:
+async def on_claim(type: str, namespace: str | None, name: str, **kwargs: Any) -> None:
     """A claim changed (created, bound, lost): wake the jobs that mount it."""
     if type is None or namespace is None:
         return
@@ -378,7 +375,7 @@ def on_claim(type: str, namespace: str | None, name: str, **kwargs: Any) -> None
 
 
 @kopf.on.event("", "v1", "persistentvolumes", labels={LABEL_MANAGED_BY: MANAGED_BY})
-def on_volume(type: str, meta: kopf.Meta, **_: Any) -> None:
+async def on_volume(type: str, meta: kopf.Meta, **_: Any) -> None:
     """Our static PV changed (bound, released, gone): wake the job that wants it."""
     key = _owner_key(meta)
     if type is not None and key is not None:
@@ -386,7 +383,7 @@ def on_volume(type: str, meta: kopf.Meta, **_: Any) -> None:
 
 
 @kopf.on.event("scheduling.volcano.sh", "v1beta1", "queues")
-def on_queue(type: str, name: str, body: kopf.Body, **kwargs: Any) -> None:
+async def on_queue(type: str, name: str, body: kopf.Body, **kwargs: Any) -> None:
     """Keep the queue hierarchy (leaf check); a queue created or opened wakes its jobs."""
     if type == "DELETED":
         _queue_parents.pop(name, None)
