@@ -9,9 +9,11 @@ queueing.py), and a pass runs only from a handler or after one.
 Watches lag our own writes. A pass right after we created, patched or deleted something must not
 act on the older picture (a second create, a transition Event emitted twice, a status derived
 from the status we just replaced), so each write's response (a tombstone for a delete) stays in
-an `Overlay` while the index still shows a version the write is known to supersede: one that
-the writing pass itself read (or older). Any other version in the index ends it. Versions are
-only compared for equality (they are opaque), which also survives a relist that skips ours.
+an `Overlay` while the index still shows a version the write supersedes; any other version ends
+it (a relist that skips ours too). Older means: a version the writing pass itself read (or one
+older still), or, where versions are integers, a lower one: Kubernetes documents them as
+comparable integers from 1.35 (KEP-5504), and etcd's revisions always were. Opaque versions are
+only compared for equality.
 
 A stale read only ever costs a retry, never a second writer or a lost update, because the
 server, not the index, decides every write that matters: children are created with create
@@ -19,11 +21,12 @@ server, not the index, decides every write that matters: children are created wi
 the lease exists, or by a patch guarded by the resourceVersion read, and released by a delete
 preconditioned on its uid; a Released PV is repaired by a guarded patch.
 
-Limits: a third party's write that lands between our read and our write is not known to be older
-than ours, so a pass may see our write undone once and repeat it (idempotent). kopf does not
-report objects deleted while a watch re-lists after 410 Gone, so the rare backstop passes
-(`fresh`) GET instead, which heals such a ghost within one resync. An ambiguous index entry
-(two objects of one name, an old one's deletion not yet processed) is also read with a GET.
+Limits: with opaque versions, a third party's write that lands between our read and our write
+(kopf adding its finalizer, say) is not known to be older than ours, so a pass may see our write
+undone once and repeat it (idempotent). kopf does not report objects deleted while a watch
+re-lists after 410 Gone, so the rare backstop passes (`fresh`) GET instead, which heals such a
+ghost within one resync. An ambiguous index entry (two objects of one name, an old one's
+deletion not yet processed) is also read with a GET.
 """
 
 from __future__ import annotations
@@ -136,7 +139,7 @@ class Overlay:
         """What to serve for the indexed body, and the versions known to be no newer than it."""
         with self._lock:
             pending = self._pending.get(key)
-            if pending is not None and version(indexed) in pending.stale:
+            if pending is not None and _superseded(version(indexed), pending):
                 return pending.body, pending.stale | {version(pending.body)}
             if pending is not None:
                 del self._pending[key]  # the index caught up (or moved past): it is the truth
@@ -159,6 +162,19 @@ class Overlay:
         self._swept = now
         for key in [k for k, p in self._pending.items() if now - p.at > self.TTL]:
             del self._pending[key]
+
+
+def _superseded(shown: str, pending: Pending) -> bool:
+    """Whether the version the index shows is older than the write (see the module's doc)."""
+    if shown in pending.stale:
+        return True
+    if not shown.isdigit():
+        return False
+    if pending.body is not None:  # a write: older than its own version
+        mine = version(pending.body)
+        return mine.isdigit() and int(shown) < int(mine)
+    deleted = [int(v) for v in pending.stale if v.isdigit()]  # a tombstone: what we deleted
+    return bool(deleted) and int(shown) <= max(deleted)
 
 
 #: One index per kind: (namespace, name) -> the objects of that name (kopf's Store).

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_operator_e2e import claim
 
 from harness import (
     OPERATOR_COMMAND,
@@ -79,14 +80,11 @@ def run_to_success(k8s: EmulatorServer, name: str) -> None:
     wait_for(lambda: phase(name) == "Succeeded", timeout=20, what=f"{name} Succeeded")
 
 
-def drive_operator(k8s: EmulatorServer) -> None:
+def drive_operator(k8s: EmulatorServer, api_requests: list[ApiRequest]) -> None:
     apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
     apply({"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue",
            "metadata": {"name": NS}, "spec": {"weight": 1}})  # fmt: skip
-    apply({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
-           "metadata": {"name": "shared", "namespace": NS},
-           "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "fsx-sc",
-                    "resources": {"requests": {"storage": "1200Gi"}}}})  # fmt: skip
+    claim(NS, "shared")  # with its StorageClass, so it binds when this module runs alone too
     apply(tj("claimed", {"claimName": "shared"}))
     run_to_success(k8s, "claimed")
     # Names given, so no AWS call: the operator creates the static PV and its claim itself.
@@ -95,6 +93,16 @@ def drive_operator(k8s: EmulatorServer) -> None:
            "mountName": "abcdefgh"}  # fmt: skip
     apply(tj("fsx", {"fsx": fsx}))
     run_to_success(k8s, "fsx")
+    # A job waiting for its queue is re-checked by the backstop (1 s here), and those passes GET
+    # what event-driven passes read from the watches: every kind a pass reads.
+    later = f"{NS}-later"
+    apply(tj("waiting", {"fsx": fsx}, scheduling={"queue": later}))
+    wait_for(lambda: any(r.verb == "get" and r.resource == "queues" and r.name == later
+                         and r.client == "trainium-operator" for r in api_requests),
+             timeout=20, what="a backstop pass of the waiting job")  # fmt: skip
+    apply({"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue",
+           "metadata": {"name": later}, "spec": {"weight": 1}})  # fmt: skip
+    run_to_success(k8s, "waiting")
     kubectl("delete", TJ, "fsx", "-n", NS, "--wait=false")
     wait_for(lambda: get(TJ, "fsx", NS) is None, timeout=20, what="fsx job deleted")
     # runPolicy.ttlSecondsAfterFinished: the operator deletes the finished job itself.
@@ -115,7 +123,7 @@ def operator_requests(
     proc = OperatorProcess(OPERATOR_COMMAND, log, env={"TRAINIUM_RESYNC_SECONDS": "1"})
     proc.start()
     try:
-        drive_operator(k8s)
+        drive_operator(k8s, api_requests)
     except Exception as exc:
         raise AssertionError(f"driving the operator failed: {exc}\n{proc.log()[-4000:]}") from exc
     finally:

@@ -81,6 +81,26 @@ def test_a_relist_that_skips_our_version_ends_the_overlay() -> None:
     assert rv_of(WatchReader(idx, overlay).get(Kind.TRAINIUMJOB, NS, "x")) == "9"
 
 
+def test_a_write_by_someone_else_before_ours_does_not_end_the_overlay() -> None:
+    """kopf adds its finalizer (version 2) while our pass, which read 1, writes status (3)."""
+    idx, overlay = indices(trainiumjob=[obj("x", "1")]), Overlay()
+    reader = WatchReader(idx, overlay)
+    reader.get(Kind.TRAINIUMJOB, NS, "x")
+    reader.wrote(Kind.TRAINIUMJOB, NS, "x", obj("x", "3", status={"phase": "Pending"}))
+    show(idx, Kind.TRAINIUMJOB, obj("x", "2"))  # the finalizer's version, without our status
+    assert rv_of(WatchReader(idx, overlay).get(Kind.TRAINIUMJOB, NS, "x")) == "3"
+
+
+def test_opaque_versions_are_only_compared_for_equality() -> None:
+    idx, overlay = indices(trainiumjob=[obj("x", "a")]), Overlay()
+    reader = WatchReader(idx, overlay)
+    reader.get(Kind.TRAINIUMJOB, NS, "x")
+    reader.wrote(Kind.TRAINIUMJOB, NS, "x", obj("x", "c"))
+    assert rv_of(WatchReader(idx, overlay).get(Kind.TRAINIUMJOB, NS, "x")) == "c"
+    show(idx, Kind.TRAINIUMJOB, obj("x", "b"))  # not known to be older: the index wins
+    assert rv_of(WatchReader(idx, overlay).get(Kind.TRAINIUMJOB, NS, "x")) == "b"
+
+
 def test_writes_in_a_row_supersede_every_version_before_them() -> None:
     idx, overlay = indices(trainiumjob=[obj("x", "1")]), Overlay()
     for written in ("2", "3"):  # each pass reads the last write from the overlay, writes again
