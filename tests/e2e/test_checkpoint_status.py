@@ -6,9 +6,9 @@ from pathlib import Path
 from typing import Any
 
 from test_gang_failures import gang_pod, terminated
-from test_operator_e2e import job, prerequisites, status, vcjob, wait_phase
+from test_operator_e2e import start_training, status, wait_phase
 
-from harness import EmulatorServer, OperatorProcess, apply, kubectl, simulate_vcjob_phase, wait_for
+from harness import EmulatorServer, OperatorProcess, kubectl, simulate_vcjob_phase, wait_for
 from trainium_trainer import termination
 
 Obj = dict[str, Any]
@@ -35,11 +35,7 @@ def last_checkpoint(ns: str, name: str) -> Obj | None:
 def test_a_failed_pods_checkpoint_report_becomes_status_and_never_goes_back(
     operator: OperatorProcess, ns: str, k8s: EmulatorServer
 ) -> None:
-    q = prerequisites(ns)
-    apply(job(ns, "steady", q, precompile={"policy": "Never"}))
-    vcjob(k8s, ns, "steady-train")
-    simulate_vcjob_phase(ns, "steady-train", "Running")
-    wait_phase(ns, "steady", "Training")
+    start_training(k8s, ns, "steady")
     # Rank 0 checkpointed step 120, then a runtime fault killed the worker (no outcome line).
     log = "ERROR   NRT:nrt_init  Failed to initialize devices\nRuntimeError: boom"
     pod0 = gang_pod(k8s, ns, "steady", 0, ended(1, report(120, "2026-11-22T10:00:00Z")), log)

@@ -22,6 +22,7 @@ from test_operator_e2e import (
     operator_passes,
     prerequisites,
     queue,
+    start_training,
     status,
     vcjob,
     vcjobs,
@@ -199,11 +200,7 @@ def test_a_suspended_volcano_job_is_followed_not_failed(
 def test_a_gang_restart_does_not_flap_the_phase(
     operator: OperatorProcess, ns: str, k8s: EmulatorServer
 ) -> None:
-    q = prerequisites(ns)
-    apply(job(ns, "bumpy", q, precompile={"policy": "Never"}))
-    vcjob(k8s, ns, "bumpy-train")
-    simulate_vcjob_phase(ns, "bumpy-train", "Running")
-    wait_phase(ns, "bumpy", "Training")
+    start_training(k8s, ns, "bumpy")
     reasons = []
     for phase, retries in (("Restarting", 1), ("Pending", 1), ("Running", 1)):
         simulate_vcjob_phase(ns, "bumpy-train", phase, retryCount=retries)
@@ -223,11 +220,7 @@ def test_a_gang_restart_does_not_flap_the_phase(
 def test_events_name_the_operator_and_deleted_jobs_leave_the_gauge(
     operator: OperatorProcess, ns: str, k8s: EmulatorServer
 ) -> None:
-    q = prerequisites(ns)
-    apply(job(ns, "counted", q, precompile={"policy": "Never"}))
-    vcjob(k8s, ns, "counted-train")
-    simulate_vcjob_phase(ns, "counted-train", "Running")
-    wait_phase(ns, "counted", "Training")
+    start_training(k8s, ns, "counted")
     posted = wait_for(lambda: events(ns), what="an Event of the job")
     assert posted[0]["source"]["component"] == "trainium-operator"
     assert posted[0]["reportingComponent"] == "trainium-operator"

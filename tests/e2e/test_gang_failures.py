@@ -8,15 +8,13 @@ from typing import Any
 from test_operator_e2e import (
     condition,
     events,
-    job,
-    prerequisites,
+    start_training,
     status,
-    vcjob,
     vcjobs,
     wait_phase,
 )
 
-from harness import EmulatorServer, OperatorProcess, apply, kubectl, simulate_vcjob_phase, wait_for
+from harness import EmulatorServer, OperatorProcess, apply, kubectl, wait_for
 
 Obj = dict[str, Any]
 
@@ -48,11 +46,7 @@ def terminated(reason: str, code: int) -> Obj:
 def test_an_oom_kill_fails_fast_with_the_log_tail(
     operator: OperatorProcess, ns: str, k8s: EmulatorServer
 ) -> None:
-    q = prerequisites(ns)
-    apply(job(ns, "hungry", q, precompile={"policy": "Never"}))
-    vcjob(k8s, ns, "hungry-train")
-    simulate_vcjob_phase(ns, "hungry-train", "Running")
-    wait_phase(ns, "hungry", "Training")
+    start_training(k8s, ns, "hungry")
     log = "\n".join(f"step {i} loss 7.{i}" for i in range(80)) + "\nKilled"
     gang_pod(k8s, ns, "hungry", 0, terminated("OOMKilled", 137), log)
     st = wait_phase(ns, "hungry", "Failed")
@@ -68,11 +62,7 @@ def test_an_oom_kill_fails_fast_with_the_log_tail(
 def test_an_efa_failure_restarts_and_says_why_before_the_pod_goes(
     operator: OperatorProcess, ns: str, k8s: EmulatorServer
 ) -> None:
-    q = prerequisites(ns)
-    apply(job(ns, "fabric", q, precompile={"policy": "Never"}))
-    vcjob(k8s, ns, "fabric-train")
-    simulate_vcjob_phase(ns, "fabric-train", "Running")
-    wait_phase(ns, "fabric", "Training")
+    start_training(k8s, ns, "fabric")
     log = ("2026-11-22 10:00:00 ERROR nccl_net_ofi_create_plugin:... "
            "OFI fi_getinfo() call failed: No data available\n"
            "RuntimeError: Failed to initialize EFA")  # fmt: skip

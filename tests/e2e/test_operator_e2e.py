@@ -391,3 +391,13 @@ def test_ttl_after_finished_deletes_the_job(
     kubectl("patch", TJ, "brief", "-n", ns, "--type=merge", "-p", patch)  # runPolicy may change
     wait_for(lambda: get(TJ, "brief", ns) is None, timeout=15, what="TTL deletion")
     wait_for(lambda: vcjobs(k8s, ns) == [], what="children garbage-collected")
+
+
+def start_training(k8s: EmulatorServer, ns: str, name: str) -> str:
+    """A job without precompile whose training gang Volcano runs; returns its queue."""
+    q = prerequisites(ns)
+    apply(job(ns, name, q, precompile={"policy": "Never"}))
+    vcjob(k8s, ns, f"{name}-train")
+    simulate_vcjob_phase(ns, f"{name}-train", "Running")
+    wait_phase(ns, name, "Training")
+    return q

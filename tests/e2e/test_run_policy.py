@@ -4,7 +4,17 @@ from __future__ import annotations
 
 import json
 
-from test_operator_e2e import TJ, condition, job, prerequisites, status, vcjob, vcjobs, wait_phase
+from test_operator_e2e import (
+    TJ,
+    condition,
+    job,
+    prerequisites,
+    start_training,
+    status,
+    vcjob,
+    vcjobs,
+    wait_phase,
+)
 
 from harness import EmulatorServer, OperatorProcess, apply, kubectl, simulate_vcjob_phase, wait_for
 
@@ -17,11 +27,7 @@ def set_suspend(ns: str, name: str, value: bool) -> None:
 def test_suspend_removes_the_training_job_and_resume_recreates_it(
     operator: OperatorProcess, ns: str, k8s: EmulatorServer
 ) -> None:
-    q = prerequisites(ns)
-    apply(job(ns, "pausable", q, precompile={"policy": "Never"}))
-    vcjob(k8s, ns, "pausable-train")
-    simulate_vcjob_phase(ns, "pausable-train", "Running")
-    wait_phase(ns, "pausable", "Training")
+    start_training(k8s, ns, "pausable")
 
     set_suspend(ns, "pausable", True)
     st = wait_phase(ns, "pausable", "Suspended")
