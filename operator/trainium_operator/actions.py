@@ -74,8 +74,8 @@ _CACHE_ACTIONS = (Action.ACQUIRE_CACHE, Action.RECORD_CACHE, Action.RECORD_CACHE
 def _cache_action(
     action: Action, spec: TrainiumJobSpec, owner: Owner, seen: Seen, read: Reader
 ) -> None:
-    """Take the entry's lease and mark it Compiling; or record the outcome and release."""
-    ident, now, ns = cache.identity(spec), now_iso(), owner.namespace
+    """Take the entry's lease (the compile's start); or record the outcome and release."""
+    ident, ns = cache.identity(spec), owner.namespace
     name = ident.record_name
     if action is Action.ACQUIRE_CACHE:
         micro = _micro_now()
@@ -84,13 +84,13 @@ def _cache_action(
         else:  # stale: its holder is gone or finished
             taken = k8s.take_lease(seen.lease, cache.holder(owner), micro)
         read.wrote(Kind.LEASE, ns, name, taken)
-        compiling = cache.record(ident, spec, owner, cache.COMPILING, started_at=now, now=now)
-        read.wrote(Kind.RECORD, ns, name, k8s.put_configmap(compiling))
         return
     state = cache.READY if action is Action.RECORD_CACHE else cache.FAILED
-    started = seen.entry.started_at if seen.entry else ""
-    done = cache.record(ident, spec, owner, state, started_at=started, now=now)
-    read.wrote(Kind.RECORD, ns, name, k8s.put_configmap(done))
+    ours = cache.read_holder(seen.lease) == cache.holder(owner)
+    started = cache.acquired_at(seen.lease) if ours else ""
+    done = cache.record(ident, spec, owner, state, started_at=started, now=now_iso())
+    written = k8s.put_configmap(done, exists=seen.entry is not None)
+    read.wrote(Kind.RECORD, ns, name, written)
     _release(seen, owner, read)
 
 

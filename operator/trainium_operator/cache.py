@@ -1,9 +1,10 @@
 """The managed compile cache, pure: an entry's identity, its record and the lease of its writer.
 
 A cache entry is the graphs of one cache key compiled into one cacheset on one volume: the same
-key on another claim, file system or `cache.path` is another entry. Its record (a ConfigMap in
-the job's namespace) says Compiling, Ready or Failed, who filled it, when and how long it took;
-a coordination.k8s.io Lease of the same name admits one writer per entry at a time.
+key on another claim, file system or `cache.path` is another entry. A coordination.k8s.io Lease
+admits one writer per entry at a time and says who is compiling since when; the record (a
+ConfigMap of the same name in the job's namespace), written once per compile, says Ready or
+Failed, who filled it, when and how long it took.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from trainium_operator.naming import short_hash
 from trainium_operator.spec import TrainiumJobSpec
 
 Json = dict[str, Any]
+#: Compiling: only in records an operator before the lease-only compile state wrote.
 COMPILING, READY, FAILED = "Compiling", "Ready", "Failed"
 LABEL_CACHE_ENTRY = f"{GROUP}/cache-entry"
 #: Informational on the Lease: holders are judged by their job, not by renewals (a compile
@@ -67,7 +69,6 @@ class Entry:
 
     state: str
     compiled_by: str = ""
-    started_at: str = ""
     seconds: float | None = None
 
 
@@ -80,7 +81,6 @@ def read_entry(record: Json | None) -> Entry | None:
     return Entry(
         state=data.get("state", READY),
         compiled_by=data.get("compiledBy", ""),
-        started_at=data.get("startedAt", ""),
         seconds=float(seconds) if seconds else None,
     )
 
@@ -88,6 +88,11 @@ def read_entry(record: Json | None) -> Entry | None:
 def read_holder(lease: Json | None) -> str | None:
     """Who holds the lease (namespace/name/uid), if anyone."""
     return ((lease or {}).get("spec") or {}).get("holderIdentity") or None
+
+
+def acquired_at(lease: Json | None) -> str:
+    """When the lease's holder took it: the compile's start ("" when unknown)."""
+    return str(((lease or {}).get("spec") or {}).get("acquireTime") or "")
 
 
 def _labels(ident: Identity) -> dict[str, str]:
@@ -108,8 +113,8 @@ def record(
     started_at: str,
     now: str,
 ) -> Json:
-    """The record of an entry in one state; not owned by the job: it outlives it."""
-    data: dict[str, str | None] = {
+    """The record of a compile's outcome; not owned by the job: it outlives it."""
+    data = {
         "state": state,
         "key": ident.key,
         "cacheName": ident.name,
@@ -117,12 +122,11 @@ def record(
         "cachePath": spec.storage.mountPath.rstrip("/") + "/" + spec.cache.path,
         "compiledBy": f"{owner.namespace}/{owner.name}",
         "startedAt": started_at,
+        "completedAt": now,
+        "durationSeconds": f"{seconds_between(started_at, now):.0f}",
         "instanceType": spec.instanceType,
         "nodes": str(spec.nodes),
     }
-    done = state != COMPILING  # a new compile clears the last one's outcome (merge-patch null)
-    data["completedAt"] = now if done else None
-    data["durationSeconds"] = f"{seconds_between(started_at, now):.0f}" if done else None
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",

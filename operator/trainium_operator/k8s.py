@@ -290,15 +290,25 @@ def delete_lease(observed: Json) -> None:
     _missing_is_none(delete, md["name"], md["namespace"], body=body, guarded=True)
 
 
-def put_configmap(body: Json) -> Json:
+def put_configmap(body: Json, *, exists: bool = False) -> Json:
     """Create a ConfigMap, or merge its data into the existing one (None values remove keys).
 
-    Returns the ConfigMap as written.
+    `exists`: the caller saw it, so the merge goes first (one request, not a refused create);
+    a ConfigMap gone meanwhile is created. Returns the ConfigMap as written.
     """
+    if exists:
+        try:
+            return _merge_configmap(body)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
     data = {k: v for k, v in (body.get("data") or {}).items() if v is not None}
     created = create_configmap({**body, "data": data})
-    if created is not None:
-        return created
+    return created if created is not None else _merge_configmap(body)
+
+
+def _merge_configmap(body: Json) -> Json:
+    """Merge-patch a ConfigMap's labels and data (a missing one answers 404)."""
     md = body["metadata"]
     patch = {"metadata": {"labels": md.get("labels", {})}, "data": body.get("data", {})}
     out = request(

@@ -79,12 +79,12 @@ class Action(str, enum.Enum):
     CREATE_STORAGE = "CreateStorage"
     #: A Released static PV of ours: clear its stale claimRef so the new claim can bind.
     REPAIR_STORAGE = "RepairStorage"
-    #: Take the entry's writer lease (or a stale one over) and mark the entry Compiling.
+    #: Take the entry's writer lease (or a stale one over): the lease says who compiles since when.
     ACQUIRE_CACHE = "AcquireCache"
     CREATE_PRECOMPILE = "CreatePrecompile"
-    #: The entry is Ready (compiled by this job's precompile); the lease is released.
+    #: Record the entry Ready (compiled by this job's precompile); the lease is released.
     RECORD_CACHE = "RecordCache"
-    #: This job's precompile failed: the entry is Failed; the lease is released.
+    #: This job's precompile failed: record the entry Failed; the lease is released.
     RECORD_CACHE_FAILED = "RecordCacheFailed"
     #: Stop the stage jobs (suspend, deadline): delete the live Volcano jobs, release the lease.
     STOP_PRECOMPILE = "StopPrecompile"

@@ -29,7 +29,7 @@ def test_two_jobs_with_one_key_compile_once(
     apply(job(ns, "first", q))
     vcjob(k8s, ns, "first-compile")
     wait_phase(ns, "first", "Precompiling")
-    assert entry_state(k8s, ns) == ["Compiling"]
+    assert entry_state(k8s, ns) == []  # recorded once, when the compile ends
     lease = k8s.list(LEASES, ns)[0]
     assert lease["spec"]["holderIdentity"].startswith(f"{ns}/first/")
 
@@ -43,6 +43,9 @@ def test_two_jobs_with_one_key_compile_once(
     assert "second-compile" not in vcjobs(k8s, ns)
     wait_for(lambda: entry_state(k8s, ns) == ["Ready"], what="the entry Ready")
     assert k8s.list(LEASES, ns) == []  # released by its writer
+    record = k8s.list(RECORDS, ns)[0]["data"]
+    assert record["startedAt"] == lease["spec"]["acquireTime"]  # the lease dated the compile
+    assert record["compiledBy"] == f"{ns}/first" and "durationSeconds" in record
     second = wait_for(lambda: status(ns, "second").get("cache", {}).get("hit") is True,
                       what="second: cache hit")  # fmt: skip
     assert second
@@ -117,7 +120,7 @@ def test_a_graph_field_changed_on_a_live_job_is_refused_and_records_nothing(
     simulate_vcjob_phase(ns, "resized-compile", "Completed")  # a 2-node compile finishing
     wait_for(lambda: condition(ns, "resized", "Precompiled").get("status") == "True",
              what="the operator saw the compile finish")  # fmt: skip
-    assert entry_state(k8s, ns) == ["Compiling"]  # not Ready: no 4-node job may trust it
+    assert entry_state(k8s, ns) == []  # not Ready: no 4-node job may trust it
     assert "resized-train" not in vcjobs(k8s, ns)
     kubectl("patch", "trainiumjobs.v1alpha1.trainium.dev", "resized", "-n", ns, "--type=merge",
             "-p", '{"spec": {"nodes": 2}}')  # fmt: skip

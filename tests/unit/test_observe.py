@@ -5,9 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from support import job
 
-from trainium_operator import k8s, observe
+from trainium_operator import cache, k8s, observe
+from trainium_operator.builders import Owner
 from trainium_operator.observe import Views
+from trainium_operator.reads import Kind
+from trainium_operator.spec import parse
 
 
 def queue(state: str | None) -> dict[str, Any]:
@@ -103,3 +107,53 @@ def test_a_stuck_gang_names_what_is_short(monkeypatch: pytest.MonkeyPatch) -> No
     failure = observe.stuck_failure(Owner("job", "ns", "u"), "train")
     assert failure.reason == "Unschedulable" and failure.short == "aws.amazon.com/neuron"
     assert failure.retry is False
+
+
+# ---- the compile cache: a Ready record and who holds the entry's lease -------------------------
+
+
+class World:
+    """A reader over fixed objects (what the watches would hold)."""
+
+    def __init__(self, objects: dict[tuple[Kind, str], Any]) -> None:
+        self.objects = objects
+
+    def get(self, kind: Kind, namespace: str, name: str) -> Any:
+        return self.objects.get((kind, name))
+
+    def wrote(self, kind: Kind, namespace: str, name: str, response: Any) -> None:
+        return None
+
+    def deleted(self, kind: Kind, namespace: str, name: str) -> None:
+        return None
+
+
+def cache_verdict(policy: str, holder_phase: str | None) -> tuple[bool, str]:
+    """(cache_recorded, cache_holder) of job "j" seeing a Ready record and another's lease."""
+    spec = parse(job("j", precompile={"policy": policy}))
+    name = cache.identity(spec).record_name
+    bound = {"metadata": {"name": "fsx-claim"}, "status": {"phase": "Bound"}}
+    objects: dict[tuple[Kind, str], Any] = {
+        (Kind.RECORD, name): {"metadata": {"name": name}, "data": {"state": "Ready"}},
+        (Kind.CLAIM, "fsx-claim"): bound,
+    }
+    if holder_phase is not None:
+        lease = {"metadata": {"name": name}, "spec": {"holderIdentity": "default/w/uid-w"}}
+        writer = {"metadata": {"name": "w", "uid": "uid-w"}, "status": {"phase": holder_phase}}
+        objects |= {(Kind.LEASE, name): lease, (Kind.TRAINIUMJOB, "w"): writer}
+    seen = observe.observe(spec, Owner("j", "default", "uid-j"), Views(reader=World(objects)))
+    return seen.observed.cache_recorded, seen.observed.cache_holder
+
+
+@pytest.mark.parametrize(
+    ("holder_phase", "expected"),
+    [
+        (None, (True, "none")),  # Ready, nobody writing: a hit
+        ("Precompiling", (False, "other")),  # compiled again (policy Always): wait for it
+        ("Succeeded", (True, "none")),  # a stale lease of a finished writer changes nothing
+    ],
+)
+def test_a_ready_record_is_trusted_unless_a_live_job_is_compiling_it_again(
+    holder_phase: str | None, expected: tuple[bool, str]
+) -> None:
+    assert cache_verdict("IfNotCached", holder_phase) == expected
