@@ -194,7 +194,12 @@ def _needs_precompile(obs: Observed) -> bool:
         return False
     if obs.precompile is not Child.ABSENT:
         return True
-    return obs.policy == "Always" or not obs.cache_recorded
+    return obs.policy == "Always" or not _trusted(obs)
+
+
+def _trusted(obs: Observed) -> bool:
+    """The entry is Ready and no live job is compiling it again (precompile.policy Always)."""
+    return obs.cache_recorded and obs.cache_holder != "other"
 
 
 def _cache_hit(obs: Observed) -> bool | None:
@@ -203,7 +208,7 @@ def _cache_hit(obs: Observed) -> bool | None:
         return None
     if obs.precompile is not Child.ABSENT:
         return False
-    return obs.policy == "IfNotCached" and obs.cache_recorded
+    return obs.policy == "IfNotCached" and _trusted(obs)
 
 
 def _precompiled_condition(obs: Observed, hit: bool | None) -> Condition:

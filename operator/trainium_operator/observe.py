@@ -92,8 +92,7 @@ def observe(
         storage_blocker=storage.blocker,
         storage_released=storage.released,
         queue_blocker=None if train is not None else queue_blocker(spec.scheduling.queue, views),
-        # Ready, unless a live job is compiling the entry again (precompile.policy Always)
-        cache_recorded=entry is not None and entry.state == cache.READY and holder != "other",
+        cache_recorded=entry is not None and entry.state == cache.READY,
         cache_holder=holder,
         cache_holder_job=holder_job,
         cache_seconds=entry.seconds if entry else None,

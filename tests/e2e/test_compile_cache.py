@@ -126,3 +126,37 @@ def test_a_graph_field_changed_on_a_live_job_is_refused_and_records_nothing(
             "-p", '{"spec": {"nodes": 2}}')  # fmt: skip
     vcjob(k8s, ns, "resized-train")
     assert entry_state(k8s, ns) == ["Ready"]
+
+
+def test_a_forced_recompile_of_a_ready_entry_makes_readers_wait_then_rerecords_it(
+    operator: OperatorProcess, ns: str, k8s: EmulatorServer
+) -> None:
+    """policy Always over a Ready entry: the graphs are being rewritten, so no one trusts them."""
+    q = prerequisites(ns)
+    apply(job(ns, "first", q))
+    vcjob(k8s, ns, "first-compile")
+    simulate_vcjob_phase(ns, "first-compile", "Completed")
+    vcjob(k8s, ns, "first-train")
+    wait_for(lambda: entry_state(k8s, ns) == ["Ready"], what="the entry Ready")
+
+    apply(job(ns, "again", q, precompile={"policy": "Always"}))
+    vcjob(k8s, ns, "again-compile")
+    apply(job(ns, "reader", q))  # IfNotCached, same entry
+    st = wait_phase(ns, "reader", "WaitingForCache")
+    assert f"{ns}/again" in st["message"] and "reader-train" not in vcjobs(k8s, ns)
+    before = k8s.list(RECORDS, ns)
+    simulate_vcjob_phase(ns, "first-train", "Running")  # the first writer is woken meanwhile
+    wait_for(lambda: condition(ns, "first", "Running").get("status") == "True", what="first runs")
+    assert k8s.list(RECORDS, ns) == before  # and does not re-record what "again" rewrites
+
+    simulate_vcjob_phase(ns, "again-compile", "Completed")
+    vcjob(k8s, ns, "reader-train")
+    assert "reader-compile" not in vcjobs(k8s, ns)
+
+    def by_again() -> list[dict[str, str]]:
+        mine = f"{ns}/again"
+        return [r["data"] for r in k8s.list(RECORDS, ns) if r["data"]["compiledBy"] == mine]
+
+    record = wait_for(by_again, what="the entry re-recorded by its new writer")
+    assert record[0]["state"] == "Ready" and len(k8s.list(RECORDS, ns)) == 1
+    assert record[0]["startedAt"]  # the writer's lease dated it

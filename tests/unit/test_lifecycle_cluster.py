@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from trainium_operator.lifecycle import (
@@ -76,6 +78,28 @@ def test_a_refused_cache_record_blocks_training_until_it_is_written() -> None:
     d = decide(obs)
     assert d.actions == () and d.blocker is not None
     assert d.phase is Phase.TRAINING  # precompile is done: the phase does not move back
+
+
+# --- a Ready entry that a live job compiles again (precompile.policy Always) -----------------
+
+
+def test_a_ready_entry_being_compiled_again_is_waited_for_not_trusted() -> None:
+    obs = Observed(
+        storage_ready=True, cache_recorded=True, cache_holder="other", cache_holder_job="ns/again"
+    )
+    d = decide(obs)
+    assert d.phase is Phase.WAITING_FOR_CACHE and d.actions == () and d.cache_hit is False
+    assert "ns/again" in d.message
+    free = decide(Observed(storage_ready=True, cache_recorded=True, cache_holder="none"))
+    assert free.cache_hit is True and Action.CREATE_TRAINING in free.actions
+
+
+def test_a_finished_compile_does_not_rerecord_an_entry_another_job_compiles_again() -> None:
+    done = Observed(storage_ready=True, precompile=Child.SUCCEEDED, cache_recorded=True)
+    assert Action.RECORD_CACHE not in decide(replace(done, cache_holder="other")).actions
+    assert Action.RECORD_CACHE in decide(replace(done, cache_holder="self")).actions
+    unrecorded = replace(done, cache_recorded=False, cache_holder="none")
+    assert Action.RECORD_CACHE in decide(unrecorded).actions  # a lost record is written again
 
 
 # --- storage: bound, not merely present ------------------------------------------------------

@@ -146,14 +146,12 @@ def cache_verdict(policy: str, holder_phase: str | None) -> tuple[bool, str]:
 
 
 @pytest.mark.parametrize(
-    ("holder_phase", "expected"),
+    ("holder_phase", "holder"),
     [
-        (None, (True, "none")),  # Ready, nobody writing: a hit
-        ("Precompiling", (False, "other")),  # compiled again (policy Always): wait for it
-        ("Succeeded", (True, "none")),  # a stale lease of a finished writer changes nothing
+        (None, "none"),  # Ready, nobody writing
+        ("Precompiling", "other"),  # compiled again (policy Always): the lifecycle waits for it
+        ("Succeeded", "none"),  # the stale lease of a finished writer holds nothing
     ],
 )
-def test_a_ready_record_is_trusted_unless_a_live_job_is_compiling_it_again(
-    holder_phase: str | None, expected: tuple[bool, str]
-) -> None:
-    assert cache_verdict("IfNotCached", holder_phase) == expected
+def test_a_ready_record_and_who_holds_its_lease(holder_phase: str | None, holder: str) -> None:
+    assert cache_verdict("IfNotCached", holder_phase) == (True, holder)
