@@ -16,7 +16,6 @@ import socket
 import threading
 from collections import defaultdict
 from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any, cast
 
@@ -39,7 +38,17 @@ from trainium_operator.essence import LeanDiffBase
 from trainium_operator.lifecycle import TERMINAL
 from trainium_operator.observe import Views
 from trainium_operator.reconcile import Outcome, reconcile
-from trainium_operator.scheduler import BUSY, RESYNC, Busy, Key, Scheduler, next_look
+from trainium_operator.scheduler import (
+    BUSY,
+    FIRST,
+    FOLLOW_UP,
+    RESYNC,
+    Busy,
+    Key,
+    RankedPool,
+    Scheduler,
+    next_look,
+)
 from trainium_operator.status import clip
 
 #: kopf's annotation prefix and finalizer name, decided on day one.
@@ -60,7 +69,8 @@ _checkpoints: dict[Key, Checkpoint] = {}
 WORKERS = 16
 #: Passes run here, not in kopf's handler threads: a handler returns at once, so kopf's
 #: per-object workers drain their events (and free the bodies) while passes coalesce by job.
-PASSES = ThreadPoolExecutor(WORKERS, thread_name_prefix="trainium-pass")
+#: A new job's first pass goes before the follow-ups of the jobs ahead of it.
+PASSES = RankedPool(WORKERS, "trainium-pass")
 log = logging.getLogger(__name__)
 
 
@@ -168,11 +178,11 @@ def _emit(body: Json, kind: str, reason: str, message: str) -> None:
     kopf.event(cast(kopf.Body, body), type=kind, reason=reason, message=clip(message))
 
 
-def _wake(key: Key) -> None:
+def _wake(key: Key, rank: int = FOLLOW_UP) -> None:
     """Queue a pass, from a handler (in kopf's context: its Events are posted from there)."""
     context = contextvars.copy_context()
     SCHEDULER.context = context  # so the backstop can post Events too
-    PASSES.submit(context.run, _wake_now, key)
+    PASSES.submit(context.run, _wake_now, key, rank=rank)
 
 
 def _wake_now(key: Key) -> None:
@@ -219,34 +229,30 @@ def _quiet_events(record: logging.LogRecord) -> bool:
 def shutdown(**_: Any) -> None:
     """Stop the backstop thread and the passes with the operator."""
     SCHEDULER.stop()
-    PASSES.shutdown(wait=False, cancel_futures=True)
+    PASSES.shutdown()
 
 
 @kopf.index(GROUP, VERSION, PLURAL)
-async def tj_by_claim(
-    namespace: str | None, name: str, body: kopf.Body, **_: Any
-) -> dict[Any, Any]:
-    """Jobs by the claim they mount, so a claim's events wake its jobs."""
-    claim = _field(body, "storage", "claimName")
-    return {(namespace, claim or naming.claim_name(name)): name}
+async def tj_wakers(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> dict[Any, Key]:
+    """Jobs by what wakes them: the claim they mount, their Volcano queue, their cache entry.
 
-
-@kopf.index(GROUP, VERSION, PLURAL)
-async def tj_by_queue(
-    namespace: str | None, name: str, body: kopf.Body, **_: Any
-) -> dict[Any, Any]:
-    """Jobs by Volcano queue, so a queue's events wake the jobs waiting for it."""
-    queue = _field(body, "scheduling", "queue")
-    return {queue or "default": (namespace, name)}
-
-
-@kopf.index(GROUP, VERSION, PLURAL)
-async def tj_by_cache_entry(
-    namespace: str | None, name: str, body: kopf.Body, **_: Any
-) -> dict[Any, Any]:
-    """Jobs by the cache entry on their status, so the entry's record and lease wake them."""
+    One index, not three: kopf runs every index function on every event of every job.
+    """
+    key: Key = (namespace or "", name)
+    claim = _field(body, "storage", "claimName") or naming.claim_name(name)
+    out: dict[Any, Key] = {
+        ("claim", namespace, claim): key,
+        ("queue", _field(body, "scheduling", "queue") or "default"): key,
+    }
     entry = _entry(body)
-    return {(namespace, entry): name} if entry else {}
+    if entry:
+        out[("entry", namespace, entry)] = key
+    return out
+
+
+def _waiting_on(kwargs: Mapping[str, Any], *what: Any) -> list[Key]:
+    """The jobs a claim, queue or cache entry wakes."""
+    return list(cast(kopf.Index[Any, Key], kwargs["tj_wakers"]).get(what, []))
 
 
 def _entry(body: kopf.Body) -> str | None:
@@ -267,9 +273,8 @@ async def on_cache_entry(
 
 
 def _wake_entry_users(namespace: str, entry: str, kwargs: Mapping[str, Any]) -> None:
-    index = cast(kopf.Index[Any, str], kwargs["tj_by_cache_entry"])
-    for job in index.get((namespace, entry), []):
-        _wake((namespace, job))
+    for key in _waiting_on(kwargs, "entry", namespace, entry):
+        _wake(key)
 
 
 def _wake_cache_users(namespace: str, body: kopf.Body, kwargs: Mapping[str, Any]) -> None:
@@ -292,7 +297,13 @@ async def on_job(
         return
     if _written.get(key) == body.metadata.get("resourceVersion"):
         return  # the echo of our own status patch
-    _wake(key)
+    _wake(key, FOLLOW_UP if _phase(body) else FIRST)
+
+
+def _phase(body: kopf.Body) -> str | None:
+    """status.phase of a job whatever the status's shape (None: never reported on)."""
+    status = body.get("status")
+    return status.get("phase") if isinstance(status, Mapping) else None
 
 
 @kopf.on.event(
@@ -370,8 +381,8 @@ async def on_claim(type: str, namespace: str | None, name: str, **kwargs: Any) -
     """A claim changed (created, bound, lost): wake the jobs that mount it."""
     if type is None or namespace is None:
         return
-    for job in cast(kopf.Index[Any, str], kwargs["tj_by_claim"]).get((namespace, name), []):
-        _wake((namespace, job))
+    for key in _waiting_on(kwargs, "claim", namespace, name):
+        _wake(key)
 
 
 @kopf.on.event("", "v1", "persistentvolumes", labels={LABEL_MANAGED_BY: MANAGED_BY})
@@ -391,8 +402,8 @@ async def on_queue(type: str, name: str, body: kopf.Body, **kwargs: Any) -> None
         _queue_parents[name] = _field(body, "parent")
     if type is None:
         return
-    for namespace, job in cast(kopf.Index[str, Key], kwargs["tj_by_queue"]).get(name, []):
-        _wake((namespace, job))
+    for key in _waiting_on(kwargs, "queue", name):
+        _wake(key)
 
 
 def _field(body: kopf.Body, *path: str) -> Any:

@@ -11,10 +11,13 @@ from __future__ import annotations
 import contextvars
 import enum
 import heapq
+import itertools
+import logging
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 Key = tuple[str, str]
 
@@ -148,3 +151,60 @@ class Scheduler:
         delay = ctx.run(self._work, key)
         if delay is not BUSY:
             self.after(key, delay)
+
+
+#: Ranks of queued passes: a job's first look goes before the follow-ups of jobs already started.
+FIRST, FOLLOW_UP = 0, 1
+
+
+class RankedPool:
+    """Worker threads taking queued calls by rank, then in arrival order.
+
+    A burst of new jobs is acknowledged (storage, cache, precompile job) before the events of the
+    jobs ahead of it (their children turning Pending, Running, Completed) are worked through:
+    those follow-ups re-derive state from what is current, so running them later loses nothing.
+    """
+
+    def __init__(self, workers: int, name: str) -> None:
+        self._workers, self._name = workers, name
+        self._heap: list[tuple[int, int, Callable[..., Any], tuple[Any, ...]]] = []
+        self._seq = itertools.count()
+        self._cv = threading.Condition()
+        self._threads: list[threading.Thread] = []
+        self._stopped = False
+
+    def submit(self, fn: Callable[..., Any], *args: Any, rank: int = FOLLOW_UP) -> None:
+        """Queue fn(*args); lower ranks run first."""
+        with self._cv:
+            if self._stopped:
+                return
+            heapq.heappush(self._heap, (rank, next(self._seq), fn, args))
+            if len(self._threads) < self._workers:
+                self._start_one()
+            self._cv.notify()
+
+    def shutdown(self) -> None:
+        """Drop what is queued; running calls finish, then the threads end."""
+        with self._cv:
+            self._stopped = True
+            self._heap.clear()
+            self._cv.notify_all()
+
+    def _start_one(self) -> None:
+        name = f"{self._name}_{len(self._threads)}"
+        thread = threading.Thread(target=self._loop, name=name, daemon=True)
+        self._threads.append(thread)
+        thread.start()
+
+    def _loop(self) -> None:
+        while True:
+            with self._cv:
+                while not self._heap and not self._stopped:
+                    self._cv.wait()
+                if self._stopped:
+                    return
+                _rank, _seq, fn, args = heapq.heappop(self._heap)
+            try:
+                fn(*args)
+            except Exception:  # a worker outlives any call
+                logging.getLogger(__name__).exception("queued call %r failed", fn)

@@ -6,7 +6,16 @@ import threading
 
 import pytest
 
-from trainium_operator.scheduler import RESYNC, Due, Scheduler, backoff, next_look
+from trainium_operator.scheduler import (
+    FIRST,
+    FOLLOW_UP,
+    RESYNC,
+    Due,
+    RankedPool,
+    Scheduler,
+    backoff,
+    next_look,
+)
 
 A, B = ("ns", "a"), ("ns", "b")
 
@@ -88,3 +97,33 @@ def test_scheduler_runs_due_work_and_reschedules_what_it_returns() -> None:
         assert done.wait(5) and ran[1] == (130.0, A)
     finally:
         sched.stop()
+
+
+def test_the_ranked_pool_runs_first_looks_before_follow_ups_then_in_arrival_order() -> None:
+    pool = RankedPool(1, "test-pool")
+    started, release, ran = threading.Event(), threading.Event(), []
+
+    def blocker() -> None:
+        started.set()
+        assert release.wait(10)
+
+    pool.submit(blocker)
+    assert started.wait(10)  # the only worker is busy: the rest queue up
+    done = threading.Event()
+    pool.submit(ran.append, "follow-up 1")
+    pool.submit(ran.append, "first 1", rank=FIRST)
+    pool.submit(ran.append, "follow-up 2", rank=FOLLOW_UP)
+    pool.submit(ran.append, "first 2", rank=FIRST)
+    pool.submit(done.set)
+    release.set()
+    assert done.wait(10)
+    assert ran == ["first 1", "first 2", "follow-up 1", "follow-up 2"]
+    pool.shutdown()
+
+
+def test_a_failing_call_does_not_end_its_worker() -> None:
+    pool, done = RankedPool(1, "test-pool"), threading.Event()
+    pool.submit(lambda: 1 / 0)
+    pool.submit(done.set)
+    assert done.wait(10)
+    pool.shutdown()
