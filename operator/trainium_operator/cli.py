@@ -62,6 +62,9 @@ def cmd_operator(argv: Sequence[str]) -> int:
     """`kopf run` of our handlers with the user's kopf options."""
     import kopf.cli
 
+    from trainium_operator import footprint
+
+    footprint.cap_malloc_arenas()
     kopf.cli.main(
         args=["run", "-m", "trainium_operator.handlers", *argv], prog_name="trainium operator"
     )
