@@ -21,12 +21,12 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / _TICK
 
 
-def rss_mb(pid: int) -> float:
-    """Resident set size in MB (VmRSS)."""
+def rss_mb(pid: int, field: str = "VmRSS") -> float:
+    """Resident set size in MB (VmRSS; VmHWM: the peak so far)."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
+        if line.startswith(f"{field}:"):
             return int(line.split()[1]) / 1024
-    raise RuntimeError(f"no VmRSS for pid {pid}")
+    raise RuntimeError(f"no {field} for pid {pid}")
 
 
 def percentile(values: Sequence[float], q: float) -> float:

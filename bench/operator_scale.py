@@ -78,7 +78,7 @@ def burst(kind: str, n: int, workdir: Path) -> dict[str, Any]:
         final = FINAL_PHASE[kind]
         cluster.wait(lambda: set(cluster.phases().values()) == {final}, 1800, f"all {final}")
         lifecycle = time.monotonic() - t0
-        cpu1, rss1 = common.cpu_seconds(pid), common.rss_mb(pid)
+        cpu1, rss1, peak = common.cpu_seconds(pid), common.rss_mb(pid), common.rss_mb(pid, "VmHWM")
         # The floor for writes: its creates, one status patch and one Event per phase it took.
         creates = {"product": 3, "minimal": 1}[kind]
         min_writes = creates + 2 * len(cluster.phase_history(next(iter(specs))))
@@ -96,7 +96,8 @@ def burst(kind: str, n: int, workdir: Path) -> dict[str, Any]:
         "reads": per_job.get("reads", 0),
         "watches": per_job.get("watches", 0), "404s": per_job.get("404s", 0),
         "cpu_ms_per_job": (cpu1 - cpu0) * 1000 / n,
-        "rss_start_mb": rss0, "rss_end_mb": rss1, "rss_kb_per_job": (rss1 - rss0) * 1024 / n,
+        "rss_start_mb": rss0, "rss_end_mb": rss1, "rss_peak_mb": peak,
+        "rss_kb_per_job": (rss1 - rss0) * 1024 / n,
     }  # fmt: skip
 
 
@@ -118,7 +119,7 @@ def waiting(seconds: float, workdir: Path) -> dict[str, Any]:
 
 COLUMNS = ["operator", "jobs", "p50_s", "p99_s", "drain_s", "lifecycle_s", "writes", "min_writes",
            "reads", "watches", "404s", "cpu_ms_per_job", "rss_start_mb", "rss_end_mb",
-           "rss_kb_per_job"]  # fmt: skip
+           "rss_peak_mb", "rss_kb_per_job"]  # fmt: skip
 
 
 def report(results: list[dict[str, Any]], wait: dict[str, Any] | None) -> str:

@@ -22,7 +22,7 @@ from typing import Any, cast
 import kopf
 from kubernetes.client.exceptions import ApiException
 
-from trainium_operator import checkpoints, k8s, metrics, naming, peering, watches
+from trainium_operator import checkpoints, footprint, k8s, metrics, naming, peering, watches
 from trainium_operator.builders import (
     ANNOTATION_OWNER,
     LABEL_JOB,
@@ -70,7 +70,7 @@ WORKERS = 16
 #: Passes run here, not in kopf's handler threads: a handler returns at once, so kopf's
 #: per-object workers drain their events (and free the bodies) while passes coalesce by job.
 #: A new job's first pass goes before the follow-ups of the jobs ahead of it.
-PASSES = RankedPool(WORKERS, "trainium-pass")
+PASSES = RankedPool(WORKERS, "trainium-pass", on_idle=footprint.Trimmer().idle)
 log = logging.getLogger(__name__)
 
 

@@ -165,8 +165,8 @@ class RankedPool:
     those follow-ups re-derive state from what is current, so running them later loses nothing.
     """
 
-    def __init__(self, workers: int, name: str) -> None:
-        self._workers, self._name = workers, name
+    def __init__(self, workers: int, name: str, on_idle: Callable[[], None] | None = None) -> None:
+        self._workers, self._name, self._on_idle = workers, name, on_idle
         self._heap: list[tuple[int, int, Callable[..., Any], tuple[Any, ...]]] = []
         self._seq = itertools.count()
         self._cv = threading.Condition()
@@ -204,7 +204,14 @@ class RankedPool:
                 if self._stopped:
                     return
                 _rank, _seq, fn, args = heapq.heappop(self._heap)
-            try:
-                fn(*args)
-            except Exception:  # a worker outlives any call
-                logging.getLogger(__name__).exception("queued call %r failed", fn)
+                drained = not self._heap
+            self._call(fn, args)
+            if drained and self._on_idle is not None:
+                self._call(self._on_idle, ())
+
+    @staticmethod
+    def _call(fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
+        try:
+            fn(*args)
+        except Exception:  # a worker outlives any call
+            logging.getLogger(__name__).exception("queued call %r failed", fn)

@@ -9,7 +9,10 @@ import os
 import subprocess
 import sys
 
+import pytest
 from support import REPO
+
+from trainium_operator import footprint
 
 PROBE = """
 import sys
@@ -55,3 +58,39 @@ def test_the_operator_caps_malloc_arenas_before_its_threads_start() -> None:
     )
     assert out.stdout.strip() == "True"
     assert out.stderr.count("Arena ") == 1, out.stderr
+
+
+class FakeLibc:
+    def __init__(self) -> None:
+        self.trimmed = 0
+
+    def malloc_trim(self, pad: int) -> int:
+        self.trimmed += 1
+        return 1
+
+
+def test_the_trimmer_trims_when_work_goes_idle_at_most_every_interval(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    libc, now, later = FakeLibc(), [100.0], []
+    monkeypatch.setattr(footprint, "_glibc", lambda: libc)
+    trimmer = footprint.Trimmer(every=10.0, clock=lambda: now[0], later=lambda *a: later.append(a))
+    trimmer.idle()
+    assert libc.trimmed == 1 and later == []
+    for t in (104.0, 109.9):  # idle again inside the window: one trim at its end, not two
+        now[0] = t
+        trimmer.idle()
+    assert libc.trimmed == 1 and len(later) == 1 and later[0][0] == pytest.approx(6.0)
+    now[0] = 110.0
+    later[0][1]()  # the window ended: the burst's last frees are returned
+    assert libc.trimmed == 2
+    now[0] = 125.0
+    trimmer.idle()
+    assert libc.trimmed == 3 and len(later) == 1
+
+
+def test_a_real_trim_runs_here() -> None:
+    """On this glibc machine malloc_trim is found and called (elsewhere: a no-op)."""
+    trimmer = footprint.Trimmer(every=0.0)
+    trimmer.idle()
+    assert trimmer.trims == (1 if footprint._glibc() is not None else 0)

@@ -127,3 +127,19 @@ def test_a_failing_call_does_not_end_its_worker() -> None:
     pool.submit(done.set)
     assert done.wait(10)
     pool.shutdown()
+
+
+def test_the_ranked_pool_says_when_its_queue_ran_empty() -> None:
+    idle, release, started = threading.Event(), threading.Event(), threading.Event()
+    pool = RankedPool(1, "test-pool", on_idle=idle.set)
+
+    def blocker() -> None:
+        started.set()
+        assert release.wait(10)
+
+    pool.submit(blocker)
+    assert started.wait(10)
+    pool.submit(lambda: None)  # queued behind the blocker: not idle after the blocker
+    release.set()
+    assert idle.wait(10)
+    pool.shutdown()
