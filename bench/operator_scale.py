@@ -55,9 +55,9 @@ def start(kind: str, workdir: Path, env: dict[str, str] | None = None) -> tuple[
     return cluster, op
 
 
-def burst(kind: str, n: int, workdir: Path) -> dict[str, Any]:
+def burst(kind: str, n: int, workdir: Path, env: dict[str, str] | None = None) -> dict[str, Any]:
     """Create n jobs at once; time create -> precompile job and the whole lifecycle."""
-    cluster, op = start(kind, workdir)
+    cluster, op = start(kind, workdir, env)
     emu = cluster.emulator
     assert isinstance(emu, TimedEmulator) and op.process is not None
     pid, ns = op.process.pid, cluster.namespace
@@ -147,12 +147,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jobs", type=int, nargs="+", default=[100, 500, 1000])
     p.add_argument("--operators", nargs="+", default=["product", "minimal"])
     p.add_argument("--waiting-seconds", type=float, default=60, help="0: skip")
+    p.add_argument("--operator-env", nargs="*", default=[], metavar="KEY=VALUE",
+                   help="extra environment of the operator processes (A/B runs: MALLOC_ARENA_MAX,"
+                        " PYTHONPATH of another checkout)")  # fmt: skip
     args = p.parse_args(argv)
+    env = dict(kv.split("=", 1) for kv in args.operator_env)
     results = []
     with tempfile.TemporaryDirectory(prefix="bench-scale-") as tmp:
         for n in args.jobs:
             for kind in args.operators:
-                results.append(burst(kind, n, Path(tmp) / f"{kind}-{n}"))
+                results.append(burst(kind, n, Path(tmp) / f"{kind}-{n}", env))
                 print(f"# {kind} {n}: {results[-1]}", file=sys.stderr, flush=True)
         seconds = args.waiting_seconds
         wait = waiting(seconds, Path(tmp) / "waiting") if seconds else None
