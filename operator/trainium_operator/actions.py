@@ -65,7 +65,7 @@ def _one(action: Action, spec: TrainiumJobSpec, owner: Owner, seen: Seen, read: 
         k8s.delete_vcjob(ns, name)
         read.deleted(Kind.VCJOB, ns, name)
         if action is Action.STOP_PRECOMPILE:
-            _release(seen, owner, read)  # another job may compile these graphs meanwhile
+            _release(seen, read)  # another job may compile these graphs meanwhile
 
 
 _CACHE_ACTIONS = (Action.ACQUIRE_CACHE, Action.RECORD_CACHE, Action.RECORD_CACHE_FAILED)
@@ -86,17 +86,17 @@ def _cache_action(
         read.wrote(Kind.LEASE, ns, name, taken)
         return
     state = cache.READY if action is Action.RECORD_CACHE else cache.FAILED
-    ours = cache.read_holder(seen.lease) == cache.holder(owner)
+    ours = seen.observed.cache_holder == "self"
     started = cache.acquired_at(seen.lease) if ours else ""
     done = cache.record(ident, spec, owner, state, started_at=started, now=now_iso())
     written = k8s.put_configmap(done, exists=seen.entry is not None)
     read.wrote(Kind.RECORD, ns, name, written)
-    _release(seen, owner, read)
+    _release(seen, read)
 
 
-def _release(seen: Seen, owner: Owner, read: Reader) -> None:
+def _release(seen: Seen, read: Reader) -> None:
     """Give up the entry's writer lease if this job holds it."""
-    if seen.lease is not None and cache.read_holder(seen.lease) == cache.holder(owner):
+    if seen.lease is not None and seen.observed.cache_holder == "self":
         k8s.delete_lease(seen.lease)
         md = seen.lease["metadata"]
         read.deleted(Kind.LEASE, md["namespace"], md["name"])

@@ -26,8 +26,8 @@ from trainium_operator.naming import short_hash
 from trainium_operator.spec import TrainiumJobSpec
 
 Json = dict[str, Any]
-#: Compiling: only in records an operator before the lease-only compile state wrote.
-COMPILING, READY, FAILED = "Compiling", "Ready", "Failed"
+#: A record's states (records of older operators may say "Compiling": not Ready either).
+READY, FAILED = "Ready", "Failed"
 LABEL_CACHE_ENTRY = f"{GROUP}/cache-entry"
 #: Informational on the Lease: holders are judged by their job, not by renewals (a compile
 #: can take hours, and an operator that is down renews nothing).

@@ -3,7 +3,8 @@
 Watch events drive progress; this is the backstop (a rare re-check of unsettled jobs, TTL
 expiry, backoff after a refusal or an API error). It issues no request itself: a due job is
 handed to `work`, which returns the delay until the next look (None: not again unless an
-event comes). The clock is injected, so the timing is unit-tested without sleeping.
+event comes). The clock is injected, so the timing is unit-tested without sleeping. The passes
+that events queue run in a RankedPool: a new job's first pass before the follow-ups.
 """
 
 from __future__ import annotations
