@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_gang_failures import gang_pod, terminated
 from test_operator_e2e import claim
 
 from harness import (
@@ -33,6 +34,8 @@ from harness import (
 from helmchart import helm_bin, render  # noqa: F401  (helm_bin is a fixture)
 from k8s_semantics import ApiRequest
 from rbac import Subject, allows, denied, grants, rule_allows
+from trainium_operator import naming
+from trainium_operator.builders import LABEL_MANAGED_BY, MANAGED_BY
 
 NS = "rbac-coverage"
 TJ = "trainiumjobs.v1alpha1.trainium.dev"
@@ -91,6 +94,7 @@ def drive_operator(k8s: EmulatorServer, api_requests: list[ApiRequest]) -> None:
     fs_id = "fs-0123456789abcdef0"
     fsx = {"fileSystemId": fs_id, "dnsName": f"{fs_id}.fsx.us-west-2.amazonaws.com",
            "mountName": "abcdefgh"}  # fmt: skip
+    leak_volume(k8s, "fsx", fs_id)  # an earlier operator's: repaired, not created
     apply(tj("fsx", {"fsx": fsx}))
     run_to_success(k8s, "fsx")
     # A job waiting for its queue is re-checked by the backstop (1 s here), and those passes GET
@@ -105,6 +109,8 @@ def drive_operator(k8s: EmulatorServer, api_requests: list[ApiRequest]) -> None:
     run_to_success(k8s, "waiting")
     kubectl("delete", TJ, "fsx", "-n", NS, "--wait=false")
     wait_for(lambda: get(TJ, "fsx", NS) is None, timeout=20, what="fsx job deleted")
+    share_one_cache_entry(k8s)
+    stop_an_oom_killed_gang(k8s)
     # runPolicy.ttlSecondsAfterFinished: the operator deletes the finished job itself.
     apply(tj("ttl", {"claimName": "shared"}, runPolicy={"ttlSecondsAfterFinished": 0}))
     for stage in ("compile", "train"):
@@ -112,6 +118,45 @@ def drive_operator(k8s: EmulatorServer, api_requests: list[ApiRequest]) -> None:
         wait_for(lambda: k8s.get(VCJOBS, NS, vcjob), timeout=20, what=f"vcjob {vcjob}")  # noqa: B023
         simulate_vcjob_phase(NS, vcjob, "Completed")
     wait_for(lambda: get(TJ, "ttl", NS) is None, timeout=20, what="ttl job deleted by the operator")
+
+
+def leak_volume(k8s: EmulatorServer, job: str, fs_id: str) -> None:
+    """The Released PV an operator without the finalizer left: the next same-name job patches it."""
+    name = naming.volume_name(NS, job)
+    apply({"apiVersion": "v1", "kind": "PersistentVolume",
+           "metadata": {"name": name, "labels": {LABEL_MANAGED_BY: MANAGED_BY}},
+           "spec": {"capacity": {"storage": "1200Gi"}, "accessModes": ["ReadWriteMany"],
+                    "persistentVolumeReclaimPolicy": "Retain", "storageClassName": "",
+                    "claimRef": {"namespace": NS, "name": naming.claim_name(job),
+                                 "uid": "uid-of-a-deleted-claim"},
+                    "csi": {"driver": "fsx.csi.aws.com", "volumeHandle": fs_id}}})  # fmt: skip
+    wait_for(lambda: ((k8s.get("v1/persistentvolumes", None, name) or {}).get("status") or {})
+             .get("phase") == "Released", timeout=20, what="the leaked PV Released")  # fmt: skip
+
+
+def share_one_cache_entry(k8s: EmulatorServer) -> None:
+    """A writer deleted mid-compile (its lease taken over), then a forced recompile (the record
+    merged, not created)."""
+    shared, entry = {"claimName": "shared"}, {"name": f"{NS}-entry"}
+    apply(tj("gone", shared, cache=entry))
+    wait_for(lambda: k8s.get(VCJOBS, NS, "gone-compile"), timeout=20, what="gone-compile")
+    apply(tj("next", shared, cache=entry))
+    wait_for(lambda: phase("next") == "WaitingForCache", timeout=20, what="next waits")
+    kubectl("delete", TJ, "gone", "-n", NS, "--wait=false")
+    run_to_success(k8s, "next")
+    apply(tj("again", shared, cache=entry, precompile={"policy": "Always"}))
+    run_to_success(k8s, "again")
+
+
+def stop_an_oom_killed_gang(k8s: EmulatorServer) -> None:
+    """A gang pod OOM-killed: its log read for the reason, the gang stopped."""
+    apply(tj("hungry", {"claimName": "shared"}, precompile={"policy": "Never"}))
+    wait_for(lambda: k8s.get(VCJOBS, NS, "hungry-train"), timeout=20, what="hungry-train")
+    simulate_vcjob_phase(NS, "hungry-train", "Running")
+    wait_for(lambda: phase("hungry") == "Training", timeout=20, what="hungry trains")
+    gang_pod(k8s, NS, "hungry", 0, terminated("OOMKilled", 137), "step 1 loss 7.0\nKilled")
+    wait_for(lambda: phase("hungry") == "Failed", timeout=20, what="hungry Failed")
+    wait_for(lambda: k8s.get(VCJOBS, NS, "hungry-train") is None, timeout=20, what="gang stopped")
 
 
 @pytest.fixture(scope="module")
