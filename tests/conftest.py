@@ -31,9 +31,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
-    """tests/reliability runs only when asked for: it takes minutes, not seconds."""
+    """tests/reliability runs only when asked for: it takes minutes, not seconds; tests/cluster
+    only with TRAINIUM_CLUSTER_ASSETS (the real control plane's binaries, `make test-cluster`)."""
     if collection_path == Path(__file__).parent / "reliability":
         return not config.getoption("--reliability")
+    if collection_path == Path(__file__).parent / "cluster":
+        return not os.environ.get("TRAINIUM_CLUSTER_ASSETS")
     return None
 
 

@@ -1,0 +1,131 @@
+"""The real-cluster tier: a control plane from TRAINIUM_CLUSTER_ASSETS, fake nodes, the operator.
+
+Session fixtures: `cluster` (etcd, kube-apiserver, kube-controller-manager, Volcano), `kubelet`
+(fake Trainium nodes and the fake kubelet that plays their pods), `installed` (the chart rendered
+with `helm template` and applied server-side as a user would, CRD included), `operator` (the
+product as a process with the chart's ServiceAccount token). Without TRAINIUM_CLUSTER_ASSETS
+every test here is skipped (tests/conftest.py does not even collect this directory then).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from cluster import Cluster, kubeconfig, wait_until
+from harness import OPERATORS, OperatorProcess
+from helmchart import CHART, ensure_helm, helm
+from kubelet import TRN1_2XLARGE, TRN1_32XLARGE, FakeKubelet
+
+ASSETS_ENV = "TRAINIUM_CLUSTER_ASSETS"
+RELEASE, OPERATOR_NS = "trainium-operator", "trainium-system"
+#: Nodes of the tier: four trn1.32xlarge (gangs up to 4) and two trn1.2xlarge.
+NODES = {
+    **{f"trn1-32xl-{i}": TRN1_32XLARGE for i in range(4)},
+    **{f"trn1-2xl-{i}": TRN1_2XLARGE for i in range(2)},
+}
+TRN1_32XLARGE_NODES = sum(1 for kind in NODES.values() if kind is TRN1_32XLARGE)
+
+
+@pytest.fixture(scope="session")
+def cluster_dir() -> Path:
+    """Where the tier keeps certificates, logs and the audit log (kept after the session)."""
+    return Path(tempfile.mkdtemp(prefix="trainium-tier-"))
+
+
+@pytest.fixture(scope="session")
+def cluster(cluster_dir: Path) -> Iterator[Cluster]:
+    """The control plane, up until the session ends."""
+    assets = os.environ.get(ASSETS_ENV)
+    if not assets:
+        pytest.skip(f"{ASSETS_ENV} is not set (make test-cluster TRAINIUM_CLUSTER_ASSETS=DIR)")
+    control = Cluster(Path(assets).resolve(), cluster_dir)
+    try:
+        control.start()
+        yield control
+    finally:
+        control.stop()
+
+
+@pytest.fixture(scope="session")
+def kubelet(cluster: Cluster) -> Iterator[FakeKubelet]:
+    """The fake kubelet of every fake node (all Ready, untainted, FSx CSI registered)."""
+    fake = FakeKubelet(cluster.api, cluster.kubelet_cert)
+    for name, kind in NODES.items():
+        fake.add_node(name, kind)
+    fake.start()
+    yield fake
+    fake.stop()
+    assert not fake.errors, f"the fake kubelet hit errors: {fake.errors[:5]}"
+
+
+@pytest.fixture(scope="session")
+def chart_manifests(cluster: Cluster) -> str:
+    """The chart as `helm template` renders it (one operator replica, CRD included)."""
+    if ensure_helm() is None:
+        pytest.skip("helm missing: make helm")
+    return helm("template", RELEASE, str(CHART), "-n", OPERATOR_NS).stdout
+
+
+@pytest.fixture(scope="session")
+def installed(cluster: Cluster, kubelet: FakeKubelet, chart_manifests: str) -> str:
+    """The chart applied server-side as a user would; returns the kubeconfig of its SA."""
+    cluster.kubectl("create", "namespace", OPERATOR_NS)
+    cluster.kubectl("apply", "--server-side", "-f", "-", stdin=chart_manifests)
+    cluster.kubectl("wait", "--for=condition=Established", "crd/trainiumjobs.trainium.dev")
+    # The Deployment's pod has no image here and no default scheduler runs: it stays Pending;
+    # the operator runs as a process below with the Deployment's ServiceAccount.
+    token = cluster.kubectl(
+        "create", "token", RELEASE, "-n", OPERATOR_NS, "--duration=4h"
+    ).stdout.strip()
+    path = cluster.root / "operator.kubeconfig"
+    path.write_text(kubeconfig(cluster.server, cluster.pki.ca_file, token))
+    return str(path)
+
+
+@pytest.fixture(scope="session")
+def operator(cluster: Cluster, installed: str) -> Iterator[OperatorProcess]:
+    """The operator process under the chart's RBAC, started once for the session."""
+    command = [sys.executable, "-m", "trainium_operator", "operator", "--standalone",
+               "--all-namespaces"]  # fmt: skip
+    proc = OperatorProcess(command, cluster.root / "operator.log", env={"KUBECONFIG": installed})
+    proc.start(timeout=60)
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture
+def running_operator(operator: OperatorProcess, request: pytest.FixtureRequest) -> OperatorProcess:
+    """The session's operator, running (a test that killed it gets it back); logs on failure."""
+    if not operator.running:
+        operator.start(timeout=60)
+    request.node.stash.setdefault(OPERATORS, []).append(operator)
+    return operator
+
+
+@pytest.fixture
+def ns(cluster: Cluster, kubelet: FakeKubelet, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh namespace per test, deleted afterwards (with the kubelet's plans for it)."""
+    digest = hashlib.sha1(request.node.nodeid.encode()).hexdigest()[:6]
+    slug = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower()).strip("-")[:40].strip("-")
+    name = f"t-{slug}-{digest}"
+    cluster.kubectl("create", "namespace", name)
+    yield name
+    cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+    kubelet.forget(name)
+
+
+def get_json(cluster: Cluster, *args: str) -> dict:
+    """`kubectl get ... -o json` as the admin, parsed."""
+    return json.loads(cluster.kubectl("get", *args, "-o", "json").stdout)
+
+
+__all__ = ["TRN1_32XLARGE_NODES", "get_json", "wait_until"]

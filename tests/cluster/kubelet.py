@@ -1,0 +1,503 @@
+"""Fake Trainium Nodes and our own fake kubelet: it plays every pod bound to them.
+
+Pods go Running, then Succeeded, unless a test asks for another outcome, either by a plan on the
+kubelet (`kubelet.plan({"trainium.dev/stage": "training"}, Behavior(...))`, matched on pod
+labels) or by pod annotations (`tier.trainium.dev/outcome` ...). Deleted pods end as a kubelet
+ends them: containers terminated (exit 137 if they were running), phase terminal, then a delete
+with grace 0. Container logs are served over HTTPS at the node's InternalIP on the port the Node
+advertises (status.daemonEndpoints), so `kubectl logs` works through the API server.
+"""
+
+from __future__ import annotations
+
+import datetime
+import heapq
+import http.server
+import itertools
+import json
+import logging
+import ssl
+import threading
+import time
+import urllib.error
+import urllib.parse
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from cluster import Api, free_port
+
+Obj = dict[str, Any]
+log = logging.getLogger("tier.kubelet")
+
+NEURON_LABEL = "node.kubernetes.io/instance-type"
+FSX_DRIVER = "fsx.csi.aws.com"
+ANNOTATION = "tier.trainium.dev/"
+#: Outcomes a pod can have: finish (Succeeded or Failed by exit code), OOMKilled, an image that
+#: cannot be pulled, never starting (stays Pending), or running until deleted.
+OUTCOMES = ("Exit", "OOMKilled", "ErrImagePull", "NeverStart", "RunForever")
+
+
+@dataclass(frozen=True)
+class NodeType:
+    """Capacity and labels of one EC2 instance type, as a Neuron/EFA-plugin node reports them."""
+
+    name: str
+    cpu: str
+    memory: str
+    neuron_devices: int
+    neuron_cores: int
+    efa: int
+
+    def capacity(self) -> dict[str, str]:
+        return {
+            "cpu": self.cpu,
+            "memory": self.memory,
+            "pods": "110",
+            "ephemeral-storage": "500Gi",
+            "aws.amazon.com/neuron": str(self.neuron_devices),
+            "aws.amazon.com/neurondevice": str(self.neuron_devices),
+            "aws.amazon.com/neuroncore": str(self.neuron_cores),
+            "vpc.amazonaws.com/efa": str(self.efa),
+        }
+
+
+TRN1_32XLARGE = NodeType("trn1.32xlarge", "128", "512Gi", 16, 32, 8)
+TRN1_2XLARGE = NodeType("trn1.2xlarge", "8", "32Gi", 1, 2, 0)
+
+
+@dataclass(frozen=True)
+class Behavior:
+    """What the fake kubelet does with a pod: how long it runs, how it ends, what it logs."""
+
+    outcome: str = "Exit"
+    exit_code: int = 0
+    #: The container's termination message (the trainer writes its checkpoint report there).
+    message: str = ""
+    logs: tuple[str, ...] = ()
+    run_seconds: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.outcome not in OUTCOMES:
+            raise ValueError(f"outcome {self.outcome!r}: one of {OUTCOMES}")
+
+    @classmethod
+    def from_annotations(cls, annotations: Mapping[str, str], base: Behavior) -> Behavior:
+        """base with what the pod's tier.trainium.dev/* annotations set."""
+        get = {
+            k.removeprefix(ANNOTATION): v
+            for k, v in annotations.items()
+            if k.startswith(ANNOTATION)
+        }
+        if not get:
+            return base
+        return replace(
+            base,
+            outcome=get.get("outcome", base.outcome),
+            exit_code=int(get.get("exit-code", base.exit_code)),
+            message=get.get("message", base.message),
+            logs=tuple(get["logs"].splitlines()) if "logs" in get else base.logs,
+            run_seconds=float(get.get("run-seconds", base.run_seconds)),
+        )
+
+
+@dataclass
+class Plan:
+    """A test's request: pods whose labels include `labels` get `behavior` (`times` pods)."""
+
+    labels: dict[str, str]
+    behavior: Behavior
+    namespace: str | None = None
+    times: int | None = None
+    used: int = 0
+
+    def matches(self, pod: Obj) -> bool:
+        meta = pod["metadata"]
+        if self.namespace and meta.get("namespace") != self.namespace:
+            return False
+        if self.times is not None and self.used >= self.times:
+            return False
+        labels = meta.get("labels") or {}
+        return all(labels.get(k) == v for k, v in self.labels.items())
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def node_object(name: str, kind: NodeType, zone: str, port: int) -> Obj:
+    """A Node as a Trainium instance's kubelet registers it (status carries the capacity)."""
+    capacity = kind.capacity()
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": {
+                NEURON_LABEL: kind.name,
+                "topology.kubernetes.io/zone": zone,
+                "kubernetes.io/hostname": name,
+                "kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "amd64",
+            },
+        },
+        "status": {"capacity": capacity, "allocatable": capacity, **_node_status(port)},
+    }
+
+
+def _node_status(port: int) -> Obj:
+    now = _now()
+    return {
+        "conditions": [
+            {"type": "Ready", "status": "True", "reason": "KubeletReady",
+             "message": "fake kubelet is posting ready status",
+             "lastHeartbeatTime": now, "lastTransitionTime": now},
+        ],
+        "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}],
+        "daemonEndpoints": {"kubeletEndpoint": {"Port": port}},
+        "nodeInfo": {"kubeletVersion": "v1.36.2", "operatingSystem": "linux",
+                     "architecture": "amd64", "containerRuntimeVersion": "fake://1",
+                     "kernelVersion": "", "osImage": "", "kubeProxyVersion": "",
+                     "machineID": "", "systemUUID": "", "bootID": ""},
+    }  # fmt: skip
+
+
+def container_status(container: Obj, state: Obj, started: bool) -> Obj:
+    """One containerStatuses entry as the kubelet writes it."""
+    running = "running" in state
+    return {
+        "name": container["name"],
+        "image": container.get("image", ""),
+        "imageID": "" if "waiting" in state else f"fake://{container.get('image', '')}",
+        "containerID": "" if "waiting" in state else f"fake://{container['name']}",
+        "ready": running,
+        "started": running or started,
+        "restartCount": 0,
+        "state": state,
+    }
+
+
+def terminated(exit_code: int, reason: str, message: str, started_at: str) -> Obj:
+    state = {"exitCode": exit_code, "reason": reason, "startedAt": started_at,
+             "finishedAt": _now(), "containerID": "fake://c"}  # fmt: skip
+    if message:
+        state["message"] = message
+    return {"terminated": state}
+
+
+class FakeKubelet:
+    """Plays the kubelet of every fake node: pod phases, deletions, logs, node heartbeats."""
+
+    def __init__(self, api: Api, cert: tuple[Path, Path]) -> None:
+        self.api = api
+        self.cert = cert
+        self.nodes: dict[str, NodeType] = {}
+        self.plans: list[Plan] = []
+        self.default = Behavior()
+        self._logs: dict[tuple[str, str, str], str] = {}
+        self._started: dict[str, str] = {}  # pod uid -> startedAt
+        self._ending: set[str] = set()
+        self._seen: set[str] = set()
+        self._ip = itertools.count(2)
+        self._timers: list[tuple[float, int, Callable[[], None]]] = []
+        self._seq = itertools.count()
+        self._lock = threading.Condition()
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self.errors: list[str] = []
+        self.port = free_port()
+        self._server = self._log_server()
+
+    # -- the test-side API ---------------------------------------------------------------------
+
+    def plan(
+        self,
+        labels: dict[str, str],
+        behavior: Behavior,
+        namespace: str | None = None,
+        times: int | None = None,
+    ) -> Plan:
+        """Pods matching labels (in namespace) get behavior, the first `times` of them."""
+        rule = Plan(labels, behavior, namespace, times)
+        with self._lock:
+            self.plans.insert(0, rule)
+        return rule
+
+    def forget(self, namespace: str) -> None:
+        """Drop the plans of a namespace (a test's end)."""
+        with self._lock:
+            self.plans = [p for p in self.plans if p.namespace != namespace]
+
+    def logs(self, namespace: str, pod: str, container: str) -> str | None:
+        return self._logs.get((namespace, pod, container))
+
+    # -- nodes ---------------------------------------------------------------------------------
+
+    def add_node(self, name: str, kind: NodeType, zone: str = "us-west-2d") -> None:
+        """Register a Ready node of `kind` (taint removed) with a CSINode for the FSx driver."""
+        self.api.request("POST", "/api/v1/nodes", node_object(name, kind, zone, self.port))
+        self.api.merge_patch(f"/api/v1/nodes/{name}/status", {"status": _node_status(self.port)})
+        # TaintNodesByCondition put node.kubernetes.io/not-ready on the new node: lift it.
+        self.api.merge_patch(f"/api/v1/nodes/{name}", {"spec": {"taints": None}})
+        self.api.request("POST", "/apis/storage.k8s.io/v1/csinodes", {
+            "apiVersion": "storage.k8s.io/v1", "kind": "CSINode",
+            "metadata": {"name": name},
+            "spec": {"drivers": [{"name": FSX_DRIVER, "nodeID": name, "topologyKeys": None}]},
+        })  # fmt: skip
+        self.nodes[name] = kind
+
+    def _heartbeat(self) -> None:
+        for name in list(self.nodes):
+            self.api.merge_patch(
+                f"/api/v1/nodes/{name}/status", {"status": _node_status(self.port)}
+            )
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        for target in (self._serve_logs, self._watch_pods, self._work):
+            thread = threading.Thread(target=self._guard(target), daemon=True, name=target.__name__)
+            thread.start()
+            self._threads.append(thread)
+        self._every(30, self._heartbeat)
+
+    def stop(self) -> None:
+        self._stop.set()
+        with self._lock:
+            self._lock.notify_all()
+        self._server.shutdown()
+        for thread in self._threads:
+            thread.join(5)
+
+    def _guard(self, target: Callable[[], None]) -> Callable[[], None]:
+        def run() -> None:
+            while not self._stop.is_set():
+                try:
+                    target()
+                    return
+                except Exception as exc:  # keep playing the kubelet; a test reads .errors
+                    if self._stop.is_set():
+                        return
+                    self.errors.append(f"{target.__name__}: {exc!r}")
+                    log.exception("fake kubelet %s", target.__name__)
+                    time.sleep(0.5)
+
+        return run
+
+    def _after(self, delay: float, action: Callable[[], None]) -> None:
+        with self._lock:
+            heapq.heappush(self._timers, (time.monotonic() + delay, next(self._seq), action))
+            self._lock.notify_all()
+
+    def _every(self, period: float, action: Callable[[], None]) -> None:
+        def again() -> None:
+            action()
+            self._after(period, again)
+
+        self._after(period, again)
+
+    def _work(self) -> None:
+        while not self._stop.is_set():
+            with self._lock:
+                while not self._stop.is_set():
+                    wait = self._timers[0][0] - time.monotonic() if self._timers else 1.0
+                    if self._timers and wait <= 0:
+                        _, _, action = heapq.heappop(self._timers)
+                        break
+                    self._lock.wait(min(wait, 1.0))
+                else:
+                    return
+            try:
+                action()
+            except urllib.error.HTTPError as err:
+                if err.code not in (404, 409):  # the pod went away or moved on meanwhile
+                    self.errors.append(f"{err.code} {err.reason}: {err.read()[:300]!r}")
+            except Exception as exc:
+                self.errors.append(repr(exc))
+                log.exception("fake kubelet action")
+
+    # -- pods ----------------------------------------------------------------------------------
+
+    def _watch_pods(self) -> None:
+        while not self._stop.is_set():
+            listing = self.api.request("GET", "/api/v1/pods")
+            for pod in listing["items"]:
+                self._on_pod(pod)
+            version = listing["metadata"]["resourceVersion"]
+            try:
+                for event in self.api.watch("/api/v1/pods", version, timeout=30):
+                    if self._stop.is_set():
+                        return
+                    if event["type"] == "ERROR":
+                        break  # 410 Gone: list again
+                    if event["type"] in ("ADDED", "MODIFIED"):
+                        self._on_pod(event["object"])
+            except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+                if self._stop.is_set():
+                    return
+                time.sleep(0.5)
+
+    def _behavior(self, pod: Obj) -> Behavior:
+        base = self.default
+        for rule in self.plans:
+            if rule.matches(pod):
+                rule.used += 1
+                base = rule.behavior
+                break
+        return Behavior.from_annotations(pod["metadata"].get("annotations") or {}, base)
+
+    def _on_pod(self, pod: Obj) -> None:
+        spec, meta = pod["spec"], pod["metadata"]
+        if spec.get("nodeName") not in self.nodes:
+            return
+        uid = meta["uid"]
+        phase = (pod.get("status") or {}).get("phase")
+        with self._lock:
+            if meta.get("deletionTimestamp"):
+                if uid not in self._ending:
+                    self._ending.add(uid)
+                    self._after(0, lambda: self._end(pod))
+                return
+            if uid in self._seen or phase in ("Succeeded", "Failed"):
+                return
+            self._seen.add(uid)
+            behavior = self._behavior(pod)
+        for container in spec["containers"]:
+            key = (meta["namespace"], meta["name"], container["name"])
+            self._logs[key] = "".join(f"{line}\n" for line in behavior.logs)
+        self._after(0.1, lambda: self._begin(pod, behavior))
+
+    def _path(self, pod: Obj) -> str:
+        meta = pod["metadata"]
+        return f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}/status"
+
+    def _patch_status(self, pod: Obj, status: Obj) -> None:
+        patch = {"metadata": {"uid": pod["metadata"]["uid"]}, "status": status}
+        self.api.merge_patch(self._path(pod), patch)
+
+    def _base_status(self, pod: Obj, phase: str, ready: bool) -> Obj:
+        n = next(self._ip)
+        ip = f"10.244.{n // 250}.{n % 250 + 2}"
+        status = pod.get("status") or {}
+        pod_ip = status.get("podIP") or ip
+        start = status.get("startTime") or _now()
+        flag = "True" if ready else "False"
+        return {
+            "phase": phase,
+            "hostIP": "127.0.0.1",
+            "hostIPs": [{"ip": "127.0.0.1"}],
+            "podIP": pod_ip,
+            "podIPs": [{"ip": pod_ip}],
+            "startTime": start,
+            "conditions": [
+                {"type": t, "status": "True" if t in ("PodScheduled", "Initialized") else flag,
+                 "lastTransitionTime": _now()}
+                for t in ("PodScheduled", "Initialized", "ContainersReady", "Ready")
+            ],
+        }  # fmt: skip
+
+    def _begin(self, pod: Obj, behavior: Behavior) -> None:
+        containers = pod["spec"]["containers"]
+        if behavior.outcome == "NeverStart":
+            return
+        if behavior.outcome == "ErrImagePull":
+            waiting = {"waiting": {"reason": "ErrImagePull",
+                                   "message": f"failed to pull image {containers[0].get('image')}"
+                                              ": not found"}}  # fmt: skip
+            status = self._base_status(pod, "Pending", ready=False)
+            status["containerStatuses"] = [container_status(c, waiting, False) for c in containers]
+            self._patch_status(pod, status)
+            return
+        started = _now()
+        self._started[pod["metadata"]["uid"]] = started
+        status = self._base_status(pod, "Running", ready=True)
+        running = {"running": {"startedAt": started}}
+        status["containerStatuses"] = [container_status(c, running, True) for c in containers]
+        self._patch_status(pod, status)
+        if behavior.outcome != "RunForever":
+            self._after(behavior.run_seconds, lambda: self._finish(pod, behavior))
+
+    def _finish(self, pod: Obj, behavior: Behavior) -> None:
+        uid = pod["metadata"]["uid"]
+        with self._lock:
+            if uid in self._ending:
+                return
+        oom = behavior.outcome == "OOMKilled"
+        code = 137 if oom else behavior.exit_code
+        reason = "OOMKilled" if oom else ("Completed" if code == 0 else "Error")
+        self._terminate(pod, code, reason, behavior.message)
+
+    def _terminate(self, pod: Obj, code: int, reason: str, message: str) -> None:
+        started = self._started.get(pod["metadata"]["uid"], _now())
+        phase = "Succeeded" if code == 0 else "Failed"
+        status = self._base_status(pod, phase, ready=False)
+        state = terminated(code, reason, message, started)
+        containers = pod["spec"]["containers"]
+        status["containerStatuses"] = [container_status(c, state, True) for c in containers]
+        self._patch_status(pod, status)
+
+    def _end(self, pod: Obj) -> None:
+        """A graceful deletion: stop the containers, report them, then remove the pod."""
+        meta = pod["metadata"]
+        current = self.api.get(f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}")
+        if current is None or current["metadata"]["uid"] != meta["uid"]:
+            return
+        phase = (current.get("status") or {}).get("phase")
+        if phase not in ("Succeeded", "Failed") and meta["uid"] in self._started:
+            self._terminate(current, 137, "Error", "")
+        body = {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0,
+                "preconditions": {"uid": meta["uid"]}}  # fmt: skip
+        self.api.request("DELETE", self._path(pod).removesuffix("/status"), body)
+
+    # -- logs ----------------------------------------------------------------------------------
+
+    def _log_server(self) -> http.server.ThreadingHTTPServer:
+        kubelet = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                url = urllib.parse.urlsplit(self.path)
+                parts = url.path.strip("/").split("/")
+                if len(parts) != 4 or parts[0] != "containerLogs":
+                    self._answer(404, "not found\n")
+                    return
+                text = kubelet.logs(parts[1], parts[2], parts[3])
+                if text is None:
+                    self._answer(404, f"container {parts[3]} of pod {parts[2]} not found\n")
+                    return
+                query = urllib.parse.parse_qs(url.query)
+                if "tailLines" in query:
+                    lines = text.splitlines(keepends=True)
+                    tail = int(query["tailLines"][0])
+                    text = "".join(lines[-tail:] if tail else [])
+                if "limitBytes" in query:
+                    text = text.encode()[: int(query["limitBytes"][0])].decode(errors="ignore")
+                self._answer(200, text)
+
+            def _answer(self, code: int, text: str) -> None:
+                body = text.encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "text/plain")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                log.debug(format, *args)
+
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(str(self.cert[0]), str(self.cert[1]))
+        server.socket = context.wrap_socket(server.socket, server_side=True)
+        return server
+
+    def _serve_logs(self) -> None:
+        self._server.serve_forever(poll_interval=0.5)
+
+
+def summary(pod: Obj) -> str:
+    """One line about a pod for failure messages."""
+    status = pod.get("status") or {}
+    return json.dumps({"name": pod["metadata"]["name"], "phase": status.get("phase"),
+                       "node": pod["spec"].get("nodeName")})  # fmt: skip

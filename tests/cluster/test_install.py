@@ -1,0 +1,71 @@
+"""Install as a user would: the chart (CRD included) is accepted by a real API server."""
+
+from __future__ import annotations
+
+from cluster import Cluster
+from conftest import get_json
+from kubelet import FakeKubelet
+
+
+def test_fake_nodes_are_ready_and_schedulable(cluster: Cluster, kubelet: FakeKubelet) -> None:
+    nodes = get_json(cluster, "nodes")["items"]
+    assert {n["metadata"]["name"] for n in nodes} == set(kubelet.nodes)
+    for node in nodes:
+        ready = {c["type"]: c["status"] for c in node["status"]["conditions"]}
+        assert ready["Ready"] == "True"
+        assert not node["spec"].get("taints")
+    drivers = get_json(cluster, "csinodes")["items"]
+    assert all(d["spec"]["drivers"][0]["name"] == "fsx.csi.aws.com" for d in drivers)
+
+
+def test_chart_and_crd_are_accepted(cluster: Cluster, installed: str) -> None:
+    crd = get_json(cluster, "crd", "trainiumjobs.trainium.dev")
+    established = {c["type"]: c["status"] for c in crd["status"]["conditions"]}
+    assert established["Established"] == "True"
+    assert established.get("NonStructuralSchema", "False") == "False"
+    sa = get_json(cluster, "serviceaccount", "-n", "trainium-system", "trainium-operator")
+    assert sa["metadata"]["name"] == "trainium-operator"
+
+
+def test_kubectl_explain_documents_the_spec(cluster: Cluster, installed: str) -> None:
+    text = cluster.kubectl("explain", "trainiumjob.spec").stdout
+    for field in ("image", "instanceType", "nodes", "storage", "runPolicy", "resources"):
+        assert f"  {field}\t" in text or f"  {field} " in text, field
+    deep = cluster.kubectl("explain", "trainiumjob.spec.runPolicy.maxRetries").stdout
+    assert "MaxRetriesExceeded" in deep
+
+
+def test_printer_columns_are_served(cluster: Cluster, installed: str) -> None:
+    crd = get_json(cluster, "crd", "trainiumjobs.trainium.dev")
+    served = [v for v in crd["spec"]["versions"] if v["served"]]
+    columns = [c["name"] for c in served[0].get("additionalPrinterColumns", [])]
+    header = (
+        cluster.kubectl("get", "trainiumjobs", "-A").stderr
+        + cluster.kubectl("get", "trainiumjobs", "-A").stdout
+    )
+    assert columns
+    assert "No resources found" in header or all(c.upper() in header for c in columns)
+
+
+def test_pods_logs_reach_the_fake_kubelet(cluster: Cluster, kubelet: FakeKubelet, ns: str) -> None:
+    """The tier's own check: a pod bound to a fake node runs, succeeds and has logs."""
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "hello",
+            "namespace": ns,
+            "annotations": {"tier.trainium.dev/logs": "hello\nworld"},
+        },
+        "spec": {
+            "nodeName": "trn1-2xl-0",
+            "restartPolicy": "Never",
+            "containers": [{"name": "main", "image": "busybox"}],
+        },
+    }
+    cluster.apply(pod)
+    cluster.kubectl("wait", "-n", ns, "--for=jsonpath={.status.phase}=Succeeded", "pod/hello",
+                    "--timeout=30s")  # fmt: skip
+    assert cluster.kubectl("logs", "-n", ns, "hello").stdout == "hello\nworld\n"
+    assert cluster.kubectl("logs", "-n", ns, "hello", "--tail=1").stdout == "world\n"
+    cluster.kubectl("delete", "-n", ns, "pod/hello", "--timeout=30s")
