@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 TOOLS := .tools/bin
 export PATH := $(abspath $(BIN)):$(abspath $(TOOLS)):$(PATH)
 
-.PHONY: help install run test test-unit test-e2e test-chart test-xla test-reliability bench lint \
+.PHONY: help install run test test-unit test-e2e test-chart test-xla test-reliability test-cluster bench lint \
 	crds verify helm promtool render chart-docs clean
 
 help: ## Show the targets
@@ -64,6 +64,16 @@ test-xla: ## Trainer tests on torch-xla (PJRT CPU) in .venv-xla (~4 GB download,
 
 test-reliability: $(STAMP) ## API faults, operator kills, bad input, trainer kills (minutes)
 	$(BIN)/python -m pytest -q -p no:cacheprovider --reliability tests/reliability
+
+TRAINIUM_CLUSTER_ASSETS ?=
+# Without TRAINIUM_CLUSTER_ASSETS nothing is installed or run (one line says so).
+test-cluster: $(if $(TRAINIUM_CLUSTER_ASSETS),$(STAMP) helm) ## Real-cluster tier (TRAINIUM_CLUSTER_ASSETS=DIR)
+	@if [ -z "$(TRAINIUM_CLUSTER_ASSETS)" ]; then \
+	  echo "test-cluster: TRAINIUM_CLUSTER_ASSETS is not set (a directory with the control-plane binaries); nothing run"; \
+	else \
+	  TRAINIUM_CLUSTER_ASSETS="$(abspath $(TRAINIUM_CLUSTER_ASSETS))" \
+	    $(BIN)/python -m pytest -q -p no:cacheprovider tests/cluster; \
+	fi
 
 BENCH_JOBS ?= 100 500 1000
 bench: $(STAMP) ## Benchmarks behind BENCHMARKS.md (BENCH_JOBS="100 500 1000")
