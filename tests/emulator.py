@@ -128,7 +128,11 @@ class K8sEmulator(kmock.KubernetesEmulator):
                         self._outcomes[request] = outcome
                         await self._run_controllers()
             # Skip kmock's own _handle: it would apply the change a second time, naively.
-            return await apps.RawHandler._handle(self, request)
+            response = await apps.RawHandler._handle(self, request)
+            if request.subresource == "log" and response.status == 200 and not response.prepared:
+                # As the API server answers pods/log: plain text (kmock says octet-stream).
+                response.content_type, response.charset = "text/plain", "utf-8"
+            return response
         except kmock.KubernetesError as e:
             return await self._render_error(e)
         except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as e:

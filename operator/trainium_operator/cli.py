@@ -9,8 +9,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from trainium_operator import fsx, render
 from trainium_operator.render import UsageError
 
@@ -40,7 +38,7 @@ def cmd_render(args: argparse.Namespace) -> int:
     if args.output == "json":
         print(json.dumps({"apiVersion": "v1", "kind": "List", "items": out}, indent=2))
     else:
-        print(yaml.safe_dump_all(out, sort_keys=False), end="")
+        print(render.dump_all(out), end="")
     return 0
 
 

@@ -28,19 +28,18 @@ class FsxLookupError(Exception):
 def describe(file_system_id: str, fsx_client: Any | None = None) -> FsxNames:
     """DNS and mount names of one file system, or FsxLookupError with an actionable message."""
     import boto3  # only here: boto3 costs the operator ~7 MB resident, most jobs never need it
-    from botocore.exceptions import BotoCoreError, ClientError
+    from botocore.exceptions import BotoCoreError, ClientError, NoRegionError
 
-    fsx = fsx_client or boto3.client("fsx")
     try:
+        # The client is made inside the try: without a region boto3 refuses to make one.
+        fsx = fsx_client or boto3.client("fsx")
         resp = fsx.describe_file_systems(FileSystemIds=[file_system_id])
     except ClientError as exc:
         raise _client_error(file_system_id, exc) from None
-    except BotoCoreError as exc:  # no credentials, no region, endpoint unreachable
-        raise FsxLookupError(
-            "FsxLookupFailed",
-            f"cannot describe FSx file system {file_system_id}: {exc}; "
-            "set spec.storage.fsx.dnsName and mountName, or give the operator AWS access",
-        ) from None
+    except NoRegionError:
+        raise _unreachable(file_system_id, "no AWS region is configured (set AWS_REGION)") from None
+    except (BotoCoreError, ValueError) as exc:  # no credentials, endpoint unreachable, bad region
+        raise _unreachable(file_system_id, str(exc)) from None
     systems = resp.get("FileSystems", [])
     if not systems:
         raise FsxLookupError("FileSystemNotFound", f"FSx file system {file_system_id} not found")
@@ -54,6 +53,17 @@ def describe(file_system_id: str, fsx_client: Any | None = None) -> FsxNames:
         msg = f"FSx file system {file_system_id} has no Lustre mount name; set fsx.mountName"
         raise FsxLookupError("FsxLookupFailed", msg)
     return FsxNames(dns_name=fs["DNSName"], mount_name=mount)
+
+
+def _unreachable(file_system_id: str, why: str) -> FsxLookupError:
+    """AWS could not be asked: say why (one line) and the two ways around it."""
+    why = " ".join(why.split())
+    return FsxLookupError(
+        "FsxLookupFailed",
+        f"cannot describe FSx file system {file_system_id}: {why}; set "
+        "spec.storage.fsx.dnsName and mountName, or give the operator AWS access and a region "
+        "(AWS_REGION; the chart's operator.awsRegion)",
+    )
 
 
 def _client_error(file_system_id: str, exc: ClientError) -> FsxLookupError:

@@ -325,13 +325,24 @@ def list_pods(namespace: str, selector: str) -> list[Json]:
 
 
 def pod_log_tail(namespace: str, pod: str, container: str, lines: int) -> list[str]:
-    """The last lines of a container's log; none when the log is gone or unreadable."""
+    """The last lines of a container's log; none when the log is gone or unreadable.
+
+    Read raw and decoded here: the client's own handling of text/plain varies by version
+    (kubernetes 36.0.3 returns a bytes repr, one line; kubernetes-client/python#2596).
+    """
     try:
-        text = request(
-            core().read_namespaced_pod_log, pod, namespace, container=container, tail_lines=lines
-        )
+        answer = request(
+            core().read_namespaced_pod_log, pod, namespace, container=container,
+            tail_lines=lines, _preload_content=False,
+        )  # fmt: skip
     except ApiException as exc:
         if transient(exc):
             raise
         return []
-    return str(text or "").splitlines()[-lines:]
+    return log_lines(answer.data, lines)
+
+
+def log_lines(data: bytes | str | None, lines: int) -> list[str]:
+    """A log body as its last lines of text (undecodable bytes replaced, never fatal)."""
+    text = data.decode("utf-8", errors="replace") if isinstance(data, bytes) else data or ""
+    return text.splitlines()[-lines:]

@@ -66,6 +66,8 @@ def invalid(problems: list[str]) -> Decision:
 
 def decide(obs: Observed) -> Decision:
     """Derive phase, conditions and actions from one observation; the phase never moves back."""
+    if _finished(obs):
+        return _stays_finished(obs)
     decision = _decide(obs)
     if obs.changed_fields:
         decision = _hold(decision, obs.changed_fields)
@@ -74,6 +76,28 @@ def decide(obs: Observed) -> Decision:
     if before is not None and now is not None and before > now:
         return replace(decision, phase=Phase(obs.previous_phase))
     return decision
+
+
+def _finished(obs: Observed) -> bool:
+    """Succeeded or Failed after it was admitted: final (a fixed invalid spec may still run)."""
+    if obs.previous_phase not in {p.value for p in TERMINAL}:
+        return False
+    return not any(c.reason == "InvalidSpec" for c in obs.previous_conditions)
+
+
+def _stays_finished(obs: Observed) -> Decision:
+    """A finished job keeps its outcome: a spec change (suspend, resume) never runs it again."""
+    phase = Phase(obs.previous_phase)
+    conds = [c for c in obs.previous_conditions if c.type != "Suspended"]
+    ended = next((c for c in conds if c.type == phase.value and c.status == "True"), None)
+    message = ended.message if ended and ended.message else f"the job {phase.value}"
+    if obs.suspend:
+        msg = (
+            f"runPolicy.suspend is ignored: the job already {phase.value}; nothing is stopped "
+            "or run again (create a new TrainiumJob to run it again)"
+        )
+        conds.append(Condition("Suspended", "False", "JobFinished", msg))
+    return Decision(phase, message, tuple(conds), (), _cache_hit(obs), obs.restarts)
 
 
 def _hold(decision: Decision, fields: tuple[str, ...]) -> Decision:

@@ -32,7 +32,7 @@ from trainium_operator.appdef import StageContext
 from trainium_operator.cachekey import cache_key, cache_name
 from trainium_operator.lifecycle import Action, Child, Decision, Observed, Phase
 from trainium_operator.spec import TrainiumJobSpec, parse
-from trainium_operator.status import now_iso
+from trainium_operator.status import now_iso, read_conditions
 
 Json = dict[str, Any]
 SYNTH_ANNOTATION = "trainium.dev/local-synthetic-data"
@@ -161,6 +161,7 @@ def observe(run: LocalRun, runner: Any) -> Observed:
         training=train,
         training_message=_fail_message(run, "train", train),
         previous_phase=run.status.get("phase"),
+        previous_conditions=read_conditions(run.status),
         suspend=run.suspend,
     )
 

@@ -161,6 +161,8 @@ class Observed:
     exhausted: Exhausted | None = None
     #: The phase on status before this observation (the phase never moves back).
     previous_phase: str | None = None
+    #: The conditions on status before this observation (a finished job keeps them).
+    previous_conditions: tuple[Condition, ...] = ()
     #: Why the live stage's gang failed, classified from its pods (None: no pod failed).
     failure: Failure | None = None
     #: Immutable spec fields changed since the job started (an API server without CEL let it).

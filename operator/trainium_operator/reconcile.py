@@ -161,6 +161,7 @@ def _look(
         exhausted=counted.exhausted,
         changed_fields=tuple(f for f in digests if f in started and started[f] != digests[f]),
         previous_phase=previous.get("phase"),
+        previous_conditions=status.read_conditions(previous),
         suspend=spec.runPolicy.suspend,
         deadline_exceeded=deadline_in is not None and deadline_in <= 0,
     )

@@ -194,6 +194,33 @@ def render_job(doc: Json, lookup: FsxLookup | None = None) -> Rendered:
     return out
 
 
+class _Dumper(yaml.SafeDumper):
+    """PyYAML's YAML 1.1 resolver plus YAML 1.2's core schema, used only to decide quoting.
+
+    A string that either version would read as a number, bool or null is written quoted:
+    `4e-4` is a string to YAML 1.1 but a float to kubectl's Go YAML (YAML 1.2).
+    """
+
+
+#: YAML 1.2 core schema (yaml.org/spec/1.2.2, 10.3.2) plain scalars that are not strings.
+_YAML12_CORE = {
+    "tag:yaml.org,2002:null": r"~|null|Null|NULL",
+    "tag:yaml.org,2002:bool": r"true|True|TRUE|false|False|FALSE",
+    "tag:yaml.org,2002:int": r"[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+",
+    "tag:yaml.org,2002:float": (
+        r"[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
+        r"|[-+]?\.(?:inf|Inf|INF)|\.nan|\.NaN|\.NAN"
+    ),
+}
+for _tag, _pattern in _YAML12_CORE.items():
+    _Dumper.add_implicit_resolver(_tag, re.compile(rf"^(?:{_pattern})$"), None)
+
+
+def dump_all(docs: list[Json]) -> str:
+    """YAML documents that YAML 1.1 and 1.2 readers both read back with the same types."""
+    return str(yaml.dump_all(docs, Dumper=_Dumper, sort_keys=False))
+
+
 def strip_unknown_owner(obj: Json) -> Json:
     """Offline there is no uid: drop ownerReferences rather than print an invalid one."""
     refs = obj["metadata"].get("ownerReferences")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
-from trainium_operator.lifecycle import TERMINAL, Decision
+from trainium_operator.lifecycle import TERMINAL, Condition, Decision
 
 Json = dict[str, Any]
 
@@ -46,6 +46,17 @@ def conditions(decision: Decision, previous: list[Json], generation: int, now: s
             }
         )
     return out
+
+
+def read_conditions(previous: Json) -> tuple[Condition, ...]:
+    """The conditions on a status, as the lifecycle speaks of them (malformed ones skipped)."""
+    out = []
+    for c in previous.get("conditions") or []:
+        if isinstance(c, dict) and c.get("type") and c.get("status"):
+            out.append(
+                Condition(c["type"], c["status"], c.get("reason") or "", c.get("message") or "")
+            )
+    return tuple(out)
 
 
 #: Figures about the cache entry that stay on status once known.

@@ -73,3 +73,22 @@ def test_an_efa_failure_restarts_and_says_why_before_the_pod_goes(
     assert status(ns, "fabric")["phase"] == "Training"  # Volcano restarts the gang
     assert status(ns, "fabric")["lastFailure"]["retry"] is True
     assert vcjobs(k8s, ns) == ["fabric-train"]
+
+
+def test_log_lines_reach_status_and_events_as_lines_and_anchored_rules_match(
+    operator: OperatorProcess, ns: str, k8s: EmulatorServer
+) -> None:
+    """The log is text/plain (as through the API server): lines, not one `b'...'` repr."""
+    start_training(k8s, ns, "buggy")
+    log = "step 1 loss 7.1\nstep 2 loss 7.0\nValueError: batch size 7 does not divide 64"
+    gang_pod(k8s, ns, "buggy", 0, terminated("Error", 1), log)
+    st = wait_phase(ns, "buggy", "Failed")  # a user error is not retried: a line rule matched
+    failed = condition(ns, "buggy", "Failed")
+    assert failed["reason"] == "UserCodeError"
+    assert st["lastFailure"]["reason"] == "UserCodeError"
+    for text in (failed["message"], st["lastFailure"]["message"], st["message"]):
+        lines = text.splitlines()
+        assert "step 2 loss 7.0" in lines and "b'" not in text, text
+    warned = wait_for(lambda: [e for e in events(ns) if e["reason"] == "UserCodeError"],
+                      what="a UserCodeError Event")  # fmt: skip
+    assert "step 2 loss 7.0" in warned[0]["message"].splitlines()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from test_gang_failures import gang_pod, terminated
 from test_operator_e2e import (
     TJ,
     condition,
@@ -16,7 +17,15 @@ from test_operator_e2e import (
     wait_phase,
 )
 
-from harness import EmulatorServer, OperatorProcess, apply, kubectl, simulate_vcjob_phase, wait_for
+from harness import (
+    EmulatorServer,
+    OperatorProcess,
+    apply,
+    get,
+    kubectl,
+    simulate_vcjob_phase,
+    wait_for,
+)
 
 
 def set_suspend(ns: str, name: str, value: bool) -> None:
@@ -65,3 +74,38 @@ def test_active_deadline_fails_the_job_and_stops_its_pods(
     assert "activeDeadlineSeconds" in st["message"]
     wait_for(lambda: vcjobs(k8s, ns) == [], what="the training job stopped")
     assert status(ns, "bounded")["completionTime"]
+
+
+def test_a_failed_job_ignores_suspend_and_resume_never_runs_it_again(
+    operator: OperatorProcess, ns: str, k8s: EmulatorServer
+) -> None:
+    """An OOM-killed job's gang is gone: suspend then resume must not pay for a second run."""
+    start_training(k8s, ns, "oomed")
+    gang_pod(k8s, ns, "oomed", 0, terminated("OOMKilled", 137), "step 1\nKilled")
+    wait_phase(ns, "oomed", "Failed")
+    wait_for(lambda: vcjobs(k8s, ns) == [], what="the gang stopped")
+    generation = int(get(TJ, "oomed", ns)["metadata"]["generation"])  # type: ignore[index]
+
+    set_suspend(ns, "oomed", True)
+    said = wait_for(lambda: condition(ns, "oomed", "Suspended"), what="the suspend answered")
+    assert said["reason"] == "JobFinished" and "ignored" in said["message"]
+    assert status(ns, "oomed")["phase"] == "Failed"
+    assert condition(ns, "oomed", "Failed")["reason"] == "OOMKilled"
+
+    set_suspend(ns, "oomed", False)
+    wait_for(lambda: status(ns, "oomed").get("observedGeneration") == generation + 2,
+             what="the resume seen")  # fmt: skip
+    assert status(ns, "oomed")["phase"] == "Failed" and vcjobs(k8s, ns) == []
+    assert condition(ns, "oomed", "Suspended") == {}
+
+
+def test_a_succeeded_job_stays_succeeded_when_suspended(
+    operator: OperatorProcess, ns: str, k8s: EmulatorServer
+) -> None:
+    start_training(k8s, ns, "done")
+    simulate_vcjob_phase(ns, "done-train", "Completed")
+    wait_phase(ns, "done", "Succeeded")
+    set_suspend(ns, "done", True)
+    wait_for(lambda: condition(ns, "done", "Suspended"), what="the suspend answered")
+    assert status(ns, "done")["phase"] == "Succeeded"
+    assert condition(ns, "done", "Succeeded")["status"] == "True"

@@ -319,3 +319,14 @@ def test_fsx_lookup_flag_asks_aws_and_reports_its_answer(
     assert lines == [
         "error: bert: spec.storage.fsx.fileSystemId: FSx file system fs-0123456789abcdef0 not found"
     ]
+
+
+def test_fsx_lookup_without_a_region_is_one_line(
+    run_inline: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from test_fsx import no_region
+
+    no_region(monkeypatch)
+    (line,) = _errors(run_inline("render", "-f", "-", "--fsx-lookup", stdin=FSX_ID_ONLY))
+    assert line.startswith("error: bert: spec.storage.fsx.fileSystemId: cannot describe FSx")
+    assert "region" in line

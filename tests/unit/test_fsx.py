@@ -151,3 +151,29 @@ def test_moto_windows_file_system_is_not_lustre(moto_fsx: Any) -> None:
     with pytest.raises(fsx.FsxLookupError) as err:
         fsx.describe(fs_id, moto_fsx)
     assert err.value.reason == "FileSystemNotLustre"
+
+
+# --- no AWS region: the client itself cannot be made ---------------------------------------
+
+
+def no_region(monkeypatch: pytest.MonkeyPatch, region: str | None = None) -> None:
+    """An environment without an AWS region (none in env, config or instance metadata)."""
+    for var in ("AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE"):
+        monkeypatch.delenv(var, raising=False)
+    if region is not None:
+        monkeypatch.setenv("AWS_DEFAULT_REGION", region)
+    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent/aws-config")
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+
+
+@pytest.mark.parametrize("region", [None, ""], ids=["unset", "empty"])
+def test_no_region_is_a_lookup_failure_not_a_traceback(
+    monkeypatch: pytest.MonkeyPatch, region: str | None
+) -> None:
+    no_region(monkeypatch, region)
+    with pytest.raises(fsx.FsxLookupError) as err:
+        fsx.describe(FS_ID)
+    assert err.value.reason == "FsxLookupFailed"
+    message = str(err.value)
+    assert FS_ID in message and "region" in message and "AWS_REGION" in message
+    assert "\n" not in message

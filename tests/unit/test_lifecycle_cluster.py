@@ -10,6 +10,7 @@ from trainium_operator.lifecycle import (
     Action,
     Blocker,
     Child,
+    Condition,
     Observed,
     Phase,
     Rejection,
@@ -202,6 +203,55 @@ def test_resume_after_precompile_recreates_training() -> None:
     d = decide(Observed(storage_ready=True, precompile=Child.SUCCEEDED, cache_recorded=True,
                         previous_phase="Suspended"))  # fmt: skip
     assert d.phase is Phase.TRAINING and d.actions == (Action.CREATE_TRAINING,)
+
+
+OOM_FAILED = (
+    Condition("Validated", "True", "SpecValid", "spec accepted"),
+    Condition("Running", "False", "OOMKilled", "pod p: OOMKilled (exit 137)"),
+    Condition("Succeeded", "False", "OOMKilled", "pod p: OOMKilled (exit 137)"),
+    Condition("Failed", "True", "OOMKilled", "pod p: OOMKilled (exit 137)"),
+)
+SUCCEEDED = (
+    Condition("Validated", "True", "SpecValid", "spec accepted"),
+    Condition("Running", "False", "Completed", "training job completed"),
+    Condition("Succeeded", "True", "TrainingCompleted", "training completed"),
+    Condition("Failed", "False", "TrainingCompleted", ""),
+)
+
+
+@pytest.mark.parametrize("suspend", [True, False])
+def test_a_failed_job_ignores_suspend_and_resume_and_never_runs_again(suspend: bool) -> None:
+    """Its gang was stopped (OOM): a suspend/resume must not pay for a second run."""
+    obs = Observed(storage_ready=True, cache_recorded=True, previous_phase="Failed",
+                   previous_conditions=OOM_FAILED, suspend=suspend)  # fmt: skip
+    d = decide(obs)
+    assert d.phase is Phase.FAILED and d.actions == ()
+    assert conds(obs)["Failed"] == ("True", "OOMKilled")
+    assert conds(obs)["Running"] == ("False", "OOMKilled")
+    if suspend:
+        assert conds(obs)["Suspended"] == ("False", "JobFinished")
+        said = next(c for c in d.conditions if c.type == "Suspended").message
+        assert "runPolicy.suspend is ignored" in said and "Failed" in said
+    else:
+        assert "Suspended" not in conds(obs)
+
+
+def test_a_succeeded_job_ignores_suspend() -> None:
+    obs = Observed(
+        storage_ready=True, cache_recorded=True, training=Child.SUCCEEDED,
+        previous_phase="Succeeded", previous_conditions=SUCCEEDED, suspend=True,
+    )  # fmt: skip
+    d = decide(obs)
+    assert d.phase is Phase.SUCCEEDED and d.actions == ()
+    assert conds(obs)["Succeeded"] == ("True", "TrainingCompleted")
+    assert conds(obs)["Suspended"] == ("False", "JobFinished")
+
+
+def test_a_job_that_failed_validation_runs_once_its_spec_is_fixed() -> None:
+    invalid = (Condition("Validated", "False", "InvalidSpec", "bad"),
+               Condition("Failed", "True", "InvalidSpec", "bad"))  # fmt: skip
+    d = decide(Observed(previous_phase="Failed", previous_conditions=invalid))
+    assert d.phase is Phase.PENDING and d.actions == (Action.CREATE_STORAGE,)
 
 
 def test_a_passed_deadline_fails_and_stops_what_runs() -> None:
