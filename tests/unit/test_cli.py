@@ -197,6 +197,27 @@ def test_not_yaml(run_inline: Any) -> None:
     assert "not valid YAML" in line
 
 
+def test_a_tab_is_one_line_with_file_line_and_column(run_inline: Any, tmp_path: Any) -> None:
+    job = tmp_path / "job.yaml"
+    job.write_text(HEAD + "metadata: {name: x}\nspec:\n\timage: i\n", encoding="utf-8")
+    for command in ("render", "run"):
+        (line,) = _errors(run_inline(command, "-f", str(job)))
+        assert line.startswith(f"error: {job}:5:1: not valid YAML: "), line
+        assert "tab" in line  # what is wrong, in the user's words
+
+
+def test_a_duplicated_key_is_refused_with_its_position(run_inline: Any) -> None:
+    text = HEAD + "metadata: {name: x}\n" + SPEC + "spec: {image: j}\n"
+    (line,) = _errors(run_inline("render", "-f", "-", stdin=text))
+    assert line == "error: -:5:1: not valid YAML: duplicate key 'spec' (first at line 4)"
+
+
+def test_a_duplicated_nested_key_is_refused(run_inline: Any) -> None:
+    text = HEAD + "metadata: {name: x, name: y}\n" + SPEC
+    (line,) = _errors(run_inline("render", "-f", "-", stdin=text))
+    assert line == "error: -:3:21: not valid YAML: duplicate key 'name' (first at line 3)"
+
+
 def test_empty_input(run_inline: Any) -> None:
     assert _errors(run_inline("render", "-f", "-", stdin="")) == ["error: -: no TrainiumJob found"]
 
