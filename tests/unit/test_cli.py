@@ -340,3 +340,45 @@ def test_fsx_lookup_flag_asks_aws_and_reports_its_answer(
     assert lines == [
         "error: bert: spec.storage.fsx.fileSystemId: FSx file system fs-0123456789abcdef0 not found"
     ]
+
+
+def test_operator_help_is_ours_not_kopfs(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["operator", "--help"])
+    assert exit_.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: trainium operator")
+    assert "PATHS" not in out and "--module" not in out  # kopf's `run [PATHS]` is not ours
+    for flag in ("--standalone", "--peering", "-A, --all-namespaces", "-n NAMESPACE, --namespace"):
+        assert flag in out, flag
+
+
+@pytest.mark.parametrize(
+    ("argv", "kopf"),
+    [
+        (
+            ["--standalone", "-A", "--liveness=http://0.0.0.0:8080/healthz"],
+            ["--standalone", "--all-namespaces", "--liveness=http://0.0.0.0:8080/healthz"],
+        ),
+        (
+            ["--peering=ops", "-n", "a", "--namespace=b", "-v", "--log-format", "json"],
+            ["--peering=ops", "--namespace=a", "--namespace=b", "--verbose", "--log-format=json"],
+        ),
+        (["-A", "--standalone", "-d", "--no-log-prefix"], None),
+    ],
+    ids=["chart", "peering", "debug"],
+)
+def test_operator_flags_become_kopf_run_arguments(argv: list[str], kopf: list[str] | None) -> None:
+    got = cli.kopf_argv(argv)
+    assert got[:3] == ["run", "-m", "trainium_operator.handlers"]
+    if kopf is not None:
+        assert got[3:] == kopf
+    else:
+        assert set(got[3:]) == {"--all-namespaces", "--standalone", "--debug", "--no-log-prefix"}
+
+
+def test_operator_refuses_an_unknown_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["operator", "--standalon"])
+    assert exit_.value.code == 2
+    assert "usage: trainium operator" in capsys.readouterr().err
