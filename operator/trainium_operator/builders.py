@@ -22,7 +22,7 @@ from torchx.specs.overlays import set_overlay
 
 from trainium_operator import appdef, naming
 from trainium_operator.appdef import StageContext
-from trainium_operator.cachekey import cache_key, cache_name
+from trainium_operator.cachekey import LABEL_CACHE_ENTRY, cache_key, cache_name, identity
 from trainium_operator.crd import GROUP, KIND, VERSION
 from trainium_operator.instances import INSTANCE_TYPE_LABEL
 from trainium_operator.spec import TrainiumJobSpec
@@ -261,6 +261,8 @@ def _overlay_job(job: Json, spec: TrainiumJobSpec, owner: Owner, stage: str, nam
             **labels(owner, stage),
             LABEL_CACHE_KEY: key,
             LABEL_CACHE_NAME: cache_name(spec, key),
+            # A running compile of an entry is found by this label even if its Lease is gone.
+            **({LABEL_CACHE_ENTRY: identity(spec).record_name} if stage == "precompile" else {}),
         },
         "annotations": owner_annotations(owner),
         "ownerReferences": [owner.reference()],

@@ -20,42 +20,21 @@ from trainium_operator.builders import (
     MANAGED_BY,
     Owner,
 )
-from trainium_operator.cachekey import cache_key, cache_name
-from trainium_operator.crd import GROUP
-from trainium_operator.naming import short_hash
+
+# An entry's identity lives in cachekey.py (the builders label precompile jobs with it).
+from trainium_operator.cachekey import LABEL_CACHE_ENTRY as LABEL_CACHE_ENTRY
+from trainium_operator.cachekey import Identity as Identity
+from trainium_operator.cachekey import identity as identity
 from trainium_operator.spec import TrainiumJobSpec
 
 Json = dict[str, Any]
 #: A record's states (records of older operators may say "Compiling": not Ready either).
 READY, FAILED = "Ready", "Failed"
-LABEL_CACHE_ENTRY = f"{GROUP}/cache-entry"
+#: A record that is not this entry's, or not written by a compiling job: never a hit.
+UNVERIFIED = "Unverified"
 #: Informational on the Lease: holders are judged by their job, not by renewals (a compile
 #: can take hours, and an operator that is down renews nothing).
 LEASE_SECONDS = 3600
-
-
-@dataclass(frozen=True)
-class Identity:
-    """Where graphs were compiled (volume, cache path, cacheset) and which graphs (the key)."""
-
-    volume: str
-    path: str
-    name: str
-    key: str
-
-    @property
-    def record_name(self) -> str:
-        """The record's and the lease's name: a DNS label unique per identity."""
-        place = short_hash(f"{self.volume}|{self.path}|{self.name}")
-        return f"trainium-cache-{place}-{self.key[:16]}"
-
-
-def identity(spec: TrainiumJobSpec) -> Identity:
-    """The cache entry a job reads and fills."""
-    key = cache_key(spec)
-    fsx = spec.storage.fsx
-    volume = f"fsx:{fsx.fileSystemId}" if fsx else f"claim:{spec.storage.claimName}"
-    return Identity(volume, spec.cache.path, cache_name(spec, key), key)
 
 
 def holder(owner: Owner) -> str:
@@ -72,17 +51,31 @@ class Entry:
     seconds: float | None = None
 
 
-def read_entry(record: Json | None) -> Entry | None:
-    """The record's state; a record from before states existed counts as Ready."""
+def read_entry(record: Json | None, ident: Identity) -> Entry | None:
+    """The record's state; UNVERIFIED unless it is this entry's, written by a compiling job.
+
+    A record edited by hand (`key: bogus`) or made by hand with our labels and `state: Ready`
+    must not send a job to train on graphs nobody compiled.
+    """
     if record is None:
         return None
     data = record.get("data") or {}
-    seconds = data.get("durationSeconds")
-    return Entry(
-        state=data.get("state", READY),
-        compiled_by=data.get("compiledBy", ""),
-        seconds=float(seconds) if seconds else None,
-    )
+    state = str(data.get("state") or "") if _genuine(record, ident) else UNVERIFIED
+    return Entry(state, str(data.get("compiledBy") or ""), _duration(data.get("durationSeconds")))
+
+
+def _genuine(record: Json, ident: Identity) -> bool:
+    """The full identity matches, and the writer is a job (namespace/name/uid) of its namespace."""
+    data = record.get("data") or {}
+    mine = {"key": ident.key, "cacheName": ident.name, "volume": ident.volume}
+    if any(data.get(k) != v for k, v in mine.items()):
+        return False
+    parts = str(data.get("writer") or "").split("/")
+    if len(parts) != 3 or not all(parts):
+        return False
+    namespace = (record.get("metadata") or {}).get("namespace")
+    same_place = namespace is None or parts[0] == namespace
+    return same_place and data.get("compiledBy") == f"{parts[0]}/{parts[1]}"
 
 
 def read_holder(lease: Json | None) -> str | None:
@@ -121,6 +114,7 @@ def record(
         "volume": ident.volume,
         "cachePath": spec.storage.mountPath.rstrip("/") + "/" + spec.cache.path,
         "compiledBy": f"{owner.namespace}/{owner.name}",
+        "writer": holder(owner),
         "startedAt": started_at,
         "completedAt": now,
         "durationSeconds": f"{seconds_between(started_at, now):.0f}",
@@ -159,10 +153,23 @@ def lease(ident: Identity, owner: Owner, now_micro: str) -> Json:
 
 
 def seconds_between(start: str, end: str) -> float:
-    """Seconds between two RFC 3339 timestamps (0 when the start is unknown)."""
+    """Seconds from start to end, never below 0 (0 when the start is unknown).
+
+    A Lease's acquireTime has microseconds, our timestamps whole seconds: a compile recorded
+    within the second its lease was taken ends "before" it started.
+    """
     if not start:
         return 0.0
-    return (_parse(end) - _parse(start)).total_seconds()
+    return max(0.0, (_parse(end) - _parse(start)).total_seconds())
+
+
+def _duration(text: Any) -> float | None:
+    """A record's durationSeconds: None when absent or not a number, never below 0."""
+    try:
+        seconds = float(text)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, seconds) if seconds == seconds else None  # NaN is no duration
 
 
 def _parse(text: str) -> datetime.datetime:

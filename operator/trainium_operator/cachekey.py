@@ -8,10 +8,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import dataclass
 
+from trainium_operator.crd import GROUP
+from trainium_operator.naming import short_hash
 from trainium_operator.spec import TrainiumJobSpec
 
 KEY_VERSION = 1
+#: On a cache entry's record, lease and precompile Volcano jobs: the entry's record name.
+LABEL_CACHE_ENTRY = f"{GROUP}/cache-entry"
 
 
 def strip_flag(args: tuple[str, ...], flag: str) -> list[str]:
@@ -48,3 +53,27 @@ def cache_key(spec: TrainiumJobSpec) -> str:
 def cache_name(spec: TrainiumJobSpec, key: str) -> str:
     """The cacheset: the user's name, else one derived from the key."""
     return spec.cache.name or f"tj-{key[:12]}"
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Where graphs were compiled (volume, cache path, cacheset) and which graphs (the key)."""
+
+    volume: str
+    path: str
+    name: str
+    key: str
+
+    @property
+    def record_name(self) -> str:
+        """The record's and the lease's name: a DNS label unique per identity."""
+        place = short_hash(f"{self.volume}|{self.path}|{self.name}")
+        return f"trainium-cache-{place}-{self.key[:16]}"
+
+
+def identity(spec: TrainiumJobSpec) -> Identity:
+    """The cache entry a job reads and fills."""
+    key = cache_key(spec)
+    fsx = spec.storage.fsx
+    volume = f"fsx:{fsx.fileSystemId}" if fsx else f"claim:{spec.storage.claimName}"
+    return Identity(volume, spec.cache.path, cache_name(spec, key), key)

@@ -56,16 +56,76 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
+OPERATOR_DESCRIPTION = """\
+Run the operator against the current kubeconfig (or the in-cluster service account): it watches
+TrainiumJobs and drives their storage, compile cache and Volcano jobs (kopf underneath).
+Run one process with --standalone, or several with --peering=NAME (one acts, the others wait).\
+"""
+OPERATOR_EXAMPLES = """\
+examples:
+  trainium operator --standalone --all-namespaces
+  trainium operator --peering=trainium -n team-a -n team-b --liveness=http://0.0.0.0:8080/healthz\
+"""
+
+
+def operator_parser() -> argparse.ArgumentParser:
+    """`trainium operator`: kopf's run options we support, by our names (no module paths)."""
+    p = argparse.ArgumentParser(
+        prog="trainium operator",
+        allow_abbrev=False,  # --standalon must not pass for --standalone
+        description=OPERATOR_DESCRIPTION,
+        epilog=OPERATOR_EXAMPLES,
+        formatter_class=argparse.RawTextHelpFormatter,
+    )
+    who = p.add_mutually_exclusive_group()
+    who.add_argument("--standalone", action="store_true", help="the only operator: no peering")
+    who.add_argument("-P", "--peering", metavar="NAME", help="coordinate with peers in NAME")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("-A", "--all-namespaces", action="store_true", help="watch every namespace")
+    where.add_argument(
+        "-n", "--namespace", action="append", default=[], help="watch this namespace (repeatable)"
+    )
+    p.add_argument(
+        "-L", "--liveness", metavar="URL", help="serve /healthz, e.g. http://0.0.0.0:8080/healthz"
+    )
+    p.add_argument("-p", "--priority", type=int, help="this process's priority among peers")
+    p.add_argument("--dev", action="store_true", help="development mode: peering priority 666")
+    level = p.add_mutually_exclusive_group()
+    for short, name in (("-v", "verbose"), ("-d", "debug"), ("-q", "quiet")):
+        level.add_argument(short, f"--{name}", action="store_true", help=f"{name} logging")
+    p.add_argument("--log-format", choices=["plain", "full", "json"], help="log line format")
+    p.add_argument("--log-refkey", metavar="KEY", help="JSON logs: the key of the object reference")
+    p.add_argument("--log-prefix", action=argparse.BooleanOptionalAction, default=None,
+                   help="prefix log lines with the object they are about")  # fmt: skip
+    return p
+
+
+def kopf_argv(argv: Sequence[str]) -> list[str]:
+    """Our operator flags as `kopf run` arguments for our handlers module."""
+    a = operator_parser().parse_args(list(argv))
+    out = ["run", "-m", "trainium_operator.handlers"]
+    flags = ("standalone", "all_namespaces", "dev", "verbose", "debug", "quiet")
+    out += [f"--{f.replace('_', '-')}" for f in flags[:2] if getattr(a, f)]
+    out += [f"--peering={a.peering}"] if a.peering else []
+    out += [f"--namespace={ns}" for ns in a.namespace]
+    out += [f"--{f}" for f in flags[2:] if getattr(a, f)]
+    for name in ("liveness", "priority", "log_format", "log_refkey"):
+        if getattr(a, name) is not None:
+            out.append(f"--{name.replace('_', '-')}={getattr(a, name)}")
+    if a.log_prefix is not None:
+        out.append("--log-prefix" if a.log_prefix else "--no-log-prefix")
+    return out
+
+
 def cmd_operator(argv: Sequence[str]) -> int:
-    """`kopf run` of our handlers with the user's kopf options."""
+    """`kopf run` of our handlers with the user's options (parsed here: --help is ours)."""
+    args = kopf_argv(argv)
     import kopf.cli
 
     from trainium_operator import footprint
 
     footprint.cap_malloc_arenas()
-    kopf.cli.main(
-        args=["run", "-m", "trainium_operator.handlers", *argv], prog_name="trainium operator"
-    )
+    kopf.cli.main(args=args, prog_name="trainium operator")
     return 0
 
 
@@ -99,7 +159,7 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("-f", "--filename", required=True)
     run.add_argument("--runs-dir", default="runs", help="where runs/<job>/ goes (default ./runs)")
     run.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
-    sub.add_parser("operator", help="run the operator (kopf run options follow)", add_help=False)
+    sub.add_parser("operator", help="run the operator (`trainium operator --help`)", add_help=False)
     sub.add_parser("data", help="data tools: synth-bert", add_help=False)
     return p
 

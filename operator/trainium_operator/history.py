@@ -70,7 +70,7 @@ def job_cost(spec: TrainiumJobSpec, entries: list[Json], now: str) -> cost.Cost:
     """The job's cost from the history, as of now (the last phase runs until now)."""
     phases = [e for e in entries if e["phase"] not in SPANS]
     intervals = [
-        (e["phase"], e["since"], phases[i + 1]["since"] if i + 1 < len(phases) else None)
+        (e["phase"], *_forward(e["since"], phases[i + 1]["since"] if i + 1 < len(phases) else None))
         for i, e in enumerate(phases)
     ]
     return cost.compute(
@@ -79,8 +79,18 @@ def job_cost(spec: TrainiumJobSpec, entries: list[Json], now: str) -> cost.Cost:
     )  # fmt: skip
 
 
+def _forward(since: str, until: str | None) -> cost.Interval:
+    """An interval that never ends before it starts: a clock that stepped back counts 0 s.
+
+    The history is written by whichever operator process ran each pass (its own clock).
+    """
+    if until is not None and cost.to_datetime(until) < cost.to_datetime(since):
+        return since, since
+    return since, until
+
+
 def _spans(entries: list[Json], kind: str) -> list[cost.Interval]:
-    return [(e["since"], e.get("until")) for e in entries if e["phase"] == kind]
+    return [_forward(e["since"], e.get("until")) for e in entries if e["phase"] == kind]
 
 
 @functools.cache

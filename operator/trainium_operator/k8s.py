@@ -228,6 +228,13 @@ def get_vcjob(namespace: str, name: str) -> Json | None:
     return _missing_is_none(custom().get_namespaced_custom_object, *args)  # type: ignore[no-any-return]
 
 
+def list_vcjobs(namespace: str, selector: str) -> list[Json]:
+    """Volcano jobs of a namespace matching a label selector."""
+    args = (VOLCANO_GROUP, VOLCANO_VERSION, namespace, VOLCANO_JOBS)
+    found = request(custom().list_namespaced_custom_object, *args, label_selector=selector)
+    return list((found or {}).get("items") or [])
+
+
 def create_vcjob(body: Json) -> Json | None:
     """Create a Volcano job; the created object, None when it existed (409)."""
     ns = body["metadata"]["namespace"]

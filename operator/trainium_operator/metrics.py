@@ -7,12 +7,14 @@ the TrainiumJob objects themselves at scrape time (jobstate.py).
 
 from __future__ import annotations
 
+import functools
+import logging
 import os
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ParamSpec
 
 from prometheus_client import REGISTRY, Counter, Gauge, Histogram
 from prometheus_client import start_http_server as _serve
@@ -24,6 +26,8 @@ if TYPE_CHECKING:
     from trainium_operator.cost import Cost
     from trainium_operator.reconcile import Transition
 
+P = ParamSpec("P")
+log = logging.getLogger(__name__)
 PHASES = tuple(p.value for p in Phase)
 #: Every status reason of a Failed job (the Failed condition's reason), from the lifecycle;
 #: tests/unit/test_metrics.py walks the lifecycle and fails when it produces one not listed.
@@ -85,6 +89,22 @@ ESTIMATED_COST = Counter(
 _lock = threading.Lock()
 
 
+def never_raises(fn: Callable[P, None]) -> Callable[P, None]:
+    """Log a metric update that fails instead of raising it into the reconcile pass.
+
+    A pass that raised after its writes never scheduled its next look: no TTL, no PV cleanup.
+    """
+
+    @functools.wraps(fn)
+    def guarded(*args: P.args, **kwargs: P.kwargs) -> None:
+        try:
+            fn(*args, **kwargs)
+        except Exception:
+            log.exception("metrics: %s failed; the pass goes on", fn.__name__)
+
+    return guarded
+
+
 def _zero_known_labels() -> None:
     """Export every known label value at 0, so increase() sees the first failure of each."""
     for reason in FAILURE_REASONS:
@@ -132,11 +152,13 @@ def reconcile_timer() -> Iterator[None]:
         yield
 
 
+@never_raises
 def count_error(kind: str) -> None:
     """Count an API error seen while reconciling."""
     ERRORS.labels(kind=kind).inc()
 
 
+@never_raises
 def count_transition(t: Transition) -> None:
     """Update every metric a phase transition moves."""
     key = (t.namespace, t.name)
@@ -155,6 +177,7 @@ def count_transition(t: Transition) -> None:
         CACHE_LOOKUPS.labels(result=t.cache_outcome).inc()
 
 
+@never_raises
 def track(namespace: str, name: str, phase: str | None) -> None:
     """Count a job seen in a phase without a transition (e.g. settled jobs after a restart)."""
     if not phase:
@@ -165,6 +188,7 @@ def track(namespace: str, name: str, phase: str | None) -> None:
             _set_job_gauge()
 
 
+@never_raises
 def forget(namespace: str, name: str) -> None:
     """A deleted job leaves the phase gauge."""
     with _lock:
@@ -190,10 +214,12 @@ for _kind in ("spent", "saved"):
     COMPILE_SECONDS.labels(kind=_kind)
 
 
+@never_raises
 def count_compile(figures: tuple[tuple[str, float], ...]) -> None:
     """Add the compile seconds a job spent (compileSeconds) or a hit saved (savedSeconds)."""
     for name, seconds in figures:
-        COMPILE_SECONDS.labels(kind="saved" if name == "savedSeconds" else "spent").inc(seconds)
+        kind = "saved" if name == "savedSeconds" else "spent"
+        COMPILE_SECONDS.labels(kind=kind).inc(max(0.0, seconds))
 
 
 def cost_increments(cost: Cost) -> list[tuple[str, str, float, float | None]]:
@@ -209,9 +235,10 @@ def _usd(cost: Cost, bucket: str) -> float | None:
     return None if usd is None else float(usd)
 
 
+@never_raises
 def count_cost(cost: Cost) -> None:
     """Add a finished job's cost to the counters; call once per job (counters only grow)."""
     for bucket, itype, hours, usd in cost_increments(cost):
-        INSTANCE_HOURS.labels(bucket=bucket, instance_type=itype).inc(hours)
+        INSTANCE_HOURS.labels(bucket=bucket, instance_type=itype).inc(max(0.0, hours))
         if usd is not None:
-            ESTIMATED_COST.labels(bucket=bucket, instance_type=itype).inc(usd)
+            ESTIMATED_COST.labels(bucket=bucket, instance_type=itype).inc(max(0.0, usd))

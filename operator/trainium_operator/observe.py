@@ -79,6 +79,8 @@ def observe(
     train = read.get(Kind.VCJOB, owner.namespace, naming.vcjob_name(owner.name, "train"))
     ident = cache.identity(spec)
     entry, lease, holder, holder_job = _cache(ident, owner, spec.precompile.policy, read)
+    if holder == "none" and pre is None and train is None and spec.precompile.policy != "Never":
+        holder, holder_job = compiling_elsewhere(ident, owner)
     stage, job = ("train", train) if train is not None else ("precompile", pre)
     left = startup_left(job, spec.runPolicy.startupDeadlineSeconds, views.now)
     stuck = left is not None and left <= 0
@@ -126,7 +128,7 @@ def _cache(
     if policy == "Never":
         return None, None, "none", ""
     name = ident.record_name
-    entry = cache.read_entry(read.get(Kind.RECORD, owner.namespace, name))
+    entry = cache.read_entry(read.get(Kind.RECORD, owner.namespace, name), ident)
     lease = read.get(Kind.LEASE, owner.namespace, name)
     who = cache.read_holder(lease)
     if who is None:
@@ -136,6 +138,22 @@ def _cache(
     ns, _sep, rest = who.partition("/")
     job, _sep, uid = rest.partition("/")
     return entry, lease, ("other" if _alive(ns, job, uid, read) else "none"), f"{ns}/{job}"
+
+
+def compiling_elsewhere(ident: cache.Identity, owner: Owner) -> tuple[str, str]:
+    """Another job's live precompile of this entry, found by label: ("other", its job).
+
+    The Lease says who compiles, but anyone may delete it mid-compile (a user, a namespace
+    cleanup); the Volcano jobs still say. Read only when this job is about to compile.
+    """
+    selector = f"{cache.LABEL_CACHE_ENTRY}={ident.record_name},{builders.LABEL_STAGE}=precompile"
+    mine = naming.vcjob_name(owner.name, "precompile")
+    for job in k8s.list_vcjobs(owner.namespace, selector):
+        md = job.get("metadata") or {}
+        done = _child(job) in (Child.SUCCEEDED, Child.FAILED) or md.get("deletionTimestamp")
+        if not done and md.get("name") != mine:
+            return "other", f"{owner.namespace}/{builders.owner_name(md)}"
+    return "none", ""
 
 
 def _alive(namespace: str, name: str, uid: str, read: Reader) -> bool:

@@ -97,16 +97,54 @@ def check_shape(text: str) -> None:
             raise ValueError(f"expands to more than {MAX_NODES:,} nodes (YAML aliases)")
 
 
-def load_jobs(path: str) -> list[Json]:
-    """TrainiumJob documents of a YAML file ('-' is stdin); other kinds are an error."""
-    text = _read(path)
+class StrictLoader(yaml.SafeLoader):
+    """SafeLoader that refuses a key given twice in one mapping (PyYAML keeps the last one).
+
+    Merge keys (`<<: *base`) may still be overridden: that is what they are for.
+    """
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        first: dict[Any, yaml.Node] = {}
+        for key_node, _value in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=True)
+            if isinstance(key, (str, int, float, bool)) and key in first:
+                line = first[key].start_mark.line + 1
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r} (first at line {line})", key_node.start_mark
+                )
+            first.setdefault(key, key_node)
+        return super().construct_mapping(node, deep=deep)
+
+
+def yaml_problem(path: str, exc: yaml.YAMLError) -> str:
+    """One line for a YAML error: file:line:column and what is wrong (never a bare context)."""
+    if not isinstance(exc, yaml.MarkedYAMLError):
+        return f"{path}: not valid YAML: {str(exc).splitlines()[0]}"
+    mark = exc.problem_mark or exc.context_mark
+    where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else path
+    problem = (exc.problem or exc.context or "").replace(
+        "found character '\\t' that cannot start any token",
+        "found a tab: YAML indents with spaces only",
+    )
+    return f"{where}: not valid YAML: {problem}"
+
+
+def load_yaml(text: str, path: str) -> list[Any]:
+    """The documents of untrusted YAML text: bounded, duplicate keys refused, one-line errors."""
     try:
         check_shape(text)
-        docs = [d for d in yaml.safe_load_all(text) if d is not None]
+        return [d for d in yaml.load_all(text, Loader=StrictLoader) if d is not None]
     except yaml.YAMLError as exc:
-        raise UsageError([f"{path}: not valid YAML: {str(exc).splitlines()[0]}"]) from None
+        raise UsageError([yaml_problem(path, exc)]) from None
     except ValueError as exc:
         raise UsageError([f"{path}: refused: {exc}"]) from None
+
+
+def load_jobs(path: str) -> list[Json]:
+    """TrainiumJob documents of a YAML file ('-' is stdin); other kinds are an error."""
+    docs = load_yaml(_read(path), path)
     problems = []
     for i, doc in enumerate(docs):
         if not isinstance(doc, dict) or doc.get("kind") != KIND:

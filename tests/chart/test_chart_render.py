@@ -69,12 +69,20 @@ def test_env_ports_and_liveness_probe(helm_bin: Path) -> None:
     c = container("operator.awsRegion=eu-west-1", "env[0].name=X,env[0].value=y")
     env = {e["name"]: e.get("value") for e in c["env"]}
     assert env == {
-        "TRAINIUM_METRICS_PORT": "9090", "TRAINIUM_RESYNC_SECONDS": "20",
+        "TRAINIUM_METRICS_PORT": "9090", "TRAINIUM_RESYNC_SECONDS": "1800",
         "AWS_REGION": "eu-west-1", "X": "y",
     }  # fmt: skip
     assert {p["name"]: p["containerPort"] for p in c["ports"]} == {"health": 8080, "metrics": 9090}
     assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
     assert "AWS_REGION" not in {e["name"] for e in container()["env"]}
+
+
+def test_resync_default_is_the_measured_code_default(helm_bin: Path) -> None:
+    """BENCHMARKS.md measures the code's backstop; the chart must not ship a 90x busier one."""
+    from trainium_operator.scheduler import RESYNC
+
+    env = {e["name"]: e.get("value") for e in container()["env"]}
+    assert float(env["TRAINIUM_RESYNC_SECONDS"]) == RESYNC
 
 
 def test_hardened_pod_with_writable_tmp_only(helm_bin: Path) -> None:

@@ -102,3 +102,25 @@ def test_replica_limit_says_why() -> None:
     replicas = schema["properties"]["replicaCount"]
     assert replicas["maximum"] == 1
     assert "--standalone" in replicas["description"] and "peering" in replicas["description"]
+
+
+@pytest.mark.parametrize("sets", [("metrics.port=8080",), ("health.port=9090",)])
+@pytest.mark.parametrize("command", ["template", "install"])
+def test_metrics_port_equal_to_the_health_port_is_refused(
+    helm_bin: Path, command: str, sets: tuple[str, ...]
+) -> None:
+    """Both servers bind in one pod: the operator would die with "address already in use".
+
+    A JSON schema cannot compare two fields, so the chart's templates refuse it (`fail`); helm
+    lint only logs a template's `fail` (lint mode), install and template exit non-zero.
+    """
+    args = template_args(*sets)
+    if command == "install":
+        args = ["install", *args[1:], "--dry-run=client"]
+    proc = helm(*args, check=False)
+    assert proc.returncode != 0, f"{command} accepted {sets}"
+    assert "metrics.port and health.port must differ (both are " in proc.stderr
+
+
+def test_distinct_ports_are_accepted(helm_bin: Path) -> None:
+    helm(*template_args("metrics.port=9091", "health.port=9090"))

@@ -585,3 +585,13 @@ def test_building_is_deterministic_and_leaves_the_spec_alone() -> None:
     assert spec == before
     assert second == builders.build_vcjob(spec, owner, "train")
     assert {"key": "x"} not in second["spec"]["tasks"][0]["template"]["spec"]["tolerations"]
+
+
+def test_only_the_precompile_job_is_labelled_with_its_cache_entry(
+    tutorial: tuple[TrainiumJobSpec, Owner], tutorial_jobs: dict[str, Json]
+) -> None:
+    """A running compile is found by this label even when its Lease was deleted."""
+    spec, _ = tutorial
+    entry = cache.identity(spec).record_name
+    assert tutorial_jobs["precompile"]["metadata"]["labels"]["trainium.dev/cache-entry"] == entry
+    assert "trainium.dev/cache-entry" not in tutorial_jobs["train"]["metadata"]["labels"]

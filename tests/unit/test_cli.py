@@ -197,6 +197,27 @@ def test_not_yaml(run_inline: Any) -> None:
     assert "not valid YAML" in line
 
 
+def test_a_tab_is_one_line_with_file_line_and_column(run_inline: Any, tmp_path: Any) -> None:
+    job = tmp_path / "job.yaml"
+    job.write_text(HEAD + "metadata: {name: x}\nspec:\n\timage: i\n", encoding="utf-8")
+    for command in ("render", "run"):
+        (line,) = _errors(run_inline(command, "-f", str(job)))
+        assert line.startswith(f"error: {job}:5:1: not valid YAML: "), line
+        assert "tab" in line  # what is wrong, in the user's words
+
+
+def test_a_duplicated_key_is_refused_with_its_position(run_inline: Any) -> None:
+    text = HEAD + "metadata: {name: x}\n" + SPEC + "spec: {image: j}\n"
+    (line,) = _errors(run_inline("render", "-f", "-", stdin=text))
+    assert line == "error: -:5:1: not valid YAML: duplicate key 'spec' (first at line 4)"
+
+
+def test_a_duplicated_nested_key_is_refused(run_inline: Any) -> None:
+    text = HEAD + "metadata: {name: x, name: y}\n" + SPEC
+    (line,) = _errors(run_inline("render", "-f", "-", stdin=text))
+    assert line == "error: -:3:21: not valid YAML: duplicate key 'name' (first at line 3)"
+
+
 def test_empty_input(run_inline: Any) -> None:
     assert _errors(run_inline("render", "-f", "-", stdin="")) == ["error: -: no TrainiumJob found"]
 
@@ -330,3 +351,45 @@ def test_fsx_lookup_without_a_region_is_one_line(
     (line,) = _errors(run_inline("render", "-f", "-", "--fsx-lookup", stdin=FSX_ID_ONLY))
     assert line.startswith("error: bert: spec.storage.fsx.fileSystemId: cannot describe FSx")
     assert "region" in line
+
+
+def test_operator_help_is_ours_not_kopfs(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["operator", "--help"])
+    assert exit_.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: trainium operator")
+    assert "PATHS" not in out and "--module" not in out  # kopf's `run [PATHS]` is not ours
+    for flag in ("--standalone", "--peering", "-A, --all-namespaces", "-n NAMESPACE, --namespace"):
+        assert flag in out, flag
+
+
+@pytest.mark.parametrize(
+    ("argv", "kopf"),
+    [
+        (
+            ["--standalone", "-A", "--liveness=http://0.0.0.0:8080/healthz"],
+            ["--standalone", "--all-namespaces", "--liveness=http://0.0.0.0:8080/healthz"],
+        ),
+        (
+            ["--peering=ops", "-n", "a", "--namespace=b", "-v", "--log-format", "json"],
+            ["--peering=ops", "--namespace=a", "--namespace=b", "--verbose", "--log-format=json"],
+        ),
+        (["-A", "--standalone", "-d", "--no-log-prefix"], None),
+    ],
+    ids=["chart", "peering", "debug"],
+)
+def test_operator_flags_become_kopf_run_arguments(argv: list[str], kopf: list[str] | None) -> None:
+    got = cli.kopf_argv(argv)
+    assert got[:3] == ["run", "-m", "trainium_operator.handlers"]
+    if kopf is not None:
+        assert got[3:] == kopf
+    else:
+        assert set(got[3:]) == {"--all-namespaces", "--standalone", "--debug", "--no-log-prefix"}
+
+
+def test_operator_refuses_an_unknown_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["operator", "--standalon"])
+    assert exit_.value.code == 2
+    assert "usage: trainium operator" in capsys.readouterr().err

@@ -85,3 +85,16 @@ def test_a_phase_change_closes_the_stages_pending_span() -> None:
         ("Precompiling", "t1", None), ("GangPending", "t1", "t2"),
         ("Training", "t2", None), ("GangPending", "t2", None),
     ]  # fmt: skip
+
+
+def test_a_clock_that_stepped_back_costs_zero_not_a_stuck_pass() -> None:
+    """Two operators' clocks (a restart on another node) may date a phase before the last one."""
+    entries = [
+        {"phase": "Training", "since": "2026-11-22T12:00:00Z"},
+        {"phase": "Restarting", "since": "2026-11-22T12:10:00Z", "until": "2026-11-22T12:05:00Z"},
+        {"phase": "Succeeded", "since": "2026-11-22T11:59:00Z"},
+    ]
+    spec = parse({"spec": {"image": "i", "instanceType": "trn1.32xlarge", "nodes": 2,
+                           "storage": {"claimName": "c"}}})  # fmt: skip
+    got = history.job_cost(spec, entries, "2026-11-22T11:58:00Z")
+    assert got.total_hours == 0

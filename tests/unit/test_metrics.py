@@ -154,3 +154,31 @@ def test_the_registered_collector_serves_what_watch_jobs_is_given() -> None:
     labels = (("name", "bert"), ("namespace", "team"), ("phase", "Training"))
     assert samples[("trainium_operator_job_phase_start_time_seconds", labels)] == epoch(T0)
     assert ("trainium_operator_job_phase", labels) not in scrape()  # gone with its source
+
+
+def test_a_negative_compile_figure_counts_as_zero() -> None:
+    before = scrape()[("trainium_operator_compile_seconds_total", (("kind", "spent"),))]
+    metrics.count_compile((("compileSeconds", -1.0),))
+    assert scrape()[("trainium_operator_compile_seconds_total", (("kind", "spent"),))] == before
+
+
+def test_a_metric_error_is_logged_never_raised_into_the_pass(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A pass that raised after its writes never scheduled its next look (TTL, PV cleanup)."""
+
+    def broken(**_labels: str) -> Any:
+        raise ValueError("Counters can only be incremented by non-negative amounts.")
+
+    monkeypatch.setattr(metrics.COMPILE_SECONDS, "labels", broken)
+    monkeypatch.setattr(metrics.TRANSITIONS, "labels", broken)
+    monkeypatch.setattr(metrics.INSTANCE_HOURS, "labels", broken)
+    metrics.count_compile((("savedSeconds", 5.0),))
+    metrics.count_transition(Transition("ns", "j", None, "Pending", "Pending", "m", None))
+    from trainium_operator import cost
+
+    when = datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc)
+    spent = cost.compute("trn1.2xlarge", 1, [("Training", T0, T1)], now=when, prices={})
+    metrics.count_cost(spent)
+    errors = [r for r in caplog.records if "metrics" in r.getMessage()]
+    assert len(errors) == 3 and all(r.exc_info for r in errors)

@@ -128,21 +128,49 @@ class World:
         return None
 
 
-def cache_verdict(policy: str, holder_phase: str | None) -> tuple[bool, str]:
-    """(cache_recorded, cache_holder) of job "j" seeing a Ready record and another's lease."""
+WRITER = Owner("w", "default", "uid-w")
+
+
+def genuine_record(spec: Any) -> dict[str, Any]:
+    """The record an operator writes when a compile of this entry completes."""
+    return cache.record(
+        cache.identity(spec), spec, WRITER, cache.READY,
+        started_at="2026-01-01T00:00:00Z", now="2026-01-01T00:10:00Z",
+    )  # fmt: skip
+
+
+def cache_verdict(
+    policy: str,
+    holder_phase: str | None,
+    record: dict[str, Any] | None = None,
+    vcjobs: list[dict[str, Any]] | None = None,
+    monkeypatch: pytest.MonkeyPatch | None = None,
+) -> tuple[bool, str, str]:
+    """(cache_recorded, cache_holder, holder job) of job "j" seeing a record and a lease."""
     spec = parse(job("j", precompile={"policy": policy}))
     name = cache.identity(spec).record_name
     bound = {"metadata": {"name": "fsx-claim"}, "status": {"phase": "Bound"}}
     objects: dict[tuple[Kind, str], Any] = {
-        (Kind.RECORD, name): {"metadata": {"name": name}, "data": {"state": "Ready"}},
+        (Kind.RECORD, name): genuine_record(spec) if record is None else record,
         (Kind.CLAIM, "fsx-claim"): bound,
     }
     if holder_phase is not None:
         lease = {"metadata": {"name": name}, "spec": {"holderIdentity": "default/w/uid-w"}}
         writer = {"metadata": {"name": "w", "uid": "uid-w"}, "status": {"phase": holder_phase}}
         objects |= {(Kind.LEASE, name): lease, (Kind.TRAINIUMJOB, "w"): writer}
+    listed: list[str] = []
+
+    def list_vcjobs(namespace: str, selector: str) -> list[dict[str, Any]]:
+        listed.append(selector)
+        return vcjobs or []
+
+    if monkeypatch is not None:
+        monkeypatch.setattr(k8s, "list_vcjobs", list_vcjobs)
     seen = observe.observe(spec, Owner("j", "default", "uid-j"), Views(reader=World(objects)))
-    return seen.observed.cache_recorded, seen.observed.cache_holder
+    if vcjobs is not None:
+        assert listed == [f"trainium.dev/cache-entry={name},trainium.dev/stage=precompile"]
+    obs = seen.observed
+    return obs.cache_recorded, obs.cache_holder, obs.cache_holder_job
 
 
 @pytest.mark.parametrize(
@@ -153,5 +181,66 @@ def cache_verdict(policy: str, holder_phase: str | None) -> tuple[bool, str]:
         ("Succeeded", "none"),  # the stale lease of a finished writer holds nothing
     ],
 )
-def test_a_ready_record_and_who_holds_its_lease(holder_phase: str | None, holder: str) -> None:
-    assert cache_verdict("IfNotCached", holder_phase) == (True, holder)
+def test_a_ready_record_and_who_holds_its_lease(
+    monkeypatch: pytest.MonkeyPatch, holder_phase: str | None, holder: str
+) -> None:
+    verdict = cache_verdict("IfNotCached", holder_phase, monkeypatch=monkeypatch)
+    assert verdict[:2] == (True, holder)
+
+
+def edited(spec_record: dict[str, Any], **data: str | None) -> dict[str, Any]:
+    out = {**spec_record, "data": {**spec_record["data"], **data}}
+    out["data"] = {k: v for k, v in out["data"].items() if v is not None}
+    return out
+
+
+def test_only_a_genuine_record_is_a_hit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Edited data or a hand-made record with our labels and state Ready is not a hit."""
+    spec = parse(job("j"))
+    real = genuine_record(spec)
+    assert real["data"]["writer"] == "default/w/uid-w"
+    hand_made = {"metadata": real["metadata"], "data": {"state": "Ready"}}
+    for record, hit in [
+        (real, True),
+        (edited(real, key="bogus"), False),
+        (edited(real, volume="claim:elsewhere"), False),
+        (edited(real, cacheName="other"), False),
+        (hand_made, False),
+        (edited(real, writer=None), False),  # no writer: not written by a compiling job
+        (edited(real, writer="default/w"), False),
+        (edited(real, writer="other-ns/w/uid-w", compiledBy="other-ns/w"), False),
+        (edited(real, compiledBy="default/someone-else"), False),
+    ]:
+        got = cache_verdict("IfNotCached", None, record, monkeypatch=monkeypatch)[0]
+        assert got is hit, record["data"]
+        entry = cache.read_entry(record, cache.identity(spec))
+        assert entry is not None and (entry.state == cache.READY) is hit
+
+
+def precompile_job(job_name: str, phase: str, *, deleting: bool = False) -> dict[str, Any]:
+    md: dict[str, Any] = {
+        "name": f"{job_name}-compile",
+        "annotations": {"trainium.dev/owner": f"default/{job_name}"},
+    }
+    if deleting:
+        md["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    return {"metadata": md, "status": {"state": {"phase": phase}}}
+
+
+@pytest.mark.parametrize(
+    ("jobs", "holder", "holder_job"),
+    [
+        ([precompile_job("w", "Running")], "other", "default/w"),  # its Lease deleted mid-compile
+        ([precompile_job("w", "Pending")], "other", "default/w"),
+        ([precompile_job("w", "Completed"), precompile_job("x", "Failed")], "none", ""),  # done
+        ([precompile_job("w", "Running", deleting=True)], "none", ""),
+        ([precompile_job("j", "Running")], "none", ""),  # its own (a lagging watch)
+        ([], "none", ""),
+    ],
+    ids=["running", "pending", "finished", "deleting", "own", "none"],
+)
+def test_a_running_compile_is_found_from_the_volcano_jobs_without_a_lease(
+    monkeypatch: pytest.MonkeyPatch, jobs: list[dict[str, Any]], holder: str, holder_job: str
+) -> None:
+    verdict = cache_verdict("Always", None, vcjobs=jobs, monkeypatch=monkeypatch)
+    assert verdict[1:] == (holder, holder_job)

@@ -269,6 +269,15 @@ class FakeApi:
         monkeypatch.setattr(k8s, "put_configmap", self._creator(Kind.RECORD, upsert=True))
         monkeypatch.setattr(k8s, "patch_trainiumjob_status", self.patch_status)
         monkeypatch.setattr(k8s, "delete_lease", self.delete)
+        monkeypatch.setattr(k8s, "list_vcjobs", self.list_vcjobs)
+
+    def list_vcjobs(self, namespace: str, selector: str) -> list[Json]:
+        wanted = dict(term.split("=", 1) for term in selector.split(","))
+        return [
+            copy.deepcopy(body)
+            for (kind, _), body in self.objects.items()
+            if kind is Kind.VCJOB and wanted.items() <= body["metadata"]["labels"].items()
+        ]
 
     def _creator(self, kind: Kind, upsert: bool = False) -> Any:
         def create(body: Json, **_: Any) -> Json | None:

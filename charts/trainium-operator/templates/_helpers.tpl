@@ -77,3 +77,13 @@ has no duration literals in Prometheus 2. Units as in Prometheus: y = 365d, w = 
 {{- end -}}
 {{- $total -}}
 {{- end }}
+
+{{/*
+Refuse values a JSON schema cannot compare: the health and metrics servers bind in one pod, so
+equal ports would crash the operator with "address already in use".
+*/}}
+{{- define "trainium-operator.checkValues" -}}
+{{- if eq (int .Values.metrics.port) (int .Values.health.port) -}}
+{{- fail (printf "metrics.port and health.port must differ (both are %d): the operator serves /metrics and /healthz on separate ports of one pod" (int .Values.metrics.port)) -}}
+{{- end -}}
+{{- end -}}
