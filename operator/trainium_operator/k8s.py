@@ -256,6 +256,19 @@ def get_queue(name: str) -> Json | None:
     return _missing_is_none(custom().get_cluster_custom_object, *args)  # type: ignore[no-any-return]
 
 
+def get_priority_class(name: str) -> Json | None:
+    """The cluster-scoped PriorityClass (scheduling.k8s.io/v1), or None."""
+    read = client.SchedulingV1Api(api_client()).read_priority_class
+    return to_dict(_missing_is_none(read, name))
+
+
+def list_events(namespace: str, involved: str, reason: str) -> list[Json]:
+    """Events of one reason about objects of this name in the namespace, in no order."""
+    selector = f"involvedObject.name={involved},reason={reason}"
+    found = request(core().list_namespaced_event, namespace, field_selector=selector)
+    return [to_dict(e) or {} for e in found.items]
+
+
 def coordination() -> client.CoordinationV1Api:
     """coordination.k8s.io/v1 (Leases)."""
     return client.CoordinationV1Api(api_client())

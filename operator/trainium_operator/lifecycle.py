@@ -259,6 +259,9 @@ def _precompiling(obs: Observed, conds: list[Condition], hit: bool | None) -> De
         conds.append(Condition("Precompiled", "False", *_b(obs.queue_blocker)))
         return _pending(conds, obs.queue_blocker, (), hit, obs)
     reason, msg = _STAGE_WAIT.get(obs.precompile, ("Compiling", "neuron_parallel_compile running"))
+    stuck = obs.gang_blocker if obs.precompile is Child.PENDING else None
+    if stuck is not None:
+        reason, msg = _b(stuck)
     conds.append(Condition("Precompiled", "False", reason, msg))
     actions: tuple[Action, ...] = ()
     if obs.precompile is Child.ABSENT:
@@ -271,6 +274,7 @@ def _precompiling(obs: Observed, conds: list[Condition], hit: bool | None) -> De
         actions=actions,
         cache_hit=hit,
         restarts=obs.restarts,
+        blocker=stuck,
     )
     for action in (Action.ACQUIRE_CACHE, Action.CREATE_PRECOMPILE):
         if (rejection := obs.rejected(action)) is not None:
@@ -315,7 +319,9 @@ def _training(obs: Observed, conds: list[Condition], hit: bool | None) -> Decisi
         return replace(_failed(conds, reason, msg, hit, obs), actions=stop)
     status, reason, msg = _running(obs)
     conds.append(Condition("Running", status, reason, msg))
-    return Decision(Phase.TRAINING, msg, _close(conds, running=None), (), hit, obs.restarts)
+    stuck = obs.gang_blocker if state is Child.PENDING else None
+    conditions = _close(conds, running=None)
+    return Decision(Phase.TRAINING, msg, conditions, (), hit, obs.restarts, stuck)
 
 
 def _end(
@@ -359,6 +365,8 @@ def _running(obs: Observed) -> tuple[str, str, str]:
     state = obs.training
     if state in _STAGE_WAIT:
         return ("False", *_STAGE_WAIT[state])
+    if state is Child.PENDING and obs.gang_blocker is not None:
+        return ("False", *_b(obs.gang_blocker))  # Volcano cannot create its pods
     if state is Child.RESTARTING or (state is Child.PENDING and obs.gang_retries):
         counts = f"restarts: {obs.restarts}, disruptions: {obs.disruptions}"
         return "False", "Restarting", f"restarting the gang ({counts})"

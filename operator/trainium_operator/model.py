@@ -138,7 +138,10 @@ class Observed:
     storage_blocker: Blocker | None = None
     #: Our static PV is Released with a stale claimRef (an earlier job of the same name).
     storage_released: bool = False
+    #: What refuses the next stage before it is submitted: the queue, or a missing PriorityClass.
     queue_blocker: Blocker | None = None
+    #: The live stage's gang cannot get its pods created (Volcano's FailedCreate Event).
+    gang_blocker: Blocker | None = None
     #: The cache entry is Ready (its graphs compiled for this exact identity).
     cache_recorded: bool = False
     #: Who holds the entry's writer lease: "none" (free or stale), "self" or "other".

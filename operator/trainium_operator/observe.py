@@ -67,6 +67,8 @@ class Seen:
     gang: budget.Gang | None = None
     #: The newest checkpoint reported by the training pods (watched, or read in this pass).
     checkpoint: Checkpoint | None = None
+    #: Seconds until a pending gang's Events are read again (nothing watches Events).
+    events_look: float | None = None
 
 
 def observe(
@@ -87,13 +89,17 @@ def observe(
     pods = [] if stuck else stage_pods(owner, stage, _child(job), views)
     failure = stuck_failure(owner, stage) if stuck else gang_failure(owner, pods)
     reported = [checkpoints.from_pod(p) for p in pods] if stage == "train" else []
+    admission = None if train is not None else queue_blocker(spec.scheduling.queue, views)
+    if admission is None and train is None and _child(pre) in (Child.ABSENT, Child.SUCCEEDED):
+        admission = priority_blocker(spec.scheduling.priorityClassName)  # a stage is next
     observed = Observed(
         failure=failure,
         policy=spec.precompile.policy,
         storage_ready=storage.ready,
         storage_blocker=storage.blocker,
         storage_released=storage.released,
-        queue_blocker=None if train is not None else queue_blocker(spec.scheduling.queue, views),
+        queue_blocker=admission,
+        gang_blocker=pods_not_created(owner.namespace, job, views.now),
         cache_recorded=entry is not None and entry.state == cache.READY,
         cache_holder=holder,
         cache_holder_job=holder_job,
@@ -105,7 +111,10 @@ def observe(
         gang_retries=_retries(job),
     )
     checkpoint = checkpoints.newest([views.checkpoint, *reported])
-    return Seen(observed, storage.names, storage.volume, lease, entry, left, _gang(job), checkpoint)
+    look = next_event_look(job, views.now) if observed.gang_blocker is None else None
+    return Seen(
+        observed, storage.names, storage.volume, lease, entry, left, _gang(job), checkpoint, look
+    )
 
 
 def _retries(job: Json | None) -> int:
@@ -229,6 +238,67 @@ def queue_blocker(name: str, views: Views) -> Blocker | None:
         msg = f"{field_} has child queues; Volcano only admits jobs into leaf queues"
         return Blocker("QueueNotLeaf", msg)
     return None
+
+
+def priority_blocker(name: str | None) -> Blocker | None:
+    """Volcano cannot create pods of a PriorityClass that does not exist: check before submit."""
+    if not name or k8s.get_priority_class(name) is not None:
+        return None
+    msg = (
+        f"PriorityClass {name!r} (spec.scheduling.priorityClassName) does not exist; the gang's "
+        "pods could not be created: create it (scheduling.k8s.io/v1) or pick another"
+    )
+    return Blocker("PriorityClassNotFound", msg)
+
+
+#: A FailedCreate Event older than this no longer speaks for the gang (Volcano retries sooner).
+RECENT_SECONDS = 600.0
+#: Ages (seconds) of a pending gang at which its Events are read again: nothing watches Events,
+#: so a gang whose pods cannot be created is found by these few looks, not by polling.
+EVENT_LOOKS = (15.0, 60.0, 300.0, 900.0)
+
+
+def pods_not_created(namespace: str, job: Json | None, now: str) -> Blocker | None:
+    """Why Volcano cannot create a pending gang's pods: its newest recent FailedCreate Event."""
+    if job is None or _child(job) is not Child.PENDING or not now:
+        return None
+    name = job["metadata"]["name"]
+    events = [e for e in k8s.list_events(namespace, name, "FailedCreate") if _about(e, job)]
+    newest = max(events, key=_event_time, default=None)
+    if newest is None or cache.seconds_between(_event_time(newest), now) > RECENT_SECONDS:
+        return None
+    said = " ".join(str(newest.get("message") or "no message").split())
+    msg = f"Volcano cannot create the pods of {name} (FailedCreate): {said}"
+    return Blocker("FailedCreate", msg)
+
+
+def _about(event: Json, job: Json) -> bool:
+    """The Event is about this Volcano job (kind, group and, when both say, uid)."""
+    ref = event.get("involvedObject") or {}
+    uid, job_uid = ref.get("uid"), job["metadata"].get("uid")
+    group = str(ref.get("apiVersion") or "").partition("/")[0]
+    return ref.get("kind") == "Job" and group == "batch.volcano.sh" and uid in (None, job_uid)
+
+
+def _event_time(event: Json) -> str:
+    """When an Event last happened, whichever field its writer filled."""
+    series = (event.get("series") or {}).get("lastObservedTime")
+    md = event.get("metadata") or {}
+    times = (
+        series,
+        event.get("lastTimestamp"),
+        event.get("eventTime"),
+        md.get("creationTimestamp"),
+    )
+    return next((str(t) for t in times if t), "")
+
+
+def next_event_look(job: Json | None, now: str) -> float | None:
+    """Seconds until the next look at a pending gang's Events (None: no more looks)."""
+    if job is None or _child(job) is not Child.PENDING or not now:
+        return None
+    age = cache.seconds_between(job["metadata"].get("creationTimestamp") or now, now)
+    return next((at - age for at in EVENT_LOOKS if at > age), None)
 
 
 @dataclass(frozen=True)

@@ -126,7 +126,7 @@ def reconcile(
         waiting=decision.blocker is not None and decision.blocker.reason not in WATCHED,
         written_version=rv,
         cache_figures=_new_figures(previous, new),
-        deadline_in=_soonest(deadline_in, seen.startup_left),
+        deadline_in=_soonest(deadline_in, seen.startup_left, seen.events_look),
     )
 
 

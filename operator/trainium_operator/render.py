@@ -15,9 +15,9 @@ from typing import Any
 
 import yaml
 
-from trainium_operator import builders, fsx, naming
+from trainium_operator import builders, fsx, naming, structural
 from trainium_operator.builders import Owner
-from trainium_operator.crd import GROUP, KIND, VERSION
+from trainium_operator.crd import GROUP, KIND, VERSION, version_schema
 from trainium_operator.spec import SpecError, TrainiumJobSpec, parse
 
 Json = dict[str, Any]
@@ -188,6 +188,11 @@ def checked(doc: Json) -> tuple[TrainiumJobSpec, Owner]:
     if "spec" not in doc:
         # parse() also takes a bare spec; a whole document without one would be misread as it.
         raise UsageError([*problems, f"{name}: spec: required"])
+    problems += [
+        f"{name}: {field}: null is refused by the API server (kubectl apply --server-side); "
+        "omit the field or give it a value"
+        for field in _refused_nulls(doc)
+    ]
     try:
         spec = parse(doc)
     except SpecError as exc:
@@ -195,6 +200,13 @@ def checked(doc: Json) -> tuple[TrainiumJobSpec, Owner]:
     if problems:
         raise UsageError(problems)
     return spec, Owner(name, meta.get("namespace") or "default", meta.get("uid", ""))
+
+
+def _refused_nulls(doc: Json) -> list[str]:
+    """Spec fields set to null without a default (pruned on create, refused by apply)."""
+    spec_schema = version_schema()["properties"]["spec"]
+    spec = doc.get("spec")
+    return [f"spec.{f}" for f in structural.refused_nulls(spec, spec_schema)] if spec else []
 
 
 def _storage(spec: TrainiumJobSpec, owner: Owner, lookup: FsxLookup | None) -> Rendered:

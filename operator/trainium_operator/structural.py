@@ -137,6 +137,18 @@ def prune_nulls_and_default(obj: Any, schema: Json) -> None:
         prune_nulls_and_default(child, sub)
 
 
+def refused_nulls(obj: Any, schema: Json, path: str = "") -> Iterator[str]:
+    """Fields set to null that have no default and are not nullable: server-side apply refuses
+    them (`must be of type string: "null"`), where a create or client-side apply drops them.
+    """
+    for key, child, sub in children(obj, schema):
+        where = f"{path}[{key}]" if isinstance(key, int) else f"{path}.{key}"
+        if child is None and not sub.get("nullable") and "default" not in sub:
+            yield where.lstrip(".")
+        else:
+            yield from refused_nulls(child, sub, where)
+
+
 def integers_to_int(obj: Any, schema: Json) -> None:
     """In place: an integral float where the schema wants an integer is stored as that int."""
     for key, child, sub in list(children(obj, schema)):

@@ -17,6 +17,7 @@ FRAMEWORK = {
 CLUSTER_SCOPED = {
     ("", "persistentvolumes"): {"get", "list", "watch", "create", "patch", "delete"},
     ("scheduling.volcano.sh", "queues"): {"get", "list", "watch"},
+    ("scheduling.k8s.io", "priorityclasses"): {"get"},
 }
 NAMESPACED = {
     ("trainium.dev", "trainiumjobs"): {"get", "list", "watch", "patch", "delete"},
@@ -26,6 +27,7 @@ NAMESPACED = {
     ("", "configmaps"): {"get", "list", "watch", "create", "patch"},
     ("", "pods"): {"list", "watch"},
     ("", "pods/log"): {"get"},
+    ("", "events"): {"list"},
     ("coordination.k8s.io", "leases"): {"get", "list", "watch", "create", "patch", "delete"},
 }
 

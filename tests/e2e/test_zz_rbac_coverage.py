@@ -88,7 +88,10 @@ def drive_operator(k8s: EmulatorServer, api_requests: list[ApiRequest]) -> None:
     apply({"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue",
            "metadata": {"name": NS}, "spec": {"weight": 1}})  # fmt: skip
     claim(NS, "shared")  # with its StorageClass, so it binds when this module runs alone too
-    apply(tj("claimed", {"claimName": "shared"}))
+    apply({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+           "metadata": {"name": f"{NS}-high"}, "value": 1000})  # fmt: skip
+    apply(tj("claimed", {"claimName": "shared"},
+             scheduling={"queue": NS, "priorityClassName": f"{NS}-high"}))  # fmt: skip
     run_to_success(k8s, "claimed")
     # Names given, so no AWS call: the operator creates the static PV and its claim itself.
     fs_id = "fs-0123456789abcdef0"
@@ -177,6 +180,7 @@ def operator_requests(
     # chart runs one replica with --standalone, so its roles rightly grant none of it.
     yield [r for r in list(api_requests) if r.client in OPERATOR_CLIENTS and not _peering(r)]
     kubectl("delete", "namespace", NS, "--wait=false", check=False)
+    kubectl("delete", "priorityclass", f"{NS}-high", "--wait=false", check=False)
 
 
 def _peering(r: ApiRequest) -> bool:

@@ -280,3 +280,46 @@ def test_an_unschedulable_gang_past_its_deadline_fails_and_is_stopped() -> None:
     d = decide(obs)
     assert d.phase is Phase.FAILED and d.actions == (Action.STOP_TRAINING,)
     assert conds(obs)["Failed"] == ("True", "Unschedulable") and "Insufficient" in d.message
+
+
+# --- admission: a missing PriorityClass, pods Volcano cannot create --------------------------
+
+NO_CLASS = Blocker("PriorityClassNotFound", "PriorityClass 'high' does not exist")
+NOT_CREATED = Blocker("FailedCreate", "Volcano cannot create the pods of j-train (FailedCreate)")
+
+
+def test_a_missing_priority_class_holds_the_training_job_back() -> None:
+    obs = replace(READY, policy="Never", queue_blocker=NO_CLASS)
+    d = decide(obs)
+    assert d.phase is Phase.PENDING and d.actions == () and d.blocker == NO_CLASS
+    assert conds(obs)["Running"] == ("False", "PriorityClassNotFound")
+    assert conds(obs)["Failed"] == ("False", "InProgress")
+
+
+def test_a_missing_priority_class_holds_the_precompile_job_back() -> None:
+    obs = Observed(storage_ready=True, queue_blocker=NO_CLASS)
+    d = decide(obs)
+    assert d.actions == () and d.blocker == NO_CLASS
+    assert conds(obs)["Precompiled"] == ("False", "PriorityClassNotFound")
+
+
+def test_pods_volcano_cannot_create_are_a_condition_not_gang_pending() -> None:
+    obs = replace(READY, training=Child.PENDING, gang_blocker=NOT_CREATED)
+    d = decide(obs)
+    assert d.phase is Phase.TRAINING and d.actions == () and d.blocker == NOT_CREATED
+    assert conds(obs)["Running"] == ("False", "FailedCreate")
+    assert conds(obs)["Failed"] == ("False", "InProgress")
+
+
+def test_a_precompile_gang_without_pods_says_so() -> None:
+    obs = Observed(storage_ready=True, precompile=Child.PENDING, cache_holder="self",
+                   gang_blocker=NOT_CREATED)  # fmt: skip
+    d = decide(obs)
+    assert d.phase is Phase.PRECOMPILING and d.blocker == NOT_CREATED
+    assert conds(obs)["Precompiled"] == ("False", "FailedCreate")
+
+
+def test_a_running_gang_ignores_an_old_failed_create() -> None:
+    obs = replace(READY, training=Child.RUNNING, gang_blocker=NOT_CREATED)
+    assert conds(obs)["Running"] == ("True", "GangRunning")
+    assert decide(obs).blocker is None

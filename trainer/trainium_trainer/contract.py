@@ -66,6 +66,14 @@ TRAINER_ENV = (
     ENV_CHECKPOINT_REPORT,
 )
 
+#: Defaults the operator sets that spec.env may change (Hugging Face home, hub downloads).
+USER_OVERRIDABLE_ENV = (ENV_HF_HOME, ENV_HF_OFFLINE)
+#: Env the operator owns for each stage: spec.env may not set these (the CRD's rules name exactly
+#: this list; a user's TRAINIUM_OUTPUT_DIR or NEURON_EXTRACT_GRAPHS_ONLY would lose the run).
+OPERATOR_ENV = tuple(
+    name for name in (*TRAINER_ENV, ENV_NEURON_CC_FLAGS) if name not in USER_OVERRIDABLE_ENV
+)
+
 # Set by torchrun (torch.distributed.run) for every worker; the trainer reads them to join the
 # process group. Declared here so the contract test can pin every env name the trainer reads.
 ENV_RANK = "RANK"

@@ -14,7 +14,8 @@ uses: tests/e2e/test_zz_rbac_coverage.py checks both ways against the requests i
   verbs: [list, watch]
 {{- end }}
 
-{{/* The operator's cluster-scoped objects: static FSx PVs, and Volcano queues (read only). */}}
+{{/* The operator's cluster-scoped objects: static FSx PVs; Volcano queues and PriorityClasses
+(read only). */}}
 {{- define "trainium-operator.rules.clusterScoped" -}}
 - apiGroups: [""]
   resources: [persistentvolumes]
@@ -25,6 +26,10 @@ uses: tests/e2e/test_zz_rbac_coverage.py checks both ways against the requests i
   resources: [queues]
   # watch: a queue created or opened wakes its jobs, and the hierarchy says which are leaves
   verbs: [get, list, watch]
+- apiGroups: [scheduling.k8s.io]
+  resources: [priorityclasses]
+  # get: spec.scheduling.priorityClassName must exist before a stage is submitted
+  verbs: [get]
 {{- end }}
 
 {{/* The operator's namespaced objects: its jobs and their children (removed by the garbage
@@ -57,6 +62,10 @@ collector through ownerReferences, so no delete on children). */}}
   resources: [pods/log]
   # the last 50 lines of the failing container go into an Event and the condition
   verbs: [get]
+- apiGroups: [""]
+  resources: [events]
+  # list: a pending gang's FailedCreate Events (Volcano cannot create its pods) say why
+  verbs: [list]
 - apiGroups: [coordination.k8s.io]
   resources: [leases]
   # one writer per compile-cache entry

@@ -1,0 +1,92 @@
+"""Before and after submitting: a missing PriorityClass, and pods Volcano cannot create."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from trainium_operator import k8s, observe
+
+Json = dict[str, Any]
+NOW = "2026-11-25T10:00:00Z"
+
+
+def vcjob(phase: str = "Pending", created: str = "2026-11-25T09:59:00Z") -> Json:
+    return {"metadata": {"name": "j-train", "uid": "u1", "creationTimestamp": created},
+            "status": {"state": {"phase": phase}}}  # fmt: skip
+
+
+def event(at: str, message: str = "pods is forbidden: no PriorityClass with name high was found",
+          uid: str | None = "u1", kind: str = "Job") -> Json:  # fmt: skip
+    ref = {"kind": kind, "apiVersion": "batch.volcano.sh/v1alpha1", "name": "j-train"}
+    if uid:
+        ref["uid"] = uid
+    return {
+        "reason": "FailedCreate",
+        "message": message,
+        "lastTimestamp": at,
+        "involvedObject": ref,
+    }
+
+
+@pytest.fixture
+def events(monkeypatch: pytest.MonkeyPatch) -> list[Json]:
+    found: list[Json] = []
+
+    def listed(namespace: str, involved: str, reason: str) -> list[Json]:
+        assert (namespace, involved, reason) == ("team-a", "j-train", "FailedCreate")
+        return found
+
+    monkeypatch.setattr(k8s, "list_events", listed)
+    return found
+
+
+def test_the_newest_failed_create_is_the_reason(events: list[Json]) -> None:
+    events += [event("2026-11-25T09:59:10Z", "old words"), event("2026-11-25T09:59:50Z")]
+    blocker = observe.pods_not_created("team-a", vcjob(), NOW)
+    assert blocker is not None and blocker.reason == "FailedCreate"
+    assert (
+        "no PriorityClass with name high" in blocker.message and "old words" not in blocker.message
+    )
+
+
+def test_an_old_failed_create_no_longer_speaks(events: list[Json]) -> None:
+    events.append(event("2026-11-25T09:40:00Z"))
+    assert observe.pods_not_created("team-a", vcjob(), NOW) is None
+
+
+@pytest.mark.parametrize("other", [{"uid": "u0"}, {"kind": "PodGroup"}])
+def test_events_of_another_object_do_not_count(events: list[Json], other: Json) -> None:
+    events.append(event("2026-11-25T09:59:50Z", **other))
+    assert observe.pods_not_created("team-a", vcjob(), NOW) is None
+
+
+def test_only_a_pending_gang_is_looked_at(
+    events: list[Json], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(k8s, "list_events", lambda *a: pytest.fail("listed events"))
+    assert observe.pods_not_created("team-a", vcjob("Running"), NOW) is None
+    assert observe.pods_not_created("team-a", None, NOW) is None
+
+
+@pytest.mark.parametrize(
+    ("created", "expected"),
+    [("2026-11-25T09:59:55Z", 10.0), ("2026-11-25T09:59:00Z", 240.0),
+     ("2026-11-25T09:55:00Z", 600.0), ("2026-11-25T09:30:00Z", None)],
+)  # fmt: skip
+def test_a_pending_gang_is_looked_at_a_few_times_then_left(
+    created: str, expected: float | None
+) -> None:
+    assert observe.next_event_look(vcjob(created=created), NOW) == expected
+    assert observe.next_event_look(vcjob("Running", created), NOW) is None
+
+
+def test_a_missing_priority_class_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
+    classes = {"high": {"metadata": {"name": "high"}, "value": 1000}}
+    monkeypatch.setattr(k8s, "get_priority_class", classes.get)
+    assert observe.priority_blocker("high") is None
+    assert observe.priority_blocker(None) is None
+    blocker = observe.priority_blocker("urgent")
+    assert blocker is not None and blocker.reason == "PriorityClassNotFound"
+    assert "'urgent'" in blocker.message and "priorityClassName" in blocker.message
