@@ -65,3 +65,22 @@ def test_active_deadline_fails_the_job_and_stops_its_pods(
     assert "activeDeadlineSeconds" in st["message"]
     wait_for(lambda: vcjobs(k8s, ns) == [], what="the training job stopped")
     assert status(ns, "bounded")["completionTime"]
+
+
+def test_a_claim_deleted_mid_training_does_not_keep_the_job_from_finishing(
+    operator: OperatorProcess, ns: str, k8s: EmulatorServer
+) -> None:
+    """The finished gang decides; the missing claim is reported, so `kubectl wait` returns."""
+    q = prerequisites(ns)
+    apply(job(ns, "orphaned", q, precompile={"policy": "Never"}))
+    vcjob(k8s, ns, "orphaned-train")
+    simulate_vcjob_phase(ns, "orphaned-train", "Running")
+    wait_for(lambda: condition(ns, "orphaned", "Running").get("status") == "True", what="running")
+    kubectl("delete", "pvc", "fsx-claim", "-n", ns, "--wait=false")
+    simulate_vcjob_phase(ns, "orphaned-train", "Completed")
+    wait_phase(ns, "orphaned", "Succeeded")
+    storage = wait_for(
+        lambda: (c := condition(ns, "orphaned", "StorageReady")).get("status") == "False" and c,
+        what="StorageReady=False",
+    )
+    assert storage["reason"] == "ClaimNotFound" and "after training finished" in storage["message"]
