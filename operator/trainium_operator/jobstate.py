@@ -42,7 +42,7 @@ def _epoch(timestamp: Any) -> float | None:
     return parsed.timestamp()
 
 
-def history_since(status: Json) -> Any:
+def history_since(status: Mapping[str, Any]) -> Any:
     """When status.history says the current phase began (its last entry of that phase)."""
     entries, phase = status.get("history"), status.get("phase")
     if not isinstance(entries, list):
