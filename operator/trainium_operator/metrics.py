@@ -181,7 +181,7 @@ def count_transition(t: Transition) -> None:
         FAILURES.labels(reason=t.reason).inc()
     if started is not None and t.old_phase in STAGE_SECONDS:
         STAGE_SECONDS[t.old_phase].observe(now - started)
-    if t.cache_outcome:
+    if t.cache_outcome in ("hit", "miss"):  # not "-": undecided until a stage job exists
         CACHE_LOOKUPS.labels(result=t.cache_outcome).inc()
 
 
