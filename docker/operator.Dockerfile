@@ -8,14 +8,21 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_NO_CACHE_DIR=1
 
-# Only what the wheel is built from (hatchling packs operator/ and trainer/, plus the CRD the
-# operator validates specs with); tests, charts and docs stay out of the image.
+# Dependencies from the lock first (their own layer, cached across code changes): exactly the
+# versions the tests ran with (scripts/operator-lock.py), --no-deps so pip resolves nothing new.
 WORKDIR /src
+COPY docker/operator-requirements.txt docker/
+RUN pip install --no-cache-dir --no-deps -r docker/operator-requirements.txt
+
+# Only what the wheel is built from (hatchling packs operator/ and trainer/, plus the CRD the
+# operator validates specs with); tests, charts and docs stay out of the image. `pip check`
+# fails the build if the lock misses something pyproject.toml asks for.
 COPY pyproject.toml README.md ./
 COPY crds/ crds/
 COPY operator/ operator/
 COPY trainer/ trainer/
-RUN pip install --no-cache-dir . \
+RUN pip install --no-cache-dir --no-deps . \
+    && pip check \
     && groupadd --system --gid 10001 trainium \
     && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /tmp \
        --shell /usr/sbin/nologin trainium

@@ -22,7 +22,16 @@ from typing import Any, cast
 import kopf
 from kubernetes.client.exceptions import ApiException
 
-from trainium_operator import checkpoints, footprint, k8s, metrics, naming, peering, watches
+from trainium_operator import (
+    checkpoints,
+    events,
+    footprint,
+    k8s,
+    metrics,
+    naming,
+    peering,
+    watches,
+)
 from trainium_operator.builders import (
     ANNOTATION_OWNER,
     LABEL_JOB,
@@ -174,8 +183,10 @@ def forget(key: Key) -> None:
 SCHEDULER = Scheduler(_backstop)
 
 
-def _emit(body: Json, kind: str, reason: str, message: str) -> None:
-    kopf.event(cast(kopf.Body, body), type=kind, reason=reason, message=clip(message))
+def _emit(body: Json, kind: str, reason: str, message: str, action: str) -> None:
+    """Our own Event, not kopf.event: that one's `action` is always "Action?"."""
+    now = events.now_micro()
+    k8s.post_event(events.build(body, kind, reason, clip(message), action, now_micro=now))
 
 
 def _wake(key: Key, rank: int = FOLLOW_UP) -> None:

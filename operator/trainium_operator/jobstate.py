@@ -42,11 +42,27 @@ def _epoch(timestamp: Any) -> float | None:
     return parsed.timestamp()
 
 
-def phase_started(status: Json) -> float | None:
-    """When the job entered its current phase: the matching condition's transition time.
+def history_since(status: Mapping[str, Any]) -> Any:
+    """When status.history says the current phase began (its last entry of that phase)."""
+    entries, phase = status.get("history"), status.get("phase")
+    if not isinstance(entries, list):
+        return None
+    for entry in reversed(entries):
+        if isinstance(entry, dict) and entry.get("phase") == phase:
+            return entry.get("since")
+    return None
 
-    Falls back to status.startTime (Pending, or a status without that condition), else None.
+
+def phase_started(status: Json) -> float | None:
+    """When the job entered its current phase: status.history, else the phase's condition.
+
+    The history first: a job that waited for another's compile (WaitingForCache, Precompiled
+    False) keeps that condition's time when it starts compiling itself. Falls back to
+    status.startTime (Pending, or a status without either), else None.
     """
+    since = _epoch(history_since(status))
+    if since is not None:
+        return since
     wanted = PHASE_CONDITION.get(status.get("phase") or "")
     conditions = status.get("conditions")
     if wanted and isinstance(conditions, list):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import os
 import random
 import time
@@ -27,6 +28,7 @@ MERGE_PATCH = "application/merge-patch+json"
 #: Every call has a deadline: a hung connection must not stall a job's reconcile forever.
 TIMEOUT = 30
 #: Network-level failures (reset, refused, timeout): retried like a 5xx.
+log = logging.getLogger(__name__)
 NETWORK_ERRORS = (urllib3.exceptions.HTTPError, ConnectionError, TimeoutError)
 #: Tries per request. A pass makes ~8 requests; failing the whole pass on any one transient
 #: error collapses progress under faults (0.7**8 = 6% of passes get through at 30%), so each
@@ -83,6 +85,16 @@ def request(call: Callable[..., Any], *args: Any, guarded: bool = False, **kwarg
                 raise
             sleep(retry_delay(exc, attempt))
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def post_event(event: Json) -> None:
+    """Post a core/v1 Event, once: Events are auxiliary, a failure is logged, never raised."""
+    try:
+        core().create_namespaced_event(
+            event["metadata"]["namespace"], event, _request_timeout=TIMEOUT
+        )
+    except Exception as exc:  # a refused or lost Event must not fail the pass that posts it
+        log.warning("posting Event %s (%s) failed: %s", event.get("reason"), event["action"], exc)
 
 
 def api_message(exc: ApiException) -> str:

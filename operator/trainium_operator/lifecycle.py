@@ -119,10 +119,13 @@ def _decide(obs: Observed) -> Decision:
     hit = _cache_hit(obs)
     if obs.deadline_exceeded or obs.suspend:
         return _stopped(obs, conds, hit)
-    storage = _storage(obs, conds, hit)
-    if storage is not None:
-        return storage
-    conds.append(Condition("StorageReady", "True", "StorageReady", "claim bound to its volume"))
+    if not obs.storage_ready and obs.training in (Child.SUCCEEDED, Child.FAILED):
+        conds.append(_storage_gone(obs))  # the finished gang decides; the claim is reported
+    else:
+        storage = _storage(obs, conds, hit)
+        if storage is not None:
+            return storage
+        conds.append(Condition("StorageReady", "True", "StorageReady", "claim bound to its volume"))
     decision = _after_storage(obs, conds, hit)
     if obs.precompile is Child.SUCCEEDED and (not obs.cache_recorded or obs.cache_holder == "self"):
         rejection = obs.rejected(Action.RECORD_CACHE)
@@ -131,6 +134,15 @@ def _decide(obs: Observed) -> Decision:
         # Record before anything else: a crash after training starts must not lose the entry.
         return replace(decision, actions=(Action.RECORD_CACHE, *decision.actions))
     return decision
+
+
+def _storage_gone(obs: Observed) -> Condition:
+    """The claim went after the training gang finished (deleted with its pods): say so only."""
+    after = "after training finished; its outcome stands"
+    if obs.storage_blocker:
+        reason, msg = _b(obs.storage_blocker)
+        return Condition("StorageReady", "False", reason, f"{msg.split(';')[0]} {after}")
+    return Condition("StorageReady", "False", "StorageGone", f"the job's claim is gone {after}")
 
 
 def _storage(obs: Observed, conds: list[Condition], hit: bool | None) -> Decision | None:

@@ -1,6 +1,7 @@
 """Prometheus metrics of the operator (prometheus-client), served on TRAINIUM_METRICS_PORT.
 
-Names follow Prometheus conventions: `trainium_operator_` prefix, base units, `_total` counters.
+Names follow Prometheus conventions (`promtool check metrics` passes): `trainium_operator_`
+prefix, base units, `_total` counters, no `_created` series.
 Stage durations are measured from the transitions this process saw; per-job state is read from
 the TrainiumJob objects themselves at scrape time (jobstate.py).
 """
@@ -16,16 +17,18 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, ParamSpec
 
-from prometheus_client import REGISTRY, Counter, Gauge, Histogram
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram, disable_created_metrics
 from prometheus_client import start_http_server as _serve
 
-from trainium_operator.jobstate import JobIndex, JobStateCollector, snapshot
+from trainium_operator.jobstate import JobIndex, JobStateCollector, history_since, snapshot
 from trainium_operator.lifecycle import FAILURE_REASONS, Phase
 
 if TYPE_CHECKING:
     from trainium_operator.cost import Cost
     from trainium_operator.reconcile import Transition
 
+#: Counters' `_created` series double the page for nothing a dashboard uses.
+disable_created_metrics()
 P = ParamSpec("P")
 log = logging.getLogger(__name__)
 PHASES = tuple(p.value for p in Phase)
@@ -76,9 +79,10 @@ CACHE_LOOKUPS = Counter(
 )
 JOB_STATES = JobStateCollector()
 REGISTRY.register(JOB_STATES)
-INSTANCE_HOURS = Counter(
-    "trainium_operator_instance_hours_total",
-    "Instance-hours of finished TrainiumJobs, by cost bucket and instance type",
+#: Seconds, not hours: Prometheus base units (`promtool check metrics`); divide by 3600.
+INSTANCE_SECONDS = Counter(
+    "trainium_operator_instance_seconds_total",
+    "Instance-seconds of finished TrainiumJobs (nodes x wall-clock), by cost bucket and type",
     ["bucket", "instance_type"],
 )
 ESTIMATED_COST = Counter(
@@ -142,7 +146,11 @@ def indexed_status(status: Mapping[str, Any]) -> dict[str, Any]:
     The values are the watch event's own (never changed in place); copying whole statuses
     (history, cost) on every event cost more CPU than the rest of the indexing together.
     """
-    return {k: status[k] for k in ("phase", "conditions", "startTime") if k in status}
+    kept = {k: status[k] for k in ("phase", "conditions", "startTime") if k in status}
+    since = history_since(status)
+    if since is not None:  # the current phase's start, not the whole history
+        kept["history"] = [{"phase": status.get("phase"), "since": since}]
+    return kept
 
 
 @contextmanager
@@ -173,7 +181,7 @@ def count_transition(t: Transition) -> None:
         FAILURES.labels(reason=t.reason).inc()
     if started is not None and t.old_phase in STAGE_SECONDS:
         STAGE_SECONDS[t.old_phase].observe(now - started)
-    if t.cache_outcome:
+    if t.cache_outcome in ("hit", "miss"):  # not "-": undecided until a stage job exists
         CACHE_LOOKUPS.labels(result=t.cache_outcome).inc()
 
 
@@ -239,6 +247,6 @@ def _usd(cost: Cost, bucket: str) -> float | None:
 def count_cost(cost: Cost) -> None:
     """Add a finished job's cost to the counters; call once per job (counters only grow)."""
     for bucket, itype, hours, usd in cost_increments(cost):
-        INSTANCE_HOURS.labels(bucket=bucket, instance_type=itype).inc(max(0.0, hours))
+        INSTANCE_SECONDS.labels(bucket=bucket, instance_type=itype).inc(max(0.0, hours * 3600))
         if usd is not None:
             ESTIMATED_COST.labels(bucket=bucket, instance_type=itype).inc(max(0.0, usd))

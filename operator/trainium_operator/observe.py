@@ -81,7 +81,8 @@ def observe(
     train = read.get(Kind.VCJOB, owner.namespace, naming.vcjob_name(owner.name, "train"))
     ident = cache.identity(spec)
     entry, lease, holder, holder_job = _cache(ident, owner, spec.precompile.policy, read)
-    if holder == "none" and pre is None and train is None and spec.precompile.policy != "Never":
+    about_to_compile = pre is None and train is None and storage.ready
+    if holder == "none" and about_to_compile and spec.precompile.policy != "Never":
         holder, holder_job = compiling_elsewhere(ident, owner)
     stage, job = ("train", train) if train is not None else ("precompile", pre)
     left = startup_left(job, spec.runPolicy.startupDeadlineSeconds, views.now)

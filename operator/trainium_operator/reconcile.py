@@ -19,6 +19,7 @@ from trainium_operator import (
     checkpoints,
     cost,
     crd,
+    events,
     history,
     k8s,
     lifecycle,
@@ -35,7 +36,8 @@ from trainium_operator.spec import SpecError, TrainiumJobSpec, parse
 from trainium_operator.status import now_iso
 
 Json = dict[str, Any]
-Emit = Callable[[Json, str, str, str], None]
+#: (body, type, reason, message, action): post one Event about the job.
+Emit = Callable[[Json, str, str, str, str], None]
 
 
 #: Waits whose end arrives as a watch event (the claim, the queue, our PV): no polling for them.
@@ -328,7 +330,7 @@ def _report(
     rv = _written_version(patched)
     max_retries = spec.runPolicy.maxRetries if spec is not None else 0
     for reason, message in budget.events(counted, max_retries):
-        emit(body, "Warning", reason, message)
+        emit(body, "Warning", reason, message, events.RESTART)
     transition = _announce(body, previous, new, decision, emit)
     if transition and decision.phase in lifecycle.TERMINAL:
         transition = replace(transition, cost=job_cost)  # counted once, when the job finishes
@@ -396,16 +398,19 @@ def _announce(
     blocker = decision.blocker
     seen = {c.get("reason") for c in previous.get("conditions", []) if isinstance(c, dict)}
     if blocker and blocker.warn and blocker.reason not in seen:
-        emit(body, "Warning", blocker.reason, blocker.message)
+        emit(body, "Warning", blocker.reason, blocker.message, events.WAIT)
     failure = new.get("lastFailure")
     if failure and failure != previous.get("lastFailure") and new["phase"] != "Failed":
-        emit(body, "Warning", failure["reason"], failure["message"])  # before its pods go
+        emit(body, "Warning", failure["reason"], failure["message"], events.RESTART)  # pods go
     old_phase = previous.get("phase")
     if old_phase == new["phase"]:
         return None
     reason = _reason(decision)
     kind = "Warning" if decision.phase is lifecycle.Phase.FAILED else "Normal"
-    emit(body, kind, reason, decision.message)
+    message = decision.message
+    if blocker and blocker.warn and message == blocker.message:  # its Warning says it (once)
+        message = f"{new['phase']}: waiting (see the {blocker.reason} Event)"
+    emit(body, kind, reason, message, events.PHASE_ACTIONS.get(new["phase"], "Reconcile"))
     outcome = (new.get("cache") or {}).get("outcome")
     first = outcome if outcome != (previous.get("cache") or {}).get("outcome") else None
     meta = body["metadata"]

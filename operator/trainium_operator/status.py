@@ -59,6 +59,9 @@ def read_conditions(previous: Json) -> tuple[Condition, ...]:
     return tuple(out)
 
 
+#: status.cache.outcome once a stage job decided it; UNDECIDED before (the CACHE column).
+OUTCOMES = ("hit", "miss")
+UNDECIDED = "-"
 #: Figures about the cache entry that stay on status once known.
 _KEPT_CACHE_FIELDS = ("compileSeconds", "savedSeconds")
 
@@ -86,10 +89,13 @@ def render(
     }
     if cache_key:
         cache: Json = {"key": cache_key, "name": cache_name}
-        if decision.cache_hit is not None:
+        before = previous.get("cache") or {}
+        decided = precompile_job or training_job or before.get("outcome") in OUTCOMES
+        if decision.cache_hit is not None and decided:
             cache["hit"] = decision.cache_hit
             cache["outcome"] = "hit" if decision.cache_hit else "miss"
-        before = previous.get("cache") or {}
+        elif decision.cache_hit is not None:  # no stage yet: it may still hit (the CACHE column)
+            cache["outcome"] = UNDECIDED
         cache.update({k: before[k] for k in _KEPT_CACHE_FIELDS if k in before})
         cache.update(cache_extra or {})
         status["cache"] = cache

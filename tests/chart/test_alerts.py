@@ -66,3 +66,66 @@ def test_promtool_rule_tests_pass(promtool: Path, workdir: Path) -> None:
     proc = promtool_run(promtool, workdir, "test", "rules", TESTS.name)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "SUCCESS" in proc.stdout
+
+
+def operator_metrics_page() -> str:
+    """The operator's /metrics with every family holding samples (as after some jobs)."""
+    import datetime
+    from decimal import Decimal
+
+    from prometheus_client import REGISTRY, generate_latest
+
+    from trainium_operator import cost, metrics
+    from trainium_operator.reconcile import Transition
+
+    when = datetime.datetime(2026, 1, 1, 1, tzinfo=datetime.timezone.utc)
+    phases = [("Precompiling", "2026-01-01T00:00:00Z", "2026-01-01T00:30:00Z"),
+              ("Training", "2026-01-01T00:30:00Z", None)]  # fmt: skip
+    prices = {"trn1.2xlarge": Decimal("1.34")}
+    metrics.count_cost(cost.compute("trn1.2xlarge", 1, phases, now=when, prices=prices))
+    for old, new in ((None, "Precompiling"), ("Precompiling", "Training")):
+        metrics.count_transition(Transition("ns", "promtool", old, new, new, "m", "miss"))
+    metrics.count_compile((("compileSeconds", 60.0),))
+    with metrics.reconcile_timer():
+        pass
+    status = {"phase": "Training", "startTime": "2026-01-01T00:00:00Z"}
+    metrics.watch_jobs({("ns", "promtool"): [status]})
+    try:
+        return generate_latest(REGISTRY).decode()
+    finally:
+        metrics.forget("ns", "promtool")
+        metrics.JOB_STATES.source = None
+
+
+def test_operator_metrics_pass_promtool_check_metrics(promtool: Path) -> None:
+    """Base units (seconds, not hours) and no `_created` series beside the counters."""
+    page = operator_metrics_page()
+    assert "trainium_operator_instance_seconds_total{" in page
+    proc = subprocess.run(
+        [str(promtool), "check", "metrics"], input=page, capture_output=True, text=True,
+        timeout=60, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "_created" not in page
+
+
+def test_every_alert_links_its_runbook_in_the_readme(workdir: Path) -> None:
+    rules = yaml.safe_load((workdir / "rules.yaml").read_text())
+    alerts = [r for g in rules["groups"] for r in g["rules"] if "alert" in r]
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    headings = {line[4:].strip() for line in readme.splitlines() if line.startswith("### ")}
+    base = "https://github.com/trainium-dev/trainium-operator/blob/main/README.md"
+    for rule in alerts:
+        name = rule["alert"]
+        assert rule["annotations"]["runbook_url"] == f"{base}#{name.lower()}", name
+        assert name in headings, f"README.md needs a '### {name}' runbook section"
+
+
+def test_runbook_base_is_a_value(helm_bin: Path) -> None:
+    rule = one(render("metrics.prometheusRule.enabled=true",
+                      "metrics.prometheusRule.runbookUrl=https://wiki.example/ops"),
+               "PrometheusRule")  # fmt: skip
+    urls = {r["annotations"]["runbook_url"] for g in rule["spec"]["groups"] for r in g["rules"]}
+    assert urls == {"https://wiki.example/ops#trainiumjobfailed",
+                    "https://wiki.example/ops#trainiumjobprecompileslow",
+                    "https://wiki.example/ops#trainiumoperatorreconcileerrors"}  # fmt: skip

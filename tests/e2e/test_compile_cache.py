@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from test_operator_e2e import (
     claim,
     condition,
@@ -14,6 +15,9 @@ from test_operator_e2e import (
 )
 
 from harness import EmulatorServer, OperatorProcess, apply, kubectl, simulate_vcjob_phase, wait_for
+from trainium_operator import cache
+from trainium_operator.builders import MANAGED_BY, Owner
+from trainium_operator.spec import parse
 
 RECORDS, LEASES = "v1/configmaps", "coordination.k8s.io/v1/leases"
 
@@ -160,3 +164,62 @@ def test_a_forced_recompile_of_a_ready_entry_makes_readers_wait_then_rerecords_i
     record = wait_for(by_again, what="the entry re-recorded by its new writer")
     assert record[0]["state"] == "Ready" and len(k8s.list(RECORDS, ns)) == 1
     assert record[0]["startedAt"]  # the writer's lease dated it
+
+
+def test_a_lease_deleted_mid_precompile_does_not_start_a_second_compile(
+    operator: OperatorProcess, ns: str, k8s: EmulatorServer
+) -> None:
+    """A user or a namespace cleanup deletes the Lease: the Volcano jobs still say who compiles."""
+    q = prerequisites(ns)
+    apply(job(ns, "first", q))
+    vcjob(k8s, ns, "first-compile")
+    wait_for(lambda: k8s.list(LEASES, ns), what="first's lease")
+    kubectl("delete", "leases.v1.coordination.k8s.io", "--all", "-n", ns)
+    apply(job(ns, "second", q))
+    st = wait_phase(ns, "second", "WaitingForCache")
+    assert f"{ns}/first" in st["message"]
+    assert "second-compile" not in vcjobs(k8s, ns) and k8s.list(LEASES, ns) == []
+    simulate_vcjob_phase(ns, "first-compile", "Completed")
+    vcjob(k8s, ns, "second-train")
+    assert "second-compile" not in vcjobs(k8s, ns)
+    assert entry_state(k8s, ns) == ["Ready"]
+
+
+@pytest.mark.parametrize(("edit", "hit"), [({}, True), ({"key": "bogus"}, False)])
+def test_an_edited_record_is_not_a_hit(
+    operator: OperatorProcess, ns: str, k8s: EmulatorServer, edit: dict[str, str], hit: bool
+) -> None:
+    """The record of a writer that is gone: a hit as written, a miss once its data is edited."""
+    q = prerequisites(ns)
+    body = job(ns, "reader", q)
+    spec = parse(body)
+    gone = Owner("gone", ns, "uid-gone")
+    done = cache.record(cache.identity(spec), spec, gone, cache.READY,
+                        started_at="2026-01-01T00:00:00Z", now="2026-01-01T00:10:00Z")  # fmt: skip
+    done["data"].update(edit)
+    apply(done)
+    apply(body)
+    vcjob(k8s, ns, "reader-train" if hit else "reader-compile")
+    outcome = wait_for(lambda: status(ns, "reader").get("cache", {}).get("outcome"), what="cache")
+    assert outcome == ("hit" if hit else "miss")
+    assert ("reader-compile" in vcjobs(k8s, ns)) is not hit
+
+
+def test_a_hand_made_ready_record_is_not_a_hit(
+    operator: OperatorProcess, ns: str, k8s: EmulatorServer
+) -> None:
+    q = prerequisites(ns)
+    body = job(ns, "trusting", q)
+    ident = cache.identity(parse(body))
+    labels = {
+        "trainium.dev/cache-entry": ident.record_name,
+        "trainium.dev/cache-key": ident.key,
+        "trainium.dev/cache-name": ident.name,
+        "app.kubernetes.io/managed-by": MANAGED_BY,
+    }
+    md = {"name": ident.record_name, "namespace": ns, "labels": labels}
+    data = {"state": "Ready", "key": ident.key}
+    apply({"apiVersion": "v1", "kind": "ConfigMap", "metadata": md, "data": data})
+    apply(body)
+    vcjob(k8s, ns, "trusting-compile")
+    assert wait_phase(ns, "trusting", "Precompiling")["cache"]["outcome"] == "miss"

@@ -272,6 +272,21 @@ def test_missing_claim_waits_then_proceeds(
     assert condition(ns, "early", "StorageReady")["status"] == "True"
 
 
+def test_a_blocked_jobs_events_say_what_was_done_once(
+    operator: OperatorProcess, ns: str, k8s: EmulatorServer
+) -> None:
+    """An action word on every Event (kopf's say "Action?"), and no text posted twice."""
+    q = f"q-{ns}"
+    queue(q)
+    apply(job(ns, "blocked", q))
+    posted = wait_for(lambda: len(events(ns)) >= 2 and events(ns), what="two Events")
+    assert {e["action"] for e in posted} == {"Wait"}
+    messages = [e["message"] for e in posted]
+    assert len(messages) == len(set(messages)), messages
+    st = status(ns, "blocked")
+    assert st["cache"]["outcome"] == "-" and "hit" not in st["cache"]  # the CACHE column
+
+
 def operator_passes(api_requests: list[Any], ns: str, name: str) -> int:
     """How many fresh passes (the backstop's: they GET the job) the operator made over one job."""
     return sum(

@@ -109,3 +109,22 @@ def test_a_succeeded_job_stays_succeeded_when_suspended(
     wait_for(lambda: condition(ns, "done", "Suspended"), what="the suspend answered")
     assert status(ns, "done")["phase"] == "Succeeded"
     assert condition(ns, "done", "Succeeded")["status"] == "True"
+
+
+def test_a_claim_deleted_mid_training_does_not_keep_the_job_from_finishing(
+    operator: OperatorProcess, ns: str, k8s: EmulatorServer
+) -> None:
+    """The finished gang decides; the missing claim is reported, so `kubectl wait` returns."""
+    q = prerequisites(ns)
+    apply(job(ns, "orphaned", q, precompile={"policy": "Never"}))
+    vcjob(k8s, ns, "orphaned-train")
+    simulate_vcjob_phase(ns, "orphaned-train", "Running")
+    wait_for(lambda: condition(ns, "orphaned", "Running").get("status") == "True", what="running")
+    kubectl("delete", "pvc", "fsx-claim", "-n", ns, "--wait=false")
+    simulate_vcjob_phase(ns, "orphaned-train", "Completed")
+    wait_phase(ns, "orphaned", "Succeeded")
+    storage = wait_for(
+        lambda: (c := condition(ns, "orphaned", "StorageReady")).get("status") == "False" and c,
+        what="StorageReady=False",
+    )
+    assert storage["reason"] == "ClaimNotFound" and "after training finished" in storage["message"]

@@ -305,10 +305,13 @@ def _samples(itype: str) -> dict[str, float]:
     """Current counter values of one instance type, as {"<bucket> hours|usd": value}."""
     out = {}
     for b in cost.BUCKETS:
-        for unit, name in (("hours", "instance_hours"), ("usd", "estimated_cost_usd")):
+        for unit, name, scale in (
+            ("hours", "instance_seconds", 3600),
+            ("usd", "estimated_cost_usd", 1),
+        ):
             labels = {"bucket": b, "instance_type": itype}
             value = REGISTRY.get_sample_value(f"trainium_operator_{name}_total", labels)
-            out[f"{b} {unit}"] = value or 0.0
+            out[f"{b} {unit}"] = (value or 0.0) / scale
     return out
 
 
@@ -328,5 +331,5 @@ def test_an_unknown_price_adds_hours_but_no_usd_series() -> None:
     metrics.count_cost(simulated_run("trn1n.32xlarge", prices={}))
     labels = {"bucket": "training", "instance_type": "trn1n.32xlarge"}
     get = REGISTRY.get_sample_value
-    assert get("trainium_operator_instance_hours_total", labels) == pytest.approx(5.0)
+    assert get("trainium_operator_instance_seconds_total", labels) == pytest.approx(5.0 * 3600)
     assert get("trainium_operator_estimated_cost_usd_total", labels) is None

@@ -243,6 +243,30 @@ CASES = [
         hit=False,
     ),
     Case(
+        "claim-deleted-after-the-gang-completed",  # kubectl wait must not hang on it
+        Observed(storage_blocker=CLAIM_MISSING, cache_recorded=True, training=Child.SUCCEEDED),
+        Phase.SUCCEEDED,
+        (),
+        {"Succeeded": ("True", "TrainingCompleted"), "StorageReady": ("False", "ClaimNotFound")},
+        hit=True,
+    ),
+    Case(
+        "claim-deleted-after-the-gang-failed",
+        Observed(storage_blocker=CLAIM_MISSING, cache_recorded=True, training=Child.FAILED),
+        Phase.FAILED,
+        (),
+        {"Failed": ("True", "TrainingFailed"), "StorageReady": ("False", "ClaimNotFound")},
+        hit=True,
+    ),
+    Case(
+        "fsx-claim-gone-after-the-gang-completed",  # nothing is created for a finished job
+        Observed(cache_recorded=True, training=Child.SUCCEEDED),
+        Phase.SUCCEEDED,
+        (),
+        {"Succeeded": ("True", "TrainingCompleted"), "StorageReady": ("False", "StorageGone")},
+        hit=True,
+    ),
+    Case(
         "training-never-policy",
         Observed(storage_ready=True, policy="Never", training=Child.RUNNING),
         Phase.TRAINING,
@@ -271,7 +295,8 @@ def test_conditions_are_well_formed(case: Case) -> None:
     types = [c.type for c in d.conditions]
     assert len(types) == len(set(types)), types
     expected = set(CONDITION_TYPES)
-    if not case.obs.storage_ready:
+    finished = case.obs.training in (Child.SUCCEEDED, Child.FAILED)
+    if not case.obs.storage_ready and not finished:
         expected.discard("Precompiled")  # unknown until the volume is there
     assert set(types) == expected
     assert all(c.status in ("True", "False", "Unknown") for c in d.conditions)

@@ -12,7 +12,7 @@ from kopf._core.engines import indexing
 from prometheus_client import REGISTRY, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from trainium_operator import jobstate, lifecycle, metrics, status
+from trainium_operator import history, jobstate, lifecycle, metrics, status
 from trainium_operator.lifecycle import Child, Observed
 from trainium_operator.reconcile import Transition
 
@@ -172,7 +172,7 @@ def test_a_metric_error_is_logged_never_raised_into_the_pass(
 
     monkeypatch.setattr(metrics.COMPILE_SECONDS, "labels", broken)
     monkeypatch.setattr(metrics.TRANSITIONS, "labels", broken)
-    monkeypatch.setattr(metrics.INSTANCE_HOURS, "labels", broken)
+    monkeypatch.setattr(metrics.INSTANCE_SECONDS, "labels", broken)
     metrics.count_compile((("savedSeconds", 5.0),))
     metrics.count_transition(Transition("ns", "j", None, "Pending", "Pending", "m", None))
     from trainium_operator import cost
@@ -182,3 +182,22 @@ def test_a_metric_error_is_logged_never_raised_into_the_pass(
     metrics.count_cost(spent)
     errors = [r for r in caplog.records if "metrics" in r.getMessage()]
     assert len(errors) == 3 and all(r.exc_info for r in errors)
+
+
+def with_history(obs: Observed, previous: Json, now: str) -> Json:
+    """The status with status.history advanced, as reconcile writes it."""
+    new = job_status(obs, previous, now)
+    new["history"] = history.advance(previous, new, now)
+    return new
+
+
+def test_a_job_that_waited_for_another_compile_is_dated_from_its_own_compile() -> None:
+    """TrainiumJobPrecompileSlow must not count the wait for another job's compile."""
+    waiting = with_history(Observed(storage_ready=True, cache_holder="other"), {}, T0)
+    assert waiting["phase"] == "WaitingForCache"
+    compiling = with_history(COMPILING, waiting, T1)
+    assert compiling["phase"] == "Precompiling"
+    assert jobstate.phase_started(compiling) == epoch(T1)
+    assert jobstate.phase_started(metrics.indexed_status(compiling)) == epoch(T1)
+    later = with_history(COMPILING, compiling, "2026-11-21T13:00:00Z")
+    assert jobstate.phase_started(metrics.indexed_status(later)) == epoch(T1)

@@ -329,7 +329,7 @@ class Job:
         self.overlay = Overlay()
 
     def one_pass(self) -> str | None:
-        emit = lambda _b, _t, reason, _m: self.events.append(reason)  # noqa: E731
+        emit = lambda _b, _t, reason, _m, _a: self.events.append(reason)  # noqa: E731
         views = Views(reader=WatchReader(self.idx, self.overlay))
         return reconcile(NS, "j", emit, views).phase
 

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from trainium_operator import status
-from trainium_operator.lifecycle import Child, Decision, Observed, decide
+from trainium_operator.lifecycle import Blocker, Child, Decision, Observed, decide
 
 T0 = "2026-01-01T00:00:00Z"
 T1 = "2026-01-01T00:05:00Z"
@@ -125,3 +125,43 @@ def test_huge_messages_are_clipped_on_status() -> None:
     assert len(new["message"]) == MAX_MESSAGE and new["message"].endswith("more characters)")
     assert all(len(c["message"]) <= MAX_MESSAGE for c in new["conditions"])
     assert len(str(new)) < 4 * MAX_MESSAGE
+
+
+@pytest.mark.parametrize(
+    "obs",
+    [
+        Observed(storage_blocker=Blocker("ClaimNotFound", "no claim")),  # before any look-up
+        Observed(storage_ready=True, cache_holder="other"),  # WaitingForCache: may yet hit
+        Observed(storage_ready=True, queue_blocker=Blocker("QueueNotFound", "no queue")),
+    ],
+    ids=["claim-missing", "waiting-for-cache", "queue-missing"],
+)
+def test_the_cache_column_says_dash_until_a_stage_decides(obs: Observed) -> None:
+    """`kubectl get tj` must not say `miss` for a job that may still hit."""
+    st = status.render(
+        decide(obs), {}, generation=1, now=T0, cache_key="k" * 32, cache_name="c",
+        precompile_job=None, training_job=None,
+    )  # fmt: skip
+    assert st["cache"]["outcome"] == "-" and "hit" not in st["cache"]
+
+
+def test_conditions_have_metav1_conditions_shape() -> None:
+    """Every condition the lifecycle produces validates against the CRD's condition schema."""
+    import jsonschema
+    import yaml
+    from support import CRD_FILE
+    from test_lifecycle import CASES
+
+    crd = yaml.safe_load(CRD_FILE.read_text(encoding="utf-8"))
+    status_schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]
+    item = status_schema["properties"]["conditions"]["items"]
+    assert item["required"] == ["type", "status", "lastTransitionTime", "reason", "message"]
+    assert set(item["properties"]) == {
+        "type", "status", "lastTransitionTime", "reason", "message", "observedGeneration",
+    }  # fmt: skip
+    assert item["properties"]["reason"]["pattern"] == "^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"
+    assert item["properties"]["observedGeneration"]["minimum"] == 0
+    for case in CASES:
+        for cond in status.conditions(decide(case.obs), [], 3, T0):
+            jsonschema.validate(cond, item)
+            assert cond["observedGeneration"] == 3
