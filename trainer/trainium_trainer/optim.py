@@ -19,7 +19,12 @@ Params = Iterable[nn.Parameter] | Iterable[dict[str, Any]]
 
 
 class _Fp32State(torch.optim.Optimizer):
-    """Adam moments in fp32 with a tensor step count: branch-free, so XLA traces one graph."""
+    """Adam moments in fp32 with a tensor step count: branch-free, so XLA traces one graph.
+
+    The learning rate reaches the graph as device data too (lr_on_device), never as a Python
+    float: torch_xla caches scalars by value, so a scheduled lr that equals another scalar of
+    the step (the weight decay, say) merges with it and changes the graph (issue 21).
+    """
 
     def __init__(
         self,
@@ -31,15 +36,30 @@ class _Fp32State(torch.optim.Optimizer):
     ) -> None:
         defaults = {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay}
         super().__init__(params, defaults)
+        self._lrs: torch.Tensor | None = None
 
     @torch.no_grad()
     def step(self, closure: None = None) -> None:  # type: ignore[override]
         """One update of every parameter that has a gradient."""
-        for group in self.param_groups:
+        lrs = self.lr_on_device()
+        for i, group in enumerate(self.param_groups):
             for p in group["params"]:
                 if p.grad is not None:
                     update = self._direction(p, group)
-                    p.sub_((update * self._scale(p, update, group)).to(p.dtype))
+                    p.sub_((update * self._scale(p, update, lrs[i])).to(p.dtype))
+
+    def lr_on_device(self) -> torch.Tensor:
+        """Every group's current lr in one device tensor, overwritten in place from the host.
+
+        A 1-d tensor copied from the host is fresh device data each step; a 0-d one or a Python
+        scalar would go through torch_xla's by-value scalar cache (0 and 1 even become constants).
+        """
+        host = torch.tensor([float(g["lr"]) for g in self.param_groups], dtype=torch.float32)
+        if self._lrs is None:
+            device = self.param_groups[0]["params"][0].device
+            self._lrs = torch.zeros(len(self.param_groups), dtype=torch.float32, device=device)
+        self._lrs.copy_(host)
+        return self._lrs
 
     def _direction(self, p: torch.Tensor, group: dict[str, Any]) -> torch.Tensor:
         """Update the fp32 moments of p; returns m_hat / (sqrt(v_hat) + eps) + wd * p in fp32."""
@@ -61,33 +81,27 @@ class _Fp32State(torch.optim.Optimizer):
             update = update.add(p.float(), alpha=group["weight_decay"])
         return update
 
-    def _scale(
-        self, p: torch.Tensor, update: torch.Tensor, group: dict[str, Any]
-    ) -> torch.Tensor | float:
-        """The step size applied to the update direction."""
+    def _scale(self, p: torch.Tensor, update: torch.Tensor, lr: torch.Tensor) -> torch.Tensor:
+        """The step size applied to the update direction (lr: this group's, on the device)."""
         raise NotImplementedError
 
 
 class AdamW(_Fp32State):
     """AdamW (decoupled weight decay) with fp32 moments, like AWS's AdamW_FP32OptimParams."""
 
-    def _scale(
-        self, p: torch.Tensor, update: torch.Tensor, group: dict[str, Any]
-    ) -> torch.Tensor | float:
+    def _scale(self, p: torch.Tensor, update: torch.Tensor, lr: torch.Tensor) -> torch.Tensor:
         """The learning rate."""
-        return float(group["lr"])
+        return lr
 
 
 class Lamb(_Fp32State):
     """LAMB (You et al., 2019): Adam moments with a per-tensor trust ratio ||w|| / ||update||."""
 
-    def _scale(
-        self, p: torch.Tensor, update: torch.Tensor, group: dict[str, Any]
-    ) -> torch.Tensor | float:
+    def _scale(self, p: torch.Tensor, update: torch.Tensor, lr: torch.Tensor) -> torch.Tensor:
         """The learning rate times the trust ratio (1 where either norm is zero)."""
         w_norm, u_norm = p.float().norm(), update.norm()
         ones = torch.ones_like(w_norm)
-        return torch.where((w_norm > 0) & (u_norm > 0), w_norm / u_norm, ones) * group["lr"]
+        return torch.where((w_norm > 0) & (u_norm > 0), w_norm / u_norm, ones) * lr
 
 
 def param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
