@@ -130,13 +130,23 @@ def user_args(spec: TrainiumJobSpec, stage: str) -> list[str]:
     return [*strip_flag(spec.args, flag), flag, str(spec.precompile.steps)]
 
 
+def launcher(spec: TrainiumJobSpec) -> str:
+    """torchrun; for the trainer, its wrapper that exits 143 (not 1) when a SIGTERM stopped it.
+
+    Another module or a script may run in an image without the trainer, so it gets torchrun.
+    """
+    if spec.entry_module == contract.DEFAULT_MODULE:
+        return contract.TORCHRUN_MODULE
+    return "torch.distributed.run"
+
+
 def torchrun_argv(spec: TrainiumJobSpec, ctx: StageContext) -> list[str]:
-    """`python3 -m torch.distributed.run ... <module|script> <args>` of every node but 0.
+    """`python3 -m <launcher> ... <module|script> <args>` of every node but 0 (launcher: torchrun).
 
     This is the container's argv: the worker's part is escaped for torchrun's own substitution.
     """
     argv = [
-        ctx.python, "-m", "torch.distributed.run",
+        ctx.python, "-m", launcher(spec),
         "--nnodes", str(spec.nodes),
         "--nproc_per_node", str(spec.procs_per_node),
         "--rdzv_backend", "c10d",

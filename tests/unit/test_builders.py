@@ -290,7 +290,7 @@ def _argv(container: Json) -> list[str]:
 def _worker_argv(container: Json) -> list[str]:
     """What torchrun hands each worker: its own parsing and `${local_rank}` substitution."""
     argv = _argv(container)
-    torchrun_args = parse_args(argv[argv.index("torch.distributed.run") + 1 :])
+    torchrun_args = parse_args(argv[argv.index("-m") + 2 :])
     _, _, worker_args = config_from_args(torchrun_args)
     return list(torchrun_macros.substitute(worker_args, "0"))
 
@@ -359,7 +359,7 @@ def test_training_argv_ends_with_the_module_and_the_users_args(
 ) -> None:
     spec, _ = tutorial
     argv = _argv(first_container(tutorial_jobs["train"]))
-    assert argv[:3] == ["python3", "-m", "torch.distributed.run"]
+    assert argv[:3] == ["python3", "-m", "trainium_trainer.torchrun"]
     assert argv[-len(spec.args) - 2 :] == ["-m", "trainium_trainer", *spec.args]
 
 
