@@ -13,6 +13,7 @@ from torch.distributed.elastic.utils.api import macros as torchrun_macros
 from torch.distributed.run import config_from_args, parse_args
 
 from trainium_operator import budget, builders, cache, naming
+from trainium_trainer import config
 from trainium_operator.builders import Owner
 from trainium_operator.spec import TrainiumJobSpec, parse
 
@@ -376,7 +377,10 @@ def test_precompile_argv_is_the_training_argv_plus_the_step_limit(
     i = train_argv.index("--max-steps")
     assert train_argv[i : i + 2] == ["--max-steps", "28125"]  # the example trains 28125 steps
     without_limit = train_argv[:i] + train_argv[i + 2 :]
-    assert same_rdzv == ["neuron_parallel_compile", *without_limit, "--max-steps", "10"]
+    # The trainer's log and checkpoint periods come under the limit: every step kind is traced.
+    cadence = config.precompile_args(without_limit, 10)
+    assert cadence[-4:] == ["--log-every", "9", "--checkpoint-every", "9"]
+    assert same_rdzv == ["neuron_parallel_compile", *cadence, "--max-steps", "10"]
 
 
 @pytest.mark.parametrize(
@@ -389,7 +393,7 @@ def test_precompile_replaces_the_users_step_flag(given: list[str]) -> None:
     compile_ = _argv(first_container(build("precompile", args=args)))
     assert train[-len(args) :] == args  # training keeps the user's own limit
     start = compile_.index("bert-pretrain")
-    assert compile_[start:] == ["bert-pretrain", "--lr", "0.1", "--max-steps", "10"]
+    assert compile_[start:] == ["bert-pretrain", "--lr", "0.1", "--log-every", "9", "--max-steps", "10"]
 
 
 def test_aws_script_argv_and_its_own_step_flag() -> None:

@@ -61,13 +61,39 @@ class _Fp32State(torch.optim.Optimizer):
         self._lrs.copy_(host)
         return self._lrs
 
+    def init_state(self) -> None:
+        """Zero moments and step count for every parameter that has none (a fresh start).
+
+        Set up before the first step, so that step's graph is every step's graph (issue 21).
+        """
+        for group in self.param_groups:
+            for p in group["params"]:
+                state = self.state[p]
+                if not state:
+                    state["step"] = torch.zeros(1, dtype=torch.float32, device=p.device)
+                    state["exp_avg"] = torch.zeros_like(p, dtype=torch.float32)
+                    state["exp_avg_sq"] = torch.zeros_like(p, dtype=torch.float32)
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """torch's load, then the saved state again as fp32 on the parameter's device.
+
+        torch casts floating state to each parameter's dtype (bf16 moments would get stuck) and
+        leaves "step" on the host (the step count would enter the graph as a host scalar). The
+        step is 1-d: torch_xla uploads a 0-d tensor through its by-value scalar cache, which
+        merges the equal step counts of all parameters into one graph input.
+        """
+        super().load_state_dict(state_dict)
+        params = [p for group in self.param_groups for p in group["params"]]
+        for index, saved in state_dict["state"].items():
+            p = params[index]
+            state = {k: v.reshape(1) if k == "step" else v for k, v in saved.items()}
+            self.state[p] = {k: v.to(p.device, torch.float32) for k, v in state.items()}
+
     def _direction(self, p: torch.Tensor, group: dict[str, Any]) -> torch.Tensor:
         """Update the fp32 moments of p; returns m_hat / (sqrt(v_hat) + eps) + wd * p in fp32."""
         state = self.state[p]
         if not state:
-            state["step"] = torch.zeros((), dtype=torch.float32, device=p.device)
-            state["exp_avg"] = torch.zeros_like(p, dtype=torch.float32)
-            state["exp_avg_sq"] = torch.zeros_like(p, dtype=torch.float32)
+            self.init_state()
         beta1, beta2 = group["betas"]
         step, m, v = state["step"], state["exp_avg"], state["exp_avg_sq"]
         assert p.grad is not None  # step() only passes parameters with a gradient
@@ -75,7 +101,8 @@ class _Fp32State(torch.optim.Optimizer):
         step.add_(1.0)
         m.mul_(beta1).add_(grad, alpha=1.0 - beta1)
         v.mul_(beta2).addcmul_(grad, grad, value=1.0 - beta2)
-        m_hat, v_hat = m / (1.0 - torch.pow(beta1, step)), v / (1.0 - torch.pow(beta2, step))
+        count = step.reshape(())
+        m_hat, v_hat = m / (1.0 - torch.pow(beta1, count)), v / (1.0 - torch.pow(beta2, count))
         update = m_hat / (v_hat.sqrt() + group["eps"])
         if group["weight_decay"]:
             update = update.add(p.float(), alpha=group["weight_decay"])
