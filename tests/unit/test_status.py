@@ -125,3 +125,20 @@ def test_huge_messages_are_clipped_on_status() -> None:
     assert len(new["message"]) == MAX_MESSAGE and new["message"].endswith("more characters)")
     assert all(len(c["message"]) <= MAX_MESSAGE for c in new["conditions"])
     assert len(str(new)) < 4 * MAX_MESSAGE
+
+
+def test_a_refused_edit_keeps_the_cache_of_what_runs() -> None:
+    """After ImmutableFieldChanged the edited spec's key was never compiled (issue 21)."""
+    first = render(PRECOMPILING, {}, T0)
+    first["cache"]["entry"] = "entry-of-what-runs"
+    edited = status.render(
+        PRECOMPILING, first, generation=2, now=T1, cache_key="e" * 32, cache_name="edited",
+        precompile_job="bert-compile", training_job=None, cache_extra={"entry": "edited-entry"},
+        held=True,
+    )  # fmt: skip
+    assert edited["cache"] == first["cache"]
+    followed = status.render(
+        PRECOMPILING, first, generation=2, now=T1, cache_key="e" * 32, cache_name="edited",
+        precompile_job="bert-compile", training_job=None,
+    )  # fmt: skip
+    assert followed["cache"]["key"] == "e" * 32
