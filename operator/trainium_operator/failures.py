@@ -40,7 +40,9 @@ class Policy:
 POLICIES: Mapping[str, Policy] = {
     "Evicted": Policy(True, False, "the node took the pod away; the work itself was fine"),
     "Preempted": Policy(True, False, "a higher-priority workload took the nodes"),
-    "Interrupted": Policy(True, False, "SIGTERM (drain, spot reclaim): it checkpointed and stopped"),
+    "Interrupted": Policy(
+        True, False, "SIGTERM (drain, spot reclaim): it checkpointed and stopped"
+    ),
     "ImagePullFailed": Policy(False, True, "a bad image name or missing pull secret stays bad"),
     "ContainerConfigError": Policy(False, True, "a missing Secret/ConfigMap or device needs a fix"),
     "AdmissionRejected": Policy(True, True, "the kubelet refused the pod (device plugin state)"),
@@ -187,7 +189,8 @@ LOG_RULES: tuple[Rule, ...] = (
         # trainer/trainium_trainer/__main__.py after a SIGTERM: "stopped: SIGTERM: stopped after
         # step 40, checkpointed; ..." (torchrun --tee prefixes "[default0]:"), and its torchrun
         # wrapper (trainium_trainer/torchrun.py): "stopped: torchrun got signal 15 (SIGTERM)..."
-        r"(?:^|\]:)\s*stopped: (?:SIGTERM: stopped after step \d+|torchrun(?:'s workers)? got signal)",
+        r"(?:^|\]:)\s*stopped: "
+        r"(?:SIGTERM: stopped after step \d+|torchrun(?:'s workers)? got signal)",
         # torchrun's agent itself (torch/distributed/elastic/multiprocessing/api.py): ahead of
         # the generic traceback rule, which would read this exception as the user's code.
         r"\bSignalException: Process \d+ got signal: \d+",
@@ -444,7 +447,9 @@ def _from_container(pod: str, container: str, term: Json, log_tail: Sequence[str
     found = _from_log(where, (*log_tail, *said), f"{why}, exit {code}", tail)
     if code == EXIT_SIGTERM and found.reason in SECONDARY:
         # Told to stop (a generic traceback may follow the signal): the work was not at fault.
-        return make_failure("Interrupted", f"{where} ({why}, exit {code}): stopped by SIGTERM", tail)
+        return make_failure(
+            "Interrupted", f"{where} ({why}, exit {code}): stopped by SIGTERM", tail
+        )
     return found
 
 

@@ -206,7 +206,8 @@ def test_optimizer_state_exists_before_the_first_step() -> None:
         ([], 10, ["--log-every", "9"]),
         (["--log-every", "5", "--checkpoint-every=1000"], 10,
          ["--log-every", "5", "--checkpoint-every", "9"]),
-        (["--log-every=1", "--checkpoint-every", "0"], 3, ["--checkpoint-every", "0", "--log-every", "1"]),
+        (["--log-every=1", "--checkpoint-every", "0"], 3,
+         ["--checkpoint-every", "0", "--log-every", "1"]),
         (["--log-every", "x"], 10, ["--log-every", "x"]),
     ],
 )  # fmt: skip

@@ -13,9 +13,9 @@ from torch.distributed.elastic.utils.api import macros as torchrun_macros
 from torch.distributed.run import config_from_args, parse_args
 
 from trainium_operator import budget, builders, cache, naming
-from trainium_trainer import config
 from trainium_operator.builders import Owner
 from trainium_operator.spec import TrainiumJobSpec, parse
+from trainium_trainer import config
 
 Json = dict[str, Any]
 K8S_VERSION = "1.33.0"
@@ -393,7 +393,15 @@ def test_precompile_replaces_the_users_step_flag(given: list[str]) -> None:
     compile_ = _argv(first_container(build("precompile", args=args)))
     assert train[-len(args) :] == args  # training keeps the user's own limit
     start = compile_.index("bert-pretrain")
-    assert compile_[start:] == ["bert-pretrain", "--lr", "0.1", "--log-every", "9", "--max-steps", "10"]
+    assert compile_[start:] == [
+        "bert-pretrain",
+        "--lr",
+        "0.1",
+        "--log-every",
+        "9",
+        "--max-steps",
+        "10",
+    ]
 
 
 def test_aws_script_argv_and_its_own_step_flag() -> None:

@@ -21,7 +21,7 @@ import pytest
 
 pytest.importorskip("torch_xla")
 
-from trainium_trainer import config  # noqa: E402
+from trainium_trainer import config
 
 LRS = ("0.01", "0.05", "0.06")
 TRAIN_STEPS = 50

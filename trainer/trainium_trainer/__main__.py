@@ -1,7 +1,8 @@
 """`python -m trainium_trainer TASK [options]`: parse, pick the device, train, exit.
 
 Outcomes a caller must tell apart get their own exit code and one line on stderr (no traceback):
-a mistake the user can fix (2; a full disk too), a diverged loss (3), a SIGTERM stop after checkpointing (143).
+a mistake the user can fix (2; a full disk at a checkpoint too), a diverged loss (3), a SIGTERM
+stop after checkpointing (143).
 Anything else is a bug and keeps its traceback. The line also goes to the container's termination
 log, where Kubernetes shows it in the pod status, ahead of the last checkpoint's report.
 """

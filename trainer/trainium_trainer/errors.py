@@ -28,7 +28,9 @@ class DiskFull(Exception):
     """A checkpoint could not be written for lack of space: the previous one stays (exit 2)."""
 
     def __init__(self, path: Path, free: int, cause: str, last_checkpoint: int) -> None:
-        kept = f"the previous one (step {last_checkpoint}) is kept" if last_checkpoint else "none yet"
+        kept = (
+            f"the previous one (step {last_checkpoint}) is kept" if last_checkpoint else "none yet"
+        )
         super().__init__(
             f"cannot write checkpoint {path}: {cause} ({_size(free)} free on {path.parent}); "
             f"{kept}; free space or lower --keep-checkpoints"
