@@ -21,7 +21,7 @@ from trainium_operator.budget import VOLCANO_MAX_RETRY
 from trainium_operator.cachekey import strip_flag
 from trainium_operator.instances import EFA_RESOURCE, INSTANCE_TYPE_LABEL
 from trainium_operator.spec import TrainiumJobSpec
-from trainium_trainer import contract
+from trainium_trainer import config, contract
 
 RDZV_PORT = 29500
 #: The replica that hosts the c10d rendezvous store (TorchX task `node-0`).
@@ -123,20 +123,38 @@ def store_host_argv(spec: TrainiumJobSpec, ctx: StageContext, argv: list[str]) -
 
 
 def user_args(spec: TrainiumJobSpec, stage: str) -> list[str]:
-    """The user's args; precompile replaces the step flag (either form) with its own limit."""
+    """The user's args; precompile replaces the step flag (either form) with its own limit.
+
+    For the trainer, the limit is at least 3 steps and its log and checkpoint periods are
+    brought under it, so the precompile traces every step kind training has (issue 21).
+    """
     if stage != PRECOMPILE:
         return list(spec.args)
     flag = spec.precompile.stepsArg
-    return [*strip_flag(spec.args, flag), flag, str(spec.precompile.steps)]
+    args, steps = strip_flag(spec.args, flag), spec.precompile.steps
+    if spec.entry_module == contract.DEFAULT_MODULE:
+        steps = config.precompile_steps(steps)
+        args = config.precompile_args(args, steps)
+    return [*args, flag, str(steps)]
+
+
+def launcher(spec: TrainiumJobSpec) -> str:
+    """torchrun; for the trainer, its wrapper that exits 143 (not 1) when a SIGTERM stopped it.
+
+    Another module or a script may run in an image without the trainer, so it gets torchrun.
+    """
+    if spec.entry_module == contract.DEFAULT_MODULE:
+        return contract.TORCHRUN_MODULE
+    return "torch.distributed.run"
 
 
 def torchrun_argv(spec: TrainiumJobSpec, ctx: StageContext) -> list[str]:
-    """`python3 -m torch.distributed.run ... <module|script> <args>` of every node but 0.
+    """`python3 -m <launcher> ... <module|script> <args>` of every node but 0 (launcher: torchrun).
 
     This is the container's argv: the worker's part is escaped for torchrun's own substitution.
     """
     argv = [
-        ctx.python, "-m", "torch.distributed.run",
+        ctx.python, "-m", launcher(spec),
         "--nnodes", str(spec.nodes),
         "--nproc_per_node", str(spec.procs_per_node),
         "--rdzv_backend", "c10d",

@@ -40,6 +40,9 @@ class Policy:
 POLICIES: Mapping[str, Policy] = {
     "Evicted": Policy(True, False, "the node took the pod away; the work itself was fine"),
     "Preempted": Policy(True, False, "a higher-priority workload took the nodes"),
+    "Interrupted": Policy(
+        True, False, "SIGTERM (drain, spot reclaim): it checkpointed and stopped"
+    ),
     "ImagePullFailed": Policy(False, True, "a bad image name or missing pull secret stays bad"),
     "ContainerConfigError": Policy(False, True, "a missing Secret/ConfigMap or device needs a fix"),
     "AdmissionRejected": Policy(True, True, "the kubelet refused the pod (device plugin state)"),
@@ -58,8 +61,13 @@ POLICIES: Mapping[str, Policy] = {
 #: Reasons that say little on their own, or that a pod also shows when a peer died first (its
 #: rendezvous or gloo link breaks): any other cause in the gang is more telling.
 SECONDARY = frozenset({"UserCodeError", "Unknown", "RendezvousTimeout"})
-#: Reasons that explain the failures of every other pod in the gang.
-DISRUPTIONS = frozenset({"Evicted", "Preempted"})
+#: Disruptions: a restart that never spends runPolicy.maxRetries.
+DISRUPTIONS = frozenset({"Evicted", "Preempted", "Interrupted"})
+#: Disruptions that explain the failures of every other pod in the gang. A SIGTERM stop does
+#: not: Volcano also SIGTERMs the peers of a pod that failed, so it explains only itself.
+GANG_DISRUPTIONS = frozenset({"Evicted", "Preempted"})
+#: 128 + SIGTERM: the trainer (and its torchrun wrapper) exits with it when told to stop.
+EXIT_SIGTERM = 143
 
 
 @dataclass(frozen=True)
@@ -177,6 +185,17 @@ LOG_RULES: tuple[Rule, ...] = (
         r"Cannot allocate memory",
     ),
     _rule(
+        "Interrupted",
+        # trainer/trainium_trainer/__main__.py after a SIGTERM: "stopped: SIGTERM: stopped after
+        # step 40, checkpointed; ..." (torchrun --tee prefixes "[default0]:"), and its torchrun
+        # wrapper (trainium_trainer/torchrun.py): "stopped: torchrun got signal 15 (SIGTERM)..."
+        r"(?:^|\]:)\s*stopped: "
+        r"(?:SIGTERM: stopped after step \d+|torchrun(?:'s workers)? got signal)",
+        # torchrun's agent itself (torch/distributed/elastic/multiprocessing/api.py): ahead of
+        # the generic traceback rule, which would read this exception as the user's code.
+        r"\bSignalException: Process \d+ got signal: \d+",
+    ),
+    _rule(
         "UserCodeError",
         # trainer/trainium_trainer/__main__.py: a mistake the user can fix is one "error: ..."
         # line (torchrun --tee prefixes "[default0]:").
@@ -252,7 +271,8 @@ def classify_gang(pods: Sequence[Json], logs: Mapping[str, Sequence[str]]) -> Fa
     def rank(item: tuple[int, _Found]) -> tuple[int, datetime.datetime, int]:
         index, f = item
         reason = f.failure.reason
-        tier = 0 if reason in DISRUPTIONS else 2 if reason in SECONDARY else 1
+        tier = 0 if reason in GANG_DISRUPTIONS else 2 if reason in SECONDARY else 1
+        tier = 3 if reason == "Interrupted" else tier
         return tier, f.at or far, index
 
     return min(found, key=rank)[1].failure
@@ -424,7 +444,13 @@ def _from_container(pod: str, container: str, term: Json, log_tail: Sequence[str
     tail = tuple(log_tail) or said
     if why == "OOMKilled":
         return make_failure("OOMKilled", f"{where}: OOMKilled (exit {code})", tail)
-    return _from_log(where, (*log_tail, *said), f"{why}, exit {code}", tail)
+    found = _from_log(where, (*log_tail, *said), f"{why}, exit {code}", tail)
+    if code == EXIT_SIGTERM and found.reason in SECONDARY:
+        # Told to stop (a generic traceback may follow the signal): the work was not at fault.
+        return make_failure(
+            "Interrupted", f"{where} ({why}, exit {code}): stopped by SIGTERM", tail
+        )
+    return found
 
 
 def _from_log(

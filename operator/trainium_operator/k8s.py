@@ -106,6 +106,12 @@ def api_message(exc: ApiException) -> str:
     return str(message or exc.reason or f"HTTP {exc.status}")
 
 
+#: Connections the client keeps per host: one for each thread that may call the API at once
+#: (16 pass workers, as many kopf handler threads, the recheck pool); urllib3's default of 10
+#: discarded connections ("Connection pool is full") under a burst of passes.
+POOL_SIZE = 40
+
+
 @functools.cache
 def api_client() -> client.ApiClient:
     """One client per process: in-cluster service account, else $KUBECONFIG."""
@@ -113,7 +119,9 @@ def api_client() -> client.ApiClient:
         config.load_incluster_config()
     except config.ConfigException:
         config.load_kube_config(config_file=os.environ.get("KUBECONFIG"))
-    api = client.ApiClient()
+    cfg = client.Configuration.get_default_copy()
+    cfg.connection_pool_maxsize = POOL_SIZE
+    api = client.ApiClient(configuration=cfg)
     api.user_agent = f"trainium-operator/{__version__}"  # audit logs name us, not the library
     return api
 

@@ -73,7 +73,7 @@ def decide(obs: Observed) -> Decision:
         decision = _hold(decision, obs.changed_fields)
     before = _RANK.get(Phase(obs.previous_phase)) if obs.previous_phase in _PHASES else None
     now = _RANK.get(decision.phase)
-    if before is not None and now is not None and before > now:
+    if before is not None and now is not None and before > now and not _idle_blocked(decision, obs):
         return replace(decision, phase=Phase(obs.previous_phase))
     return decision
 
@@ -98,6 +98,16 @@ def _stays_finished(obs: Observed) -> Decision:
         )
         conds.append(Condition("Suspended", "False", "JobFinished", msg))
     return Decision(phase, message, tuple(conds), (), _cache_hit(obs), obs.restarts)
+
+
+def _idle_blocked(decision: Decision, obs: Observed) -> bool:
+    """Pending on a missing prerequisite with no stage job alive: no later phase is true."""
+    return (
+        decision.phase is Phase.PENDING
+        and decision.blocker is not None
+        and obs.training is Child.ABSENT
+        and obs.precompile not in _LIVE
+    )
 
 
 def _hold(decision: Decision, fields: tuple[str, ...]) -> Decision:
@@ -413,9 +423,9 @@ def _pending(
     elif not any(c.type == "Running" for c in conds):
         conds.append(Condition("Running", "False", "NotStarted", "training not started"))
     phase = Phase.PENDING
-    if obs.precompile is Child.SUCCEEDED and obs.storage_ready:  # compiled: training is next
-        phase = Phase.TRAINING
-        message = blocker.message if blocker else "creating the training job"
+    if obs.precompile is Child.SUCCEEDED and obs.storage_ready and blocker is None:
+        phase = Phase.TRAINING  # compiled, nothing missing: the training job is created now
+        message = "creating the training job"
     conditions = _close(conds, running=None)
     return Decision(phase, message, conditions, actions, hit, obs.restarts, blocker)
 

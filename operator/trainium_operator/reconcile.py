@@ -310,6 +310,7 @@ def _report(
         ),
         training_job=_job_name(owner_name, "train", obs.training is not Child.ABSENT, acts),
         cache_extra=_cache_figures(spec, decision, obs) if spec else None,
+        held=bool(obs.changed_fields),
     )
     if spec is not None:  # what the job started with: a later change is refused, not followed
         new["specDigests"] = previous.get("specDigests") or digests_cached(body)

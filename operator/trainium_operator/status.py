@@ -77,8 +77,13 @@ def render(
     precompile_job: str | None,
     training_job: str | None,
     cache_extra: Json | None = None,
+    held: bool = False,
 ) -> Json:
-    """The full status for this decision, keeping start/completion times once set."""
+    """The full status for this decision, keeping start/completion times once set.
+
+    held: a graph-defining edit was refused; the cache fields keep describing what runs, not
+    the edited spec's key, which nothing compiled.
+    """
     status: Json = {
         "phase": decision.phase.value,
         "message": clip(decision.message),
@@ -87,7 +92,9 @@ def render(
         "restarts": decision.restarts,
         "startTime": previous.get("startTime") or now,
     }
-    if cache_key:
+    if held and previous.get("cache"):
+        status["cache"] = dict(previous["cache"])
+    elif cache_key:
         cache: Json = {"key": cache_key, "name": cache_name}
         before = previous.get("cache") or {}
         decided = precompile_job or training_job or before.get("outcome") in OUTCOMES

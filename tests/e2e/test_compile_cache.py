@@ -116,11 +116,14 @@ def test_a_graph_field_changed_on_a_live_job_is_refused_and_records_nothing(
     q = prerequisites(ns)
     apply(job(ns, "resized", q))
     vcjob(k8s, ns, "resized-compile")
+    compiling = wait_phase(ns, "resized", "Precompiling")["cache"]
     kubectl("patch", "trainiumjobs.v1alpha1.trainium.dev", "resized", "-n", ns, "--type=merge",
             "-p", '{"spec": {"nodes": 4}}')  # fmt: skip
     wait_for(lambda: condition(ns, "resized", "Validated").get("reason") == "ImmutableFieldChanged",
              what="Validated=False ImmutableFieldChanged")  # fmt: skip
     assert "spec.nodes" in condition(ns, "resized", "Validated")["message"]
+    # Status describes what runs (the 2-node compile), not the refused 4-node key (issue 21).
+    assert status(ns, "resized")["cache"] == compiling
     simulate_vcjob_phase(ns, "resized-compile", "Completed")  # a 2-node compile finishing
     wait_for(lambda: condition(ns, "resized", "Precompiled").get("status") == "True",
              what="the operator saw the compile finish")  # fmt: skip

@@ -169,7 +169,7 @@ def test_full_lifecycle_then_cache_hit(
     simulate_vcjob_phase(ns, "bert-compile", "Completed")
     train = vcjob(k8s, ns, "bert-train")
     assert train["spec"]["tasks"][0]["template"]["spec"]["containers"][0]["command"][:3] == [
-        "python3", "-m", "torch.distributed.run",
+        "python3", "-m", "trainium_trainer.torchrun",
     ]  # fmt: skip
     records = k8s.list("v1/configmaps", ns)
     assert [r["data"]["key"] for r in records] == [st["cache"]["key"]]

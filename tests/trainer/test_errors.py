@@ -105,3 +105,19 @@ def test_cli_process_prints_no_traceback(tmp_path: Path) -> None:
     assert proc.stderr.strip().splitlines() == [
         f"error: data dir {tmp_path / 'missing'} does not exist or is not a directory"
     ]
+
+
+def test_pretrained_dir_without_tokenizer_files(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A saved model alone: transformers raised a TypeError traceback (exit 1, issue 21)."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    model = tmp_path / "model"
+    GPT2LMHeadModel(GPT2Config(n_layer=1, n_head=2, n_embd=16, vocab_size=64)).save_pretrained(
+        str(model)
+    )
+    (tmp_path / "a.txt").write_text("hello world " * 50)
+    args = ["causal-lm", "--data-dir", str(tmp_path), "--pretrained", str(model)]
+    args += ["--output-dir", str(tmp_path / "o")]
+    _one_error_line(capsys, main(args), "--tokenizer")

@@ -45,11 +45,18 @@ def _children(pid: int) -> list[int]:
 
 
 def _signal_when_logged(
-    args: list[str], step: int, nproc: int = 0, only_one_worker: bool = False
+    args: list[str],
+    step: int,
+    nproc: int = 0,
+    only_one_worker: bool = False,
+    launcher: str = "torch.distributed.run",
 ) -> subprocess.CompletedProcess[str]:
     """Run the trainer, SIGTERM it (or one torchrun worker) once it logged `step`; wait."""
     proc = subprocess.Popen(
-        cmd(args, nproc), env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        cmd(args, nproc, launcher),
+        env=subprocess_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
     )
     deadline = time.monotonic() + RUN_TIMEOUT
     assert proc.stdout is not None
@@ -119,6 +126,30 @@ def test_sigterm_stops_every_rank_at_the_same_step(
     (step,) = steps
     # Rank 0 (which may have got no signal) wrote that step: the ranks agreed on it.
     assert [s for s, _ in checkpoint.complete_checkpoints(out / "checkpoints")] == [step]
+
+
+@pytest.mark.parametrize("launcher", ["torch.distributed.run", contract.TORCHRUN_MODULE])
+def test_sigterm_under_torchrun_is_a_disruption(
+    launcher: str, tmp_path: Path, no_dropout_config: Path
+) -> None:
+    """The operator reads torchrun's end as an interruption; the wrapper also exits 143 (#20)."""
+    from trainium_operator.failures import classify_pod
+    from trainium_trainer.synth import write_bert_shards
+
+    data = tmp_path / "data"
+    write_bert_shards(data, shards=2, samples_per_shard=32, seq_len=64, seed=3)
+    args = ["bert-pretrain", "--data-dir", str(data), "--output-dir", str(tmp_path / "out")]
+    args += ["--max-steps", "200", "--batch-size", "4", "--log-every", "1"]
+    args += ["--model-config", str(no_dropout_config), *FAST]
+    proc = _signal_when_logged(args, step=3, nproc=2, launcher=launcher)
+    wrapped = launcher == contract.TORCHRUN_MODULE
+    assert proc.returncode == (contract.EXIT_PREEMPTED if wrapped else 1), proc.stderr[-3000:]
+    assert ("stopped: torchrun got signal 15 (SIGTERM)" in proc.stderr) == wrapped
+    status = {"phase": "Failed", "containerStatuses": [{"name": "node", "state": {
+        "terminated": {"exitCode": proc.returncode, "reason": "Error"}}}]}  # fmt: skip
+    got = classify_pod({"metadata": {"name": "w-0"}, "status": status}, proc.stderr.splitlines())
+    assert got is not None and got.reason == "Interrupted", got
+    assert got.retry and not got.counts_against_budget
 
 
 def test_checkpoint_minutes_uses_the_clock(bert_data: Path, tmp_path: Path) -> None:

@@ -175,3 +175,45 @@ def test_set_peak_lr_rescales_the_schedule() -> None:
     opt.step()
     sched.step()
     assert sched.get_last_lr() == [pytest.approx(0.1 * 5 / 10)]
+
+
+def test_resumed_optimizer_state_stays_fp32_for_bf16_weights() -> None:
+    """torch's load_state_dict casts state to each parameter's dtype: bf16 moments get stuck."""
+    w = torch.nn.Parameter(torch.randn(4, 4).to(torch.bfloat16))
+    opt = optim.AdamW([w], lr=0.05)
+    (w.float() ** 2).sum().backward()
+    opt.step()
+    saved = opt.state_dict()
+    fresh = optim.AdamW([w], lr=0.05)
+    fresh.load_state_dict(saved)
+    state = fresh.state[w]
+    assert {k: v.dtype for k, v in state.items()} == dict.fromkeys(state, torch.float32)
+    assert torch.equal(state["exp_avg_sq"], saved["state"][0]["exp_avg_sq"])
+
+
+def test_optimizer_state_exists_before_the_first_step() -> None:
+    """A fresh start's state is set up before step 1, so step 1 traces like any step (#21)."""
+    w = torch.nn.Parameter(torch.randn(4, 4))
+    opt = optim.AdamW([w], lr=0.05)
+    opt.init_state()
+    assert set(opt.state[w]) == {"step", "exp_avg", "exp_avg_sq"}
+    assert opt.lr_on_device().tolist() == pytest.approx([0.05])
+
+
+@pytest.mark.parametrize(
+    ("args", "steps", "want"),
+    [
+        ([], 10, ["--log-every", "9"]),
+        (["--log-every", "5", "--checkpoint-every=1000"], 10,
+         ["--log-every", "5", "--checkpoint-every", "9"]),
+        (["--log-every=1", "--checkpoint-every", "0"], 3,
+         ["--checkpoint-every", "0", "--log-every", "1"]),
+        (["--log-every", "x"], 10, ["--log-every", "x"]),
+    ],
+)  # fmt: skip
+def test_precompile_args_bring_every_step_kind_within_the_limit(
+    args: list[str], steps: int, want: list[str]
+) -> None:
+    got = config.precompile_args(["bert-pretrain", *args], steps)
+    assert got == ["bert-pretrain", *want]
+    assert config.precompile_steps(1) == config.MIN_PRECOMPILE_STEPS == 3

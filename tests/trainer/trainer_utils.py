@@ -35,10 +35,12 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def trainer_cmd(args: Sequence[str], nproc: int = 0) -> list[str]:
-    """`python -m trainium_trainer ...`, under torchrun when nproc > 0."""
+def trainer_cmd(
+    args: Sequence[str], nproc: int = 0, launcher: str = "torch.distributed.run"
+) -> list[str]:
+    """`python -m trainium_trainer ...`, under torchrun (or its wrapper) when nproc > 0."""
     if nproc:
-        launch = ["-m", "torch.distributed.run", "--nnodes", "1", f"--nproc_per_node={nproc}"]
+        launch = ["-m", launcher, "--nnodes", "1", f"--nproc_per_node={nproc}"]
         launch += ["--master_addr", "127.0.0.1", "--master_port", str(free_port())]
         return [sys.executable, *launch, "-m", "trainium_trainer", *args]
     return [sys.executable, "-m", "trainium_trainer", *args]

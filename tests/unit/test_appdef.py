@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 from datetime import timedelta
 
 import pytest
@@ -13,6 +14,7 @@ from torchx.specs import macros
 
 from trainium_operator import appdef
 from trainium_operator.spec import SpecError, parse
+from trainium_trainer import contract
 
 #: Values TorchX gives each replica; the same substitution its schedulers run on args and env.
 VALUES = macros.Values(img_root="/img", app_id="app-x1y2", replica_id="1", rank0_env="RANK0")
@@ -51,7 +53,7 @@ def test_rendezvous_conf_names_the_host_and_both_timeouts() -> None:
 
 def _as_torchrun_parses(argv: list[str]) -> RendezvousParameters:
     """The rendezvous parameters torchrun builds from argv (torch.distributed.run's own parser)."""
-    config, _, _ = config_from_args(parse_args(argv[argv.index("torch.distributed.run") + 1 :]))
+    config, _, _ = config_from_args(parse_args(argv[argv.index("-m") + 2 :]))
     return RendezvousParameters(
         config.rdzv_backend,
         config.rdzv_endpoint,
@@ -83,3 +85,11 @@ def test_torchrun_reads_who_hosts_the_store_and_how_long_to_wait() -> None:
         assert params.get_as_bool("is_host") is is_host
         assert params.get_as_int("read_timeout") == 2400  # c10d_rendezvous_backend's store timeout
         assert _get_timeout(params, "join") == timedelta(seconds=2400)  # dynamic_rendezvous
+
+
+def test_the_trainer_runs_under_the_torchrun_wrapper_others_under_torchrun() -> None:
+    """The wrapper exits 143 on a SIGTERM stop (issue 20); a script's image may lack it."""
+    assert appdef.launcher(spec_of()) == contract.TORCHRUN_MODULE
+    assert appdef.launcher(spec_of(module="my_trainer")) == "torch.distributed.run"
+    assert appdef.launcher(spec_of(script="/app/train.py")) == "torch.distributed.run"
+    importlib.import_module(contract.TORCHRUN_MODULE)  # the module the argv names exists

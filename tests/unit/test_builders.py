@@ -15,6 +15,7 @@ from torch.distributed.run import config_from_args, parse_args
 from trainium_operator import budget, builders, cache, naming
 from trainium_operator.builders import Owner
 from trainium_operator.spec import TrainiumJobSpec, parse
+from trainium_trainer import config
 
 Json = dict[str, Any]
 K8S_VERSION = "1.33.0"
@@ -290,7 +291,7 @@ def _argv(container: Json) -> list[str]:
 def _worker_argv(container: Json) -> list[str]:
     """What torchrun hands each worker: its own parsing and `${local_rank}` substitution."""
     argv = _argv(container)
-    torchrun_args = parse_args(argv[argv.index("torch.distributed.run") + 1 :])
+    torchrun_args = parse_args(argv[argv.index("-m") + 2 :])
     _, _, worker_args = config_from_args(torchrun_args)
     return list(torchrun_macros.substitute(worker_args, "0"))
 
@@ -359,7 +360,7 @@ def test_training_argv_ends_with_the_module_and_the_users_args(
 ) -> None:
     spec, _ = tutorial
     argv = _argv(first_container(tutorial_jobs["train"]))
-    assert argv[:3] == ["python3", "-m", "torch.distributed.run"]
+    assert argv[:3] == ["python3", "-m", "trainium_trainer.torchrun"]
     assert argv[-len(spec.args) - 2 :] == ["-m", "trainium_trainer", *spec.args]
 
 
@@ -376,7 +377,10 @@ def test_precompile_argv_is_the_training_argv_plus_the_step_limit(
     i = train_argv.index("--max-steps")
     assert train_argv[i : i + 2] == ["--max-steps", "28125"]  # the example trains 28125 steps
     without_limit = train_argv[:i] + train_argv[i + 2 :]
-    assert same_rdzv == ["neuron_parallel_compile", *without_limit, "--max-steps", "10"]
+    # The trainer's log and checkpoint periods come under the limit: every step kind is traced.
+    cadence = config.precompile_args(without_limit, 10)
+    assert cadence[-4:] == ["--log-every", "9", "--checkpoint-every", "9"]
+    assert same_rdzv == ["neuron_parallel_compile", *cadence, "--max-steps", "10"]
 
 
 @pytest.mark.parametrize(
@@ -389,7 +393,15 @@ def test_precompile_replaces_the_users_step_flag(given: list[str]) -> None:
     compile_ = _argv(first_container(build("precompile", args=args)))
     assert train[-len(args) :] == args  # training keeps the user's own limit
     start = compile_.index("bert-pretrain")
-    assert compile_[start:] == ["bert-pretrain", "--lr", "0.1", "--max-steps", "10"]
+    assert compile_[start:] == [
+        "bert-pretrain",
+        "--lr",
+        "0.1",
+        "--log-every",
+        "9",
+        "--max-steps",
+        "10",
+    ]
 
 
 def test_aws_script_argv_and_its_own_step_flag() -> None:

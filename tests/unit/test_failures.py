@@ -246,6 +246,44 @@ def test_gang_disruption_explains_the_rest() -> None:
     assert got is not None and got.reason == "Preempted" and not got.counts_against_budget
 
 
+SIGNALLED = "[default0]:stopped: SIGTERM: stopped after step 3, checkpointed; a rerun resumes there"
+SIGNAL_EXCEPTION = [
+    "Traceback (most recent call last):",
+    '  File "/usr/lib/python3/site-packages/torch/distributed/run.py", line 901, in main',
+    "torch.distributed.elastic.multiprocessing.api.SignalException: Process 7 got signal: 15",
+]
+
+
+def test_torchrun_signal_exception_is_an_interruption_not_user_code() -> None:
+    """torchrun's agent exits 1 with a SignalException traceback after a SIGTERM (issue 20)."""
+    got = classify_pod(pod(state=ended(1)), [SIGNALLED, *SIGNAL_EXCEPTION])
+    assert got is not None and got.reason == "Interrupted"
+    assert got.retry and not got.counts_against_budget
+
+
+def test_exit_143_without_evidence_is_an_interruption() -> None:
+    """128 + SIGTERM: what the trainer and its torchrun wrapper exit with when told to stop."""
+    got = classify_pod(pod(state=ended(143)), [])
+    assert got is not None and got.reason == "Interrupted"
+    bare = classify_pod(pod(state=ended(143)), ["Traceback (most recent call last):"])
+    assert bare is not None and bare.reason == "Interrupted"
+
+
+def test_exit_143_keeps_a_specific_cause() -> None:
+    got = classify_pod(pod(state=ended(143)), log("runtime.log"))
+    assert got is not None and got.reason == "NeuronRuntimeError"
+
+
+def test_gang_interruption_explains_only_itself() -> None:
+    """Volcano SIGTERMs the peers of a pod that failed: their clean stop hides nothing."""
+    pods = [pod("w-0", ended(1, at=T0)), pod("w-1", ended(143, at=T0))]
+    got = classify_gang(pods, {"w-0": log("user_code.log"), "w-1": [SIGNALLED]})
+    assert got is not None and got.reason == "UserCodeError"
+    pods = [pod("w-0", ended(143, at=T1)), pod("w-1", ended(1, at=T0))]
+    got = classify_gang(pods, {"w-0": [SIGNALLED], "w-1": [SIGNALLED, *SIGNAL_EXCEPTION]})
+    assert got is not None and got.reason == "Interrupted" and not got.counts_against_budget
+
+
 def test_gang_reads_each_pods_own_log() -> None:
     got = classify_gang(
         [pod("w-0"), pod("w-1", ended(1))], {"w-0": log("efa_init.log"), "w-1": log("diverged.log")}
@@ -358,7 +396,8 @@ def test_retry_decisions_the_issue_names() -> None:
     assert not any(POLICIES[r].retry for r in fail_fast)
     assert all(POLICIES[r].retry for r in restart)
     free = {r for r, p in POLICIES.items() if not p.counts_against_budget}
-    assert free == {"Evicted", "Preempted", "Unschedulable"}
+    assert free == {"Evicted", "Preempted", "Interrupted", "Unschedulable"}
+    assert POLICIES["Interrupted"].retry
 
 
 def test_module_does_no_io() -> None:

@@ -178,7 +178,7 @@ CASES = [
     Case(
         "precompile-succeeded-queue-missing-still-records",
         Observed(storage_ready=True, precompile=Child.SUCCEEDED, queue_blocker=QUEUE_MISSING),
-        Phase.TRAINING,
+        Phase.PENDING,  # no training job exists, nor can one be created: not Training
         (Action.RECORD_CACHE,),
         {"Running": ("False", "QueueNotFound")},
         hit=False,

@@ -160,10 +160,17 @@ def test_a_recreated_gang_pending_is_not_restarting() -> None:
 
 
 @pytest.mark.parametrize("previous", ["Precompiling", "Training"])
-def test_the_phase_never_moves_back(previous: str) -> None:
-    queue = Blocker("QueueNotFound", "queue gone")
-    d = decide(Observed(storage_ready=True, queue_blocker=queue, previous_phase=previous))
-    assert d.phase is Phase(previous)
+def test_the_phase_never_moves_back_while_a_stage_job_lives(previous: str) -> None:
+    claim = Blocker("ClaimNotFound", "claim gone")
+    live = Child.RUNNING if previous == "Precompiling" else Child.ABSENT
+    training = Child.RUNNING if previous == "Training" else Child.ABSENT
+    obs = Observed(storage_blocker=claim, precompile=live, training=training,
+                   cache_holder="self", previous_phase=previous)  # fmt: skip
+    assert decide(obs).phase is Phase(previous)
+    # With nothing alive, a missing prerequisite is Pending: no later phase is true (issue 21).
+    idle = Observed(storage_ready=True, queue_blocker=Blocker("QueueNotFound", "queue gone"),
+                    previous_phase=previous)  # fmt: skip
+    assert decide(idle).phase is Phase.PENDING
 
 
 def test_after_precompile_the_job_goes_to_training_not_back_to_pending() -> None:
@@ -323,3 +330,24 @@ def test_a_running_gang_ignores_an_old_failed_create() -> None:
     obs = replace(READY, training=Child.RUNNING, gang_blocker=NOT_CREATED)
     assert conds(obs)["Running"] == ("True", "GangRunning")
     assert decide(obs).blocker is None
+
+
+@pytest.mark.parametrize("previous", ["Precompiling", "Training"])
+def test_a_queue_deleted_after_the_compile_is_pending_not_training(previous: str) -> None:
+    """No training job exists: the phase must not say Training (issue 21)."""
+    gone = Blocker("QueueNotFound", "Volcano queue q not found")
+    obs = Observed(storage_ready=True, precompile=Child.SUCCEEDED, cache_recorded=True,
+                   queue_blocker=gone, previous_phase=previous)  # fmt: skip
+    d = decide(obs)
+    assert d.phase is Phase.PENDING and d.actions == () and d.blocker == gone
+    assert conds(obs)["Running"] == ("False", "QueueNotFound")
+    assert conds(obs)["Precompiled"][0] == "True"
+    back = decide(replace(obs, queue_blocker=None, previous_phase="Pending"))
+    assert back.phase is Phase.TRAINING and back.actions == (Action.CREATE_TRAINING,)
+
+
+def test_a_missing_queue_does_not_move_a_live_gang_back() -> None:
+    gone = Blocker("QueueNotFound", "Volcano queue q not found")
+    obs = Observed(storage_ready=True, precompile=Child.RUNNING, cache_holder="self",
+                   queue_blocker=gone, previous_phase="Precompiling")  # fmt: skip
+    assert decide(obs).phase is Phase.PRECOMPILING

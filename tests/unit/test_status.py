@@ -165,3 +165,20 @@ def test_conditions_have_metav1_conditions_shape() -> None:
         for cond in status.conditions(decide(case.obs), [], 3, T0):
             jsonschema.validate(cond, item)
             assert cond["observedGeneration"] == 3
+
+
+def test_a_refused_edit_keeps_the_cache_of_what_runs() -> None:
+    """After ImmutableFieldChanged the edited spec's key was never compiled (issue 21)."""
+    first = render(PRECOMPILING, {}, T0)
+    first["cache"]["entry"] = "entry-of-what-runs"
+    edited = status.render(
+        PRECOMPILING, first, generation=2, now=T1, cache_key="e" * 32, cache_name="edited",
+        precompile_job="bert-compile", training_job=None, cache_extra={"entry": "edited-entry"},
+        held=True,
+    )  # fmt: skip
+    assert edited["cache"] == first["cache"]
+    followed = status.render(
+        PRECOMPILING, first, generation=2, now=T1, cache_key="e" * 32, cache_name="edited",
+        precompile_job="bert-compile", training_job=None,
+    )  # fmt: skip
+    assert followed["cache"]["key"] == "e" * 32

@@ -1,7 +1,8 @@
 """`python -m trainium_trainer TASK [options]`: parse, pick the device, train, exit.
 
 Outcomes a caller must tell apart get their own exit code and one line on stderr (no traceback):
-a mistake the user can fix (2), a diverged loss (3), a SIGTERM stop after checkpointing (143).
+a mistake the user can fix (2; a full disk at a checkpoint too), a diverged loss (3), a SIGTERM
+stop after checkpointing (143).
 Anything else is a bug and keeps its traceback. The line also goes to the container's termination
 log, where Kubernetes shows it in the pod status, ahead of the last checkpoint's report.
 """
@@ -15,7 +16,7 @@ from pathlib import Path
 
 from trainium_trainer import contract, termination
 from trainium_trainer.config import UsageError, parse_args
-from trainium_trainer.errors import NonFiniteLoss, Preempted
+from trainium_trainer.errors import DiskFull, NonFiniteLoss, Preempted
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -30,7 +31,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             train(cfg, rt)
         finally:
             rt.close()
-    except UsageError as exc:
+    except (UsageError, DiskFull) as exc:
         return _fail(f"error: {exc}", contract.EXIT_USAGE)
     except NonFiniteLoss as exc:
         return _fail(f"error: {exc}", contract.EXIT_DIVERGED)

@@ -9,6 +9,7 @@ set aside, so it neither loads silently nor outranks fresh checkpoints when prun
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -60,12 +61,33 @@ def sha256(path: Path) -> str:
 
 
 def write(path: Path, step: int, save: Callable[[Path], None]) -> None:
-    """Write a checkpoint atomically, then its manifest: the manifest makes it count."""
+    """Write a checkpoint atomically, then its manifest: the manifest makes it count.
+
+    A failed write leaves nothing behind (a checkpoint without its manifest would only take
+    space), so the disk holds exactly the complete checkpoints it held before.
+    """
     atomic_write(path, save)
-    manifest: dict[str, Any] = {"format": FORMAT, "step": step, "bytes": path.stat().st_size}
-    manifest["sha256"] = sha256(path)
-    text = json.dumps(manifest, sort_keys=True) + "\n"
-    atomic_write(manifest_path(path), lambda temp: write_text(temp, text))
+    try:
+        manifest: dict[str, Any] = {"format": FORMAT, "step": step, "bytes": path.stat().st_size}
+        manifest["sha256"] = sha256(path)
+        text = json.dumps(manifest, sort_keys=True) + "\n"
+        atomic_write(manifest_path(path), lambda temp: write_text(temp, text))
+    except BaseException:
+        path.unlink(missing_ok=True)
+        raise
+
+
+#: torch.save's own words for a failed write (caffe2/serialize/inline_container.cc).
+_WRITE_FAILED = ("file write failed", "No space left on device", "Disk quota exceeded")
+
+
+def write_failure(exc: BaseException) -> str | None:
+    """Why a write failed when the storage refused it (full, over quota); None otherwise."""
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return os.strerror(exc.errno)
+    if isinstance(exc, RuntimeError):
+        return next((words for words in _WRITE_FAILED if words in str(exc)), None)
+    return None
 
 
 def write_text(path: Path, text: str) -> None:

@@ -159,6 +159,64 @@ def parse_args(argv: Sequence[str] | None = None) -> RunConfig:
     return RunConfig(**values)
 
 
+#: The fewest steps in which a run meets every step kind: step 1 and the last one log, and a
+#: plain step lies between them.
+MIN_PRECOMPILE_STEPS = 3
+#: Flags whose period decides which steps log (every checkpoint step logs too).
+CADENCE_FLAGS = ("--log-every", "--checkpoint-every")
+
+
+def precompile_steps(steps: int) -> int:
+    """The step limit of a precompile run: at least MIN_PRECOMPILE_STEPS."""
+    return max(steps, MIN_PRECOMPILE_STEPS)
+
+
+def precompile_args(args: Sequence[str], steps: int) -> list[str]:
+    """Training args for a precompile of `steps` steps that traces every step kind training has.
+
+    A step's graph depends only on whether it logs (the loop keeps everything else device data),
+    so the periods of --log-every and --checkpoint-every are brought below the limit: a periodic
+    log and checkpoint step, the steps after them and a plain step all come before its end
+    (issue 21). Graphs do not depend on the periods, so the cache entry serves training as is.
+    """
+    out = list(args)
+    parser = build_parser()
+    for flag in CADENCE_FLAGS:
+        text = _flag_text(out, flag)
+        default = parser.get_default(flag[2:].replace("-", "_"))
+        value = int(text) if text is not None and text.isdigit() else default
+        if text is not None and not text.isdigit():
+            continue  # the trainer refuses it, in the precompile as in training
+        if value > 0:
+            out = [*_without_flag(out, flag), flag, str(min(value, steps - 1))]
+    return out
+
+
+def _flag_text(args: Sequence[str], flag: str) -> str | None:
+    """The value of the last `flag V` / `flag=V` in args (None: absent)."""
+    found: str | None = None
+    for i, arg in enumerate(args):
+        if arg == flag and i + 1 < len(args):
+            found = args[i + 1]
+        elif arg.startswith(f"{flag}="):
+            found = arg.split("=", 1)[1]
+    return found
+
+
+def _without_flag(args: Sequence[str], flag: str) -> list[str]:
+    """args without any `flag V` / `flag=V`."""
+    out: list[str] = []
+    skip = False
+    for arg in args:
+        if skip:
+            skip = False
+        elif arg == flag:
+            skip = True
+        elif not arg.startswith(f"{flag}="):
+            out.append(arg)
+    return out
+
+
 def _env_precision() -> str:
     """The operator passes spec.precision (part of the cache key) through the environment."""
     value = os.environ.get(contract.ENV_PRECISION) or "bf16"

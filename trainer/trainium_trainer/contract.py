@@ -38,6 +38,8 @@ STAGE_TRAIN = "train"
 MAX_STEPS_FLAG = "--max-steps"
 #: The default module the operator launches under torchrun.
 DEFAULT_MODULE = "trainium_trainer"
+#: torchrun with an exit code that says a signal stopped it (128 + N); used with DEFAULT_MODULE.
+TORCHRUN_MODULE = "trainium_trainer.torchrun"
 
 # Exit codes of a trainer process, so whoever reads a pod's status can tell failures apart.
 #: A mistake the user can fix (bad flag, missing data); one `error:` line on stderr.

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 
 class NonFiniteLoss(Exception):
     """The loss (or weights) became NaN/inf: stop before anything non-finite is saved."""
@@ -20,3 +22,27 @@ class Preempted(Exception):
     def __init__(self, step: int) -> None:
         super().__init__(f"SIGTERM: stopped after step {step}, checkpointed; a rerun resumes there")
         self.step = step
+
+
+class DiskFull(Exception):
+    """A checkpoint could not be written for lack of space: the previous one stays (exit 2)."""
+
+    def __init__(self, path: Path, free: int, cause: str, last_checkpoint: int) -> None:
+        kept = (
+            f"the previous one (step {last_checkpoint}) is kept" if last_checkpoint else "none yet"
+        )
+        super().__init__(
+            f"cannot write checkpoint {path}: {cause} ({_size(free)} free on {path.parent}); "
+            f"{kept}; free space or lower --keep-checkpoints"
+        )
+        self.path = path
+
+
+def _size(n: int) -> str:
+    """Bytes in binary units, one decimal: what df -h shows."""
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024:
+            return f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} TiB"

@@ -2,6 +2,11 @@
 
 XLA discipline: fixed batch shapes, one graph per step kind, no host reads in the hot loop (the
 loss is summed on device and read in a step closure), logging and checkpoints in step closures.
+A step's graph depends only on whether it logs: everything the step reads (weights, optimizer
+state, the loss window, the lr) is device data before the first step, fresh or resumed, and no
+per-step value enters as a Python scalar. So training has two step kinds, a plain and a log
+(checkpoint) step, plus the state set-up of a fresh start: the precompile stage meets them all
+(issue 21).
 The loss is checked for NaN/inf only where it is read anyway: at log steps, and every checkpoint
 step is a log step, so nothing non-finite is ever saved.
 """
@@ -63,8 +68,11 @@ class Trainer:
 
 
 def step_seed(seed: int, rank: int, step: int) -> int:
-    """Dropout seed of one (rank, step): a resumed run draws the same masks as an unbroken one."""
-    return (seed * 1_000_003 + rank * 10_007 + step) % (2**63)
+    """Dropout seed of one (rank, step): a resumed run draws the same masks as an unbroken one.
+
+    Never 0 or 1: torch_xla embeds those scalars as constants, which would change the graph.
+    """
+    return (seed * 1_000_003 + rank * 10_007 + step) % (2**63 - 2) + 2
 
 
 def train_step(model: nn.Module, batches: Iterator[Batch], t: Trainer) -> torch.Tensor:
@@ -93,7 +101,22 @@ def _nonfinite(model: nn.Module) -> torch.Tensor:
 
 def _checks(rt: Runtime, window: torch.Tensor, model: nn.Module) -> torch.Tensor:
     """[rank-mean loss sum, non-finite weight count] on device, read in one transfer."""
-    return torch.stack([rt.mean_over_ranks(window), _nonfinite(model).float()])
+    return torch.stack([rt.mean_over_ranks(window).reshape(()), _nonfinite(model).float()])
+
+
+def _prepare(t: Trainer) -> torch.Tensor:
+    """Optimizer state and a zero loss window as device data; returns the window.
+
+    The window comes from the host as a 1-element tensor (fresh device data, no graph); the
+    state of a fresh start is set up in one small graph here, so that the first step traces like
+    every later one, and like the first step after a resume.
+    """
+    init = getattr(t.optimizer, "init_state", None)
+    if callable(init):
+        init()
+    window = torch.zeros(1, dtype=torch.float32).to(t.rt.device)
+    t.rt.mark_step()
+    return window
 
 
 def _log(t: Trainer, step: int, checks: torch.Tensor, lr: float) -> None:
@@ -131,18 +154,18 @@ def run(t: Trainer, batches: Iterator[Batch], on_step: StepHook | None = None) -
     cfg, rt, st = t.cfg, t.rt, t.state
     model = rt.wrap_model(t.task.model)
     model.train()
-    window: torch.Tensor | None = None  # loss summed on device since the last log
+    window = _prepare(t)  # loss summed on device since the last log
     for step in range(st.step + 1, cfg.max_steps + 1):
         rt.reseed(step_seed(cfg.seed, rt.rank, step))
         loss = train_step(model, batches, t)
-        window = loss if window is None else window + loss
+        window = window + loss
         agreed = t.control.decide()
         save = agreed.save or _due(step, cfg.checkpoint_every, cfg.max_steps)
         if save or step == st.step + 1 or _due(step, cfg.log_every, cfg.max_steps):
             lr = t.scheduler.get_last_lr()[0]
             # Every log step checks the weights too: log and checkpoint steps share one graph.
             rt.step_closure(_log, (t, step, _checks(rt, window, t.model), lr))
-            window = None
+            window = torch.zeros_like(window)  # an output of this step: device data for the next
         if save:
             rt.step_closure(persist.save, (t, step))
             t.control.saved()

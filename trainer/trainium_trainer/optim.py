@@ -19,7 +19,12 @@ Params = Iterable[nn.Parameter] | Iterable[dict[str, Any]]
 
 
 class _Fp32State(torch.optim.Optimizer):
-    """Adam moments in fp32 with a tensor step count: branch-free, so XLA traces one graph."""
+    """Adam moments in fp32 with a tensor step count: branch-free, so XLA traces one graph.
+
+    The learning rate reaches the graph as device data too (lr_on_device), never as a Python
+    float: torch_xla caches scalars by value, so a scheduled lr that equals another scalar of
+    the step (the weight decay, say) merges with it and changes the graph (issue 21).
+    """
 
     def __init__(
         self,
@@ -31,23 +36,64 @@ class _Fp32State(torch.optim.Optimizer):
     ) -> None:
         defaults = {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay}
         super().__init__(params, defaults)
+        self._lrs: torch.Tensor | None = None
 
     @torch.no_grad()
     def step(self, closure: None = None) -> None:  # type: ignore[override]
         """One update of every parameter that has a gradient."""
-        for group in self.param_groups:
+        lrs = self.lr_on_device()
+        for i, group in enumerate(self.param_groups):
             for p in group["params"]:
                 if p.grad is not None:
                     update = self._direction(p, group)
-                    p.sub_((update * self._scale(p, update, group)).to(p.dtype))
+                    p.sub_((update * self._scale(p, update, lrs[i])).to(p.dtype))
+
+    def lr_on_device(self) -> torch.Tensor:
+        """Every group's current lr in one device tensor, overwritten in place from the host.
+
+        A 1-d tensor copied from the host is fresh device data each step; a 0-d one or a Python
+        scalar would go through torch_xla's by-value scalar cache (0 and 1 even become constants).
+        """
+        host = torch.tensor([float(g["lr"]) for g in self.param_groups], dtype=torch.float32)
+        if self._lrs is None:
+            device = self.param_groups[0]["params"][0].device
+            self._lrs = torch.zeros(len(self.param_groups), dtype=torch.float32, device=device)
+        self._lrs.copy_(host)
+        return self._lrs
+
+    def init_state(self) -> None:
+        """Zero moments and step count for every parameter that has none (a fresh start).
+
+        Set up before the first step, so that step's graph is every step's graph (issue 21).
+        """
+        for group in self.param_groups:
+            for p in group["params"]:
+                state = self.state[p]
+                if not state:
+                    state["step"] = torch.zeros(1, dtype=torch.float32, device=p.device)
+                    state["exp_avg"] = torch.zeros_like(p, dtype=torch.float32)
+                    state["exp_avg_sq"] = torch.zeros_like(p, dtype=torch.float32)
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """torch's load, then the saved state again as fp32 on the parameter's device.
+
+        torch casts floating state to each parameter's dtype (bf16 moments would get stuck) and
+        leaves "step" on the host (the step count would enter the graph as a host scalar). The
+        step is 1-d: torch_xla uploads a 0-d tensor through its by-value scalar cache, which
+        merges the equal step counts of all parameters into one graph input.
+        """
+        super().load_state_dict(state_dict)
+        params = [p for group in self.param_groups for p in group["params"]]
+        for index, saved in state_dict["state"].items():
+            p = params[index]
+            state = {k: v.reshape(1) if k == "step" else v for k, v in saved.items()}
+            self.state[p] = {k: v.to(p.device, torch.float32) for k, v in state.items()}
 
     def _direction(self, p: torch.Tensor, group: dict[str, Any]) -> torch.Tensor:
         """Update the fp32 moments of p; returns m_hat / (sqrt(v_hat) + eps) + wd * p in fp32."""
         state = self.state[p]
         if not state:
-            state["step"] = torch.zeros((), dtype=torch.float32, device=p.device)
-            state["exp_avg"] = torch.zeros_like(p, dtype=torch.float32)
-            state["exp_avg_sq"] = torch.zeros_like(p, dtype=torch.float32)
+            self.init_state()
         beta1, beta2 = group["betas"]
         step, m, v = state["step"], state["exp_avg"], state["exp_avg_sq"]
         assert p.grad is not None  # step() only passes parameters with a gradient
@@ -55,39 +101,34 @@ class _Fp32State(torch.optim.Optimizer):
         step.add_(1.0)
         m.mul_(beta1).add_(grad, alpha=1.0 - beta1)
         v.mul_(beta2).addcmul_(grad, grad, value=1.0 - beta2)
-        m_hat, v_hat = m / (1.0 - torch.pow(beta1, step)), v / (1.0 - torch.pow(beta2, step))
+        count = step.reshape(())
+        m_hat, v_hat = m / (1.0 - torch.pow(beta1, count)), v / (1.0 - torch.pow(beta2, count))
         update = m_hat / (v_hat.sqrt() + group["eps"])
         if group["weight_decay"]:
             update = update.add(p.float(), alpha=group["weight_decay"])
         return update
 
-    def _scale(
-        self, p: torch.Tensor, update: torch.Tensor, group: dict[str, Any]
-    ) -> torch.Tensor | float:
-        """The step size applied to the update direction."""
+    def _scale(self, p: torch.Tensor, update: torch.Tensor, lr: torch.Tensor) -> torch.Tensor:
+        """The step size applied to the update direction (lr: this group's, on the device)."""
         raise NotImplementedError
 
 
 class AdamW(_Fp32State):
     """AdamW (decoupled weight decay) with fp32 moments, like AWS's AdamW_FP32OptimParams."""
 
-    def _scale(
-        self, p: torch.Tensor, update: torch.Tensor, group: dict[str, Any]
-    ) -> torch.Tensor | float:
+    def _scale(self, p: torch.Tensor, update: torch.Tensor, lr: torch.Tensor) -> torch.Tensor:
         """The learning rate."""
-        return float(group["lr"])
+        return lr
 
 
 class Lamb(_Fp32State):
     """LAMB (You et al., 2019): Adam moments with a per-tensor trust ratio ||w|| / ||update||."""
 
-    def _scale(
-        self, p: torch.Tensor, update: torch.Tensor, group: dict[str, Any]
-    ) -> torch.Tensor | float:
+    def _scale(self, p: torch.Tensor, update: torch.Tensor, lr: torch.Tensor) -> torch.Tensor:
         """The learning rate times the trust ratio (1 where either norm is zero)."""
         w_norm, u_norm = p.float().norm(), update.norm()
         ones = torch.ones_like(w_norm)
-        return torch.where((w_norm > 0) & (u_norm > 0), w_norm / u_norm, ones) * group["lr"]
+        return torch.where((w_norm > 0) & (u_norm > 0), w_norm / u_norm, ones) * lr
 
 
 def param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -11,6 +12,7 @@ import torch
 
 from trainium_trainer import checkpoint, optim, termination
 from trainium_trainer.config import RunConfig
+from trainium_trainer.errors import DiskFull
 from trainium_trainer.metrics import merge_summary
 
 if TYPE_CHECKING:
@@ -22,7 +24,7 @@ def save(t: Trainer, step: int) -> None:
 
     It runs after the step's log closure, which raised already if the loss was not finite.
     """
-    t.state.last_checkpoint = step
+    previous, t.state.last_checkpoint = t.state.last_checkpoint, step
     if not t.rt.is_main or t.cfg.extract_graphs_only:
         return
     st = t.state
@@ -39,7 +41,14 @@ def save(t: Trainer, step: int) -> None:
         "losses": {"initial": st.initial_loss, "final": st.final_loss},
     }
     path = checkpoint.checkpoint_path(t.cfg.checkpoint_dir, step)
-    checkpoint.write(path, step, lambda temp: torch.save(payload, temp))
+    try:
+        checkpoint.write(path, step, lambda temp: torch.save(payload, temp))
+    except (OSError, RuntimeError) as exc:
+        cause = checkpoint.write_failure(exc)
+        if cause is None:
+            raise
+        free = shutil.disk_usage(path.parent).free
+        raise DiskFull(path, free, cause, previous) from exc
     checkpoint.prune(t.cfg.checkpoint_dir, t.cfg.keep_checkpoints)
     t.metrics.event("checkpoint", step=step, path=str(path))
     _report(t.cfg, step, path)

@@ -127,15 +127,30 @@ class HFTokenizer:
         return enc["input_ids"].astype(np.int64), enc["attention_mask"].astype(np.int64)
 
 
+#: Files any transformers tokenizer directory has at least one of.
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "vocab.txt",
+    "vocab.json",
+    "spiece.model",
+    "tokenizer.model",
+)
+
+
 def load_tokenizer(path: str | None, texts: Sequence[str], mode: str, allow_download: bool) -> Any:
     """A local dir or cached hub id when given, else a vocabulary built from the training texts."""
     if path is None:
         return SimpleTokenizer.build(texts, mode)
     from transformers import AutoTokenizer
 
+    if Path(path).is_dir() and not any((Path(path) / name).exists() for name in TOKENIZER_FILES):
+        # transformers would fail with a TypeError deep inside (its vocab file path is None).
+        msg = f"{path} holds no tokenizer files ({', '.join(TOKENIZER_FILES[:2])}, ...)"
+        raise UsageError(f"{msg}; name a tokenizer directory with --tokenizer")
     try:
         return HFTokenizer(AutoTokenizer.from_pretrained(path, local_files_only=not allow_download))
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, TypeError) as exc:
         if not allow_download and not Path(path).exists():
             where = "no such directory, nor in the $HF_HOME cache"
             msg = f"tokenizer {path} not found locally ({where}; --allow-download for the hub)"
