@@ -169,6 +169,7 @@ def stage_context(spec: TrainiumJobSpec, owner: Owner, stage: str) -> StageConte
         claim=claim_for(spec, owner),
         # The kubelet's default terminationMessagePath (the pods set no other).
         checkpoint_report=contract.TERMINATION_LOG,
+        metrics_port=contract.METRICS_PORT,
     )
 
 

@@ -585,3 +585,24 @@ def test_building_is_deterministic_and_leaves_the_spec_alone() -> None:
     assert spec == before
     assert second == builders.build_vcjob(spec, owner, "train")
     assert {"key": "x"} not in second["spec"]["tasks"][0]["template"]["spec"]["tolerations"]
+
+
+# --- live metrics -------------------------------------------------------------------------------
+
+
+def test_every_training_pod_declares_the_named_metrics_port_the_trainer_serves() -> None:
+    from trainium_trainer import contract
+
+    for _, _, container in pods(build("train", nodes=2)):
+        assert container["ports"] == [
+            {"name": contract.METRICS_PORT_NAME, "containerPort": contract.METRICS_PORT}
+        ]
+        assert env_of(container)[contract.ENV_METRICS_PORT] == str(contract.METRICS_PORT)
+
+
+def test_precompile_pods_serve_no_metrics() -> None:
+    from trainium_trainer import contract
+
+    container = first_container(build("precompile"))
+    assert not container.get("ports")
+    assert contract.ENV_METRICS_PORT not in env_of(container)

@@ -27,9 +27,24 @@ ENV_HF_OFFLINE = "HF_HUB_OFFLINE"
 #: operator points it at the container's termination-message file, so the line reaches the pod's
 #: status when the container ends. Unset: no report is written.
 ENV_CHECKPOINT_REPORT = "TRAINIUM_CHECKPOINT_REPORT"
+#: The port each node's local rank 0 serves live training metrics on (Prometheus text); the
+#: operator declares it as the named containerPort METRICS_PORT_NAME and reads it. Unset: no server.
+ENV_METRICS_PORT = "TRAINIUM_TRAINER_METRICS_PORT"
 #: Flags torch-neuronx passes to neuronx-cc; the operator puts --cache_dir and spec.compilerFlags
 #: there, and the trainer adds its task's defaults (--model-type=transformer) unless present.
 ENV_NEURON_CC_FLAGS = "NEURON_CC_FLAGS"
+
+#: The metrics port of training pods and its containerPort name (operator and trainer agree here).
+METRICS_PORT = 9400
+METRICS_PORT_NAME = "metrics"
+#: Gauges the trainer serves on METRICS_PORT; the operator parses them back for status.progress.
+METRIC_STEP = "trainium_trainer_step"
+METRIC_TOTAL_STEPS = "trainium_trainer_total_steps"
+METRIC_LOSS = "trainium_trainer_loss"
+METRIC_SAMPLES_PER_SECOND = "trainium_trainer_samples_per_second"
+METRIC_TOKENS_PER_SECOND = "trainium_trainer_tokens_per_second"
+METRIC_LR = "trainium_trainer_learning_rate"
+METRIC_CHECKPOINT_STEP = "trainium_trainer_last_checkpoint_step"
 
 STAGE_PRECOMPILE = "precompile"
 STAGE_TRAIN = "train"
@@ -64,6 +79,7 @@ TRAINER_ENV = (
     ENV_HF_HOME,
     ENV_HF_OFFLINE,
     ENV_CHECKPOINT_REPORT,
+    ENV_METRICS_PORT,
 )
 
 # Set by torchrun (torch.distributed.run) for every worker; the trainer reads them to join the

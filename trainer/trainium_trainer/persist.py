@@ -24,6 +24,7 @@ def save(t: Trainer, step: int) -> None:
     """
     t.state.last_checkpoint = step
     if not t.rt.is_main or t.cfg.extract_graphs_only:
+        t.live.checkpoint(step)  # other nodes: rank 0 writes it in this same step
         return
     st = t.state
     # One batched device-to-host transfer for the model and the optimizer together.
@@ -41,6 +42,7 @@ def save(t: Trainer, step: int) -> None:
     path = checkpoint.checkpoint_path(t.cfg.checkpoint_dir, step)
     checkpoint.write(path, step, lambda temp: torch.save(payload, temp))
     checkpoint.prune(t.cfg.checkpoint_dir, t.cfg.keep_checkpoints)
+    t.live.checkpoint(step)
     t.metrics.event("checkpoint", step=step, path=str(path))
     _report(t.cfg, step, path)
 
