@@ -24,6 +24,8 @@ from trainium_operator.spec import TrainiumJobSpec
 from trainium_trainer import contract
 
 RDZV_PORT = 29500
+#: torchrun's --tee value for stdout and stderr (Std.ALL).
+TEE_BOTH = "3"
 #: The replica that hosts the c10d rendezvous store (TorchX task `node-0`).
 STORE_HOST_REPLICA = 0
 PRECOMPILE = contract.STAGE_PRECOMPILE
@@ -146,6 +148,9 @@ def torchrun_argv(spec: TrainiumJobSpec, ctx: StageContext) -> list[str]:
         *rendezvous_args(spec, ctx, host=False),
         "--rdzv_id", ctx.run_id,
         "--max_restarts", "0",
+        # Both streams of every worker, each line prefixed with its local rank ("[default3]:"),
+        # as TorchX's dist.ddp does: 32 ranks per pod stay readable in one container log.
+        "--tee", TEE_BOTH,
     ]  # fmt: skip
     module = spec.entry_module
     worker = ["-m", module] if module else [spec.script or ""]

@@ -171,10 +171,20 @@ def _fail_message(run: LocalRun, stage: str, state: Child) -> str:
     return f"{stage} failed; last log lines:\n" + "\n".join(tail_logs(run, stage))
 
 
+#: The folder where torchrun (--tee) keeps a copy of each worker's output, under a TorchX app.
+TORCHELASTIC_DIR = "torchelastic"
+
+
+def replica_logs(run: LocalRun, stage: str, stream: str) -> list[Path]:
+    """Each node's log of one stream (rank-prefixed by --tee), not torchrun's per-worker copies."""
+    paths = (run.root / "logs" / stage).rglob(f"{stream}.log")
+    return sorted(p for p in paths if TORCHELASTIC_DIR not in p.parts)
+
+
 def tail_logs(run: LocalRun, stage: str, lines: int = 15) -> list[str]:
     """Why a stage failed: its `error:` lines if any, else the last lines of its stderr logs."""
     every: list[str] = []
-    for path in sorted((run.root / "logs" / stage).rglob("stderr.log")):
+    for path in replica_logs(run, stage, "stderr"):
         every += path.read_text(errors="replace").splitlines()
     errors = [line for line in every if "error:" in line.lower()]
     return list(dict.fromkeys(errors))[-lines:] if errors else every[-lines:]

@@ -77,6 +77,7 @@ def metric_steps(path: Path) -> list[int]:
 def app_logs(root: Path, stream: str) -> list[str]:
     """Each training app's log of one stream, oldest app first."""
     paths = (root / "logs" / "train").rglob(f"{stream}.log")
+    paths = (p for p in paths if "torchelastic" not in p.parts)  # torchrun's --tee copies
     return [p.read_text() for p in sorted(paths, key=lambda p: p.stat().st_mtime)]
 
 

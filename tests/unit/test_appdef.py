@@ -83,3 +83,17 @@ def test_torchrun_reads_who_hosts_the_store_and_how_long_to_wait() -> None:
         assert params.get_as_bool("is_host") is is_host
         assert params.get_as_int("read_timeout") == 2400  # c10d_rendezvous_backend's store timeout
         assert _get_timeout(params, "join") == timedelta(seconds=2400)  # dynamic_rendezvous
+
+
+@pytest.mark.parametrize("stage", [appdef.PRECOMPILE, appdef.TRAIN])
+def test_torchrun_tees_both_streams_with_rank_prefixes_in_both_stages(stage: str) -> None:
+    from torch.distributed.elastic.multiprocessing import Std
+
+    spec = spec_of(nodes=2)
+    ctx = appdef.StageContext(
+        job_name="j", stage=stage, cache_name="c", run_id="j-x", rank0_host="h", mount_root="/d"
+    )
+    argv = appdef.build_appdef(spec, ctx).roles[0].args
+    args = parse_args(argv[argv.index("torch.distributed.run") + 1 :])
+    assert Std.from_str(args.tee) == Std.ALL
+    assert args.tee == "3"

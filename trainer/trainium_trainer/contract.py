@@ -59,8 +59,16 @@ DEFAULT_MODULE = "trainium_trainer"
 EXIT_USAGE = 2
 #: The loss became NaN/inf; nothing non-finite was checkpointed; one `error:` line names the step.
 EXIT_DIVERGED = 3
+#: `python -m trainium_trainer preflight` found the node unfit (devices, EFA, shared memory): the
+#: node's fault, not the job's; one `preflight failed:` line on stderr and in the termination log.
+EXIT_PREFLIGHT = 4
 #: Stopped by SIGTERM (preemption) after checkpointing the step all ranks agreed on: 128 + 15.
 EXIT_PREEMPTED = 143
+#: The init container that runs the preflight in training pods, and the trainer's subcommand.
+PREFLIGHT_CONTAINER = "preflight"
+PREFLIGHT_COMMAND = "preflight"
+#: The first words of the preflight's failure line (the operator classifies it PreflightFailed).
+PREFLIGHT_FAILED = "preflight failed:"
 #: Kubernetes shows this file's contents as the container's termination message.
 TERMINATION_LOG = "/dev/termination-log"
 #: The kubelet keeps at most the last 4096 bytes of a termination message.
