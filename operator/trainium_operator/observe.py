@@ -67,6 +67,8 @@ class Seen:
     gang: budget.Gang | None = None
     #: The newest checkpoint reported by the training pods (watched, or read in this pass).
     checkpoint: Checkpoint | None = None
+    #: Nodes the job's next Volcano jobs keep out of (status.excludedNodes, and one found now).
+    excluded_nodes: tuple[str, ...] = ()
 
 
 def observe(

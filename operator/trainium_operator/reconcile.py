@@ -19,10 +19,12 @@ from trainium_operator import (
     checkpoints,
     cost,
     crd,
+    failures,
     history,
     k8s,
     lifecycle,
     naming,
+    nodes,
     status,
 )
 from trainium_operator.builders import Owner
@@ -154,8 +156,13 @@ def _look(
         budget.read(previous), seen.gang, seen.observed.failure, spec.runPolicy.maxRetries,
         mirrored=budget.legacy(previous),
     )  # fmt: skip
+    seen, redo = _gang_to_replace(seen, previous)
+    if redo is not None:
+        counted = budget.replaced(counted, redo.reason, spec.runPolicy.maxRetries)
     observed = replace(
         seen.observed,
+        failure=redo or seen.observed.failure,
+        replace_gang=redo is not None and counted.exhausted is None,
         restarts=counted.tally.restarts,
         disruptions=counted.tally.disruptions,
         exhausted=counted.exhausted,
@@ -165,6 +172,23 @@ def _look(
         deadline_exceeded=deadline_in is not None and deadline_in <= 0,
     )
     return seen, observed, counted
+
+
+def _gang_to_replace(seen: Seen, previous: Json) -> tuple[Seen, failures.Failure | None]:
+    """A live training gang the operator recreates itself: its failure points at a new node.
+
+    Volcano would restart it from the same template, onto the same node; a new Volcano job
+    carries the affinity that keeps the node out (status.excludedNodes).
+    """
+    excluded = nodes.names(previous)
+    failure = seen.observed.failure
+    node = nodes.newly_faulty(failure, previous)
+    if node is None or seen.observed.training not in _LIVE_TRAINING:
+        return replace(seen, excluded_nodes=excluded), None
+    return replace(seen, excluded_nodes=(*excluded, node)), failure
+
+
+_LIVE_TRAINING = frozenset({Child.PENDING, Child.RUNNING, Child.RESTARTING})
 
 
 def _soonest(*left: float | None) -> float | None:
@@ -314,6 +338,9 @@ def _report(
     last = _last_failure(obs) or previous.get("lastFailure")
     if last:
         new["lastFailure"] = last
+    excluded_node = nodes.newly_faulty(obs.failure, previous) if obs.replace_gang else None
+    if excluded_node is not None and obs.failure is not None:
+        new["excludedNodes"] = nodes.record(previous, excluded_node, obs.failure.reason, now)
     if (kept := checkpoints.carried(previous, checkpoint)) is not None:
         new["lastCheckpoint"] = kept.to_status()
     new["history"] = history.advance(previous, new, now, gang_pending=_gang_pending(decision, obs))
@@ -328,6 +355,8 @@ def _report(
     max_retries = spec.runPolicy.maxRetries if spec is not None else 0
     for reason, message in budget.events(counted, max_retries):
         emit(body, "Warning", reason, message)
+    if excluded_node is not None and obs.failure is not None:
+        emit(body, "Warning", "NodeExcluded", nodes.event(excluded_node, obs.failure))
     transition = _announce(body, previous, new, decision, emit)
     if transition and decision.phase in lifecycle.TERMINAL:
         transition = replace(transition, cost=job_cost)  # counted once, when the job finishes

@@ -64,6 +64,8 @@ EXIT_DIVERGED = 3
 EXIT_PREFLIGHT = 4
 #: Stopped by SIGTERM (preemption) after checkpointing the step all ranks agreed on: 128 + 15.
 EXIT_PREEMPTED = 143
+#: The node's name, which the operator gives the preflight init container (spec.nodeName).
+ENV_NODE_NAME = "NODE_NAME"
 #: The init container that runs the preflight in training pods, and the trainer's subcommand.
 PREFLIGHT_CONTAINER = "preflight"
 PREFLIGHT_COMMAND = "preflight"
@@ -101,4 +103,4 @@ ENV_MASTER_PORT = "MASTER_PORT"
 LAUNCHER_ENV = (ENV_RANK, ENV_WORLD_SIZE, ENV_LOCAL_RANK, ENV_MASTER_ADDR, ENV_MASTER_PORT)
 
 #: Every environment variable the trainer package reads (tests/trainer pins this).
-TRAINER_READS = (*TRAINER_ENV, *LAUNCHER_ENV, ENV_NEURON_CC_FLAGS)
+TRAINER_READS = (*TRAINER_ENV, *LAUNCHER_ENV, ENV_NEURON_CC_FLAGS, ENV_NODE_NAME)

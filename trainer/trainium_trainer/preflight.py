@@ -93,7 +93,7 @@ def main(argv: Sequence[str]) -> int:
     if not problems:
         print(f"preflight ok: {ns.neuron_devices} Neuron devices, {ns.efa} EFA", flush=True)
         return 0
-    node = os.environ.get("NODE_NAME", "")
+    node = os.environ.get(contract.ENV_NODE_NAME, "")
     line = f"{contract.PREFLIGHT_FAILED} {'; '.join(problems)}" + (
         f" (node {node})" if node else ""
     )
