@@ -25,6 +25,7 @@ from trainium_operator import (
     lifecycle,
     naming,
     nodes,
+    scrape,
     status,
 )
 from trainium_operator.builders import Owner
@@ -119,7 +120,7 @@ def reconcile(
         if not settled_now.actions:
             (seen, observed, counted), decision = again, settled_now
     new, transition, rv = _report(
-        body, decision, spec, emit, read, observed, counted, seen.checkpoint
+        body, decision, spec, emit, read, observed, counted, seen.checkpoint, seen.progress
     )
     outcome = expire(body, new, spec, reader=read)
     return replace(
@@ -128,7 +129,7 @@ def reconcile(
         waiting=decision.blocker is not None and decision.blocker.reason not in WATCHED,
         written_version=rv,
         cache_figures=_new_figures(previous, new),
-        deadline_in=_soonest(deadline_in, seen.startup_left),
+        deadline_in=_soonest(deadline_in, seen.startup_left, seen.progress_in),
     )
 
 
@@ -156,7 +157,14 @@ def _look(
         budget.read(previous), seen.gang, seen.observed.failure, spec.runPolicy.maxRetries,
         mirrored=budget.legacy(previous),
     )  # fmt: skip
-    seen, redo = _gang_to_replace(seen, previous)
+    uid = (
+        seen.gang.uid
+        if seen.gang is not None and seen.observed.training is not Child.ABSENT
+        else None
+    )
+    watched = scrape.look(spec, owner, seen.observed.training, uid, previous, now_iso())
+    seen = replace(seen, progress=watched.write, progress_in=watched.next_read_in)
+    seen, redo = _gang_to_replace(seen, previous, watched.hung)
     if redo is not None:
         counted = budget.replaced(counted, redo.reason, spec.runPolicy.maxRetries)
     observed = replace(
@@ -174,18 +182,23 @@ def _look(
     return seen, observed, counted
 
 
-def _gang_to_replace(seen: Seen, previous: Json) -> tuple[Seen, failures.Failure | None]:
-    """A live training gang the operator recreates itself: its failure points at a new node.
+def _gang_to_replace(
+    seen: Seen, previous: Json, hung: failures.Failure | None
+) -> tuple[Seen, failures.Failure | None]:
+    """A live training gang the operator recreates itself: a failure on a new node, or a hang.
 
     Volcano would restart it from the same template, onto the same node; a new Volcano job
-    carries the affinity that keeps the node out (status.excludedNodes).
+    carries the affinity that keeps the node out (status.excludedNodes). A hung gang has no
+    failed pod for Volcano to act on at all.
     """
     excluded = nodes.names(previous)
     failure = seen.observed.failure
     node = nodes.newly_faulty(failure, previous)
-    if node is None or seen.observed.training not in _LIVE_TRAINING:
-        return replace(seen, excluded_nodes=excluded), None
-    return replace(seen, excluded_nodes=(*excluded, node)), failure
+    if node is not None and seen.observed.training in _LIVE_TRAINING:
+        return replace(seen, excluded_nodes=(*excluded, node)), failure
+    if hung is not None and failure is None and seen.observed.training is Child.RUNNING:
+        return replace(seen, excluded_nodes=excluded), hung
+    return replace(seen, excluded_nodes=excluded), None
 
 
 _LIVE_TRAINING = frozenset({Child.PENDING, Child.RUNNING, Child.RESTARTING})
@@ -309,6 +322,7 @@ def _report(
     obs: Observed | None = None,
     counted: budget.Accounted | None = None,
     checkpoint: Checkpoint | None = None,
+    progress: Json | None = None,
 ) -> tuple[Json, Transition | None, str | None]:
     """Patch status when it changed; Events on a phase transition and on a new blocker."""
     obs = obs or Observed()
@@ -343,12 +357,17 @@ def _report(
         new["excludedNodes"] = nodes.record(previous, excluded_node, obs.failure.reason, now)
     if (kept := checkpoints.carried(previous, checkpoint)) is not None:
         new["lastCheckpoint"] = kept.to_status()
+    if progress is not None:  # {}: no gang trains any more (merge-patch null removes it)
+        new["progress"] = progress or None
     new["history"] = history.advance(previous, new, now, gang_pending=_gang_pending(decision, obs))
     if not status.changed(previous, new):
         return previous, None, None
     job_cost = history.job_cost(spec, new["history"], now) if spec is not None else None
     if job_cost is not None:  # as of this write: the estimate moves with the status, not the clock
         new["cost"] = cost.status_fragment(job_cost)
+        eta = (new.get("progress") or previous.get("progress") or {}).get("etaSeconds")
+        if decision.phase is lifecycle.Phase.TRAINING and spec is not None:
+            new["cost"] = cost.with_projection(new["cost"], eta, spec.nodes)
     patched = k8s.patch_trainiumjob_status(meta["namespace"], owner_name, new)
     read.wrote(Kind.TRAINIUMJOB, meta["namespace"], owner_name, patched)
     rv = _written_version(patched)
