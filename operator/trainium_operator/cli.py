@@ -117,13 +117,13 @@ def _log_lines(namespace: str, pod: str, follow: bool) -> Any:
     from trainium_operator import k8s
     from trainium_operator.naming import ROLE
 
-    api = k8s.core()
-    if not follow:
-        text = api.read_namespaced_pod_log(pod, namespace, container=ROLE)
-        return iter(str(text or "").splitlines())
-    resp = api.read_namespaced_pod_log(
-        pod, namespace, container=ROLE, follow=True, _preload_content=False
+    # Raw bytes: the client's deserializer turns JSON-looking lines (the trainer's metric records)
+    # into Python reprs (kubernetes-client/python#1199).
+    resp = k8s.core().read_namespaced_pod_log(
+        pod, namespace, container=ROLE, follow=follow, _preload_content=False
     )
+    if not follow:
+        return iter(resp.data.decode("utf-8", "replace").splitlines())
     return _split_stream(resp.stream())
 
 
