@@ -19,7 +19,6 @@ from trainium_operator import (
     checkpoints,
     cost,
     crd,
-    failures,
     history,
     k8s,
     lifecycle,
@@ -27,6 +26,7 @@ from trainium_operator import (
     nodes,
     scrape,
     status,
+    supervise,
 )
 from trainium_operator.builders import Owner
 from trainium_operator.cachekey import cache_key, cache_name
@@ -163,8 +163,12 @@ def _look(
         else None
     )
     watched = scrape.look(spec, owner, seen.observed.training, uid, previous, now_iso())
-    seen = replace(seen, progress=watched.write, progress_in=watched.next_read_in)
-    seen, redo = _gang_to_replace(seen, previous, watched.hung)
+    excluded, redo = supervise.gang_to_replace(
+        seen.observed.failure, seen.observed.training, previous, watched.hung
+    )
+    seen = replace(
+        seen, progress=watched.write, progress_in=watched.next_read_in, excluded_nodes=excluded
+    )
     if redo is not None:
         counted = budget.replaced(counted, redo.reason, spec.runPolicy.maxRetries)
     observed = replace(
@@ -180,28 +184,6 @@ def _look(
         deadline_exceeded=deadline_in is not None and deadline_in <= 0,
     )
     return seen, observed, counted
-
-
-def _gang_to_replace(
-    seen: Seen, previous: Json, hung: failures.Failure | None
-) -> tuple[Seen, failures.Failure | None]:
-    """A live training gang the operator recreates itself: a failure on a new node, or a hang.
-
-    Volcano would restart it from the same template, onto the same node; a new Volcano job
-    carries the affinity that keeps the node out (status.excludedNodes). A hung gang has no
-    failed pod for Volcano to act on at all.
-    """
-    excluded = nodes.names(previous)
-    failure = seen.observed.failure
-    node = nodes.newly_faulty(failure, previous)
-    if node is not None and seen.observed.training in _LIVE_TRAINING:
-        return replace(seen, excluded_nodes=(*excluded, node)), failure
-    if hung is not None and failure is None and seen.observed.training is Child.RUNNING:
-        return replace(seen, excluded_nodes=excluded), hung
-    return replace(seen, excluded_nodes=excluded), None
-
-
-_LIVE_TRAINING = frozenset({Child.PENDING, Child.RUNNING, Child.RESTARTING})
 
 
 def _soonest(*left: float | None) -> float | None:

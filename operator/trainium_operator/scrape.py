@@ -36,7 +36,7 @@ CLEAR: Json = {}
 
 
 @dataclass(frozen=True)
-class Seen:
+class Reading:
     """What this pass learned: status.progress to write (CLEAR: remove), a hang, the next read."""
 
     write: Json | None = None
@@ -59,24 +59,24 @@ def look(
     gang_uid: str | None,
     status: Json,
     now: str,
-) -> Seen:
+) -> Reading:
     """Read rank 0 when due and the gang runs; drop status.progress once no gang trains."""
     previous = status.get("progress") if isinstance(status.get("progress"), dict) else None
     if training not in (Child.RUNNING, Child.PENDING, Child.RESTARTING) or gang_uid is None:
         _last_read.pop((owner.namespace, owner.name), None)
-        return Seen(write=CLEAR if previous else None)
+        return Reading(write=CLEAR if previous else None)
     if training is not Child.RUNNING:
-        return Seen()
+        return Reading()
     left = _due_in(owner)
     if left > 0:
-        return Seen(next_read_in=left)
+        return Reading(next_read_in=left)
     pod = _rank0_pod(owner)
     sample = progress.parse(read_metrics(*address)) if pod and (address := _address(pod)) else None
     new = progress.advance(previous, sample, gang_uid, now)
     why = progress.hung(new, spec.runPolicy.progressDeadlineSeconds, now)
     hung = failures.make_failure("Hung", why, _log_tail(owner, pod)) if why else None
     write = new if progress.write_due(previous, new, now) or hung else None
-    return Seen(write=write, hung=hung, next_read_in=interval())
+    return Reading(write=write, hung=hung, next_read_in=interval())
 
 
 def _due_in(owner: Owner) -> float:
