@@ -171,9 +171,10 @@ def _look(
     )
     if redo is not None:
         counted = budget.replaced(counted, redo.reason, spec.runPolicy.maxRetries)
+    failure = redo or supervise.explain_unschedulable(seen.observed.failure, previous)
     observed = replace(
         seen.observed,
-        failure=redo or seen.observed.failure,
+        failure=failure,
         replace_gang=redo is not None and counted.exhausted is None,
         restarts=counted.tally.restarts,
         disruptions=counted.tally.disruptions,

@@ -8,6 +8,7 @@ pod. Two cases need a new Volcano job instead: a failure that points at a node n
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from trainium_operator import nodes
@@ -29,3 +30,18 @@ def gang_to_replace(
     if hung is not None and failure is None and training is Child.RUNNING:
         return excluded, hung
     return excluded, None
+
+
+def explain_unschedulable(failure: Failure | None, status: Mapping[str, Any]) -> Failure | None:
+    """An unschedulable gang of a job that keeps nodes out says so: they may be why."""
+    excluded = nodes.names(status)
+    if failure is None or failure.reason != "Unschedulable" or not excluded:
+        return failure
+    shown = ", ".join(excluded[-5:]) + (
+        f" and {len(excluded) - 5} more" if len(excluded) > 5 else ""
+    )
+    note = (
+        f"; this job keeps {len(excluded)} node(s) out after failures there "
+        f"(status.excludedNodes: {shown}), so too few nodes may be left for the gang"
+    )
+    return replace(failure, message=failure.message + note)

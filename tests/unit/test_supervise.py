@@ -35,3 +35,16 @@ def test_a_hang_replaces_a_running_gang_unless_a_pod_failed_already() -> None:
     assert gang_to_replace(None, Child.PENDING, {}, HUNG) == ((), None)
     user = make_failure("UserCodeError", "boom")
     assert gang_to_replace(user, Child.RUNNING, {}, HUNG) == ((), None)
+
+
+def test_an_unschedulable_gang_names_the_nodes_the_job_keeps_out() -> None:
+    from trainium_operator.supervise import explain_unschedulable
+
+    stuck = make_failure("Unschedulable", "pod p cannot be scheduled: 0/2 nodes are available")
+    got = explain_unschedulable(stuck, KNOWN)
+    assert got is not None and got.message == (
+        "pod p cannot be scheduled: 0/2 nodes are available; this job keeps 1 node(s) out after "
+        "failures there (status.excludedNodes: ip-1), so too few nodes may be left for the gang"
+    )
+    assert explain_unschedulable(stuck, {}) is stuck
+    assert explain_unschedulable(BAD, KNOWN) is BAD
