@@ -152,16 +152,22 @@ def write_due(previous: Mapping[str, Any] | None, new: Mapping[str, Any], now: s
 
 
 def hung(progress: Mapping[str, Any] | None, deadline: int | None, now: str) -> str | None:
-    """Why the gang counts as hung (runPolicy.progressDeadlineSeconds), or None."""
+    """Why the gang counts as hung (runPolicy.progressDeadlineSeconds), or None.
+
+    Only a gang whose trainer answered once is judged: the trainer serves its start step before
+    the first one, so a gang never heard from is unreachable (a NetworkPolicy), not hung.
+    """
     if deadline is None or not progress or not isinstance(progress.get("advancedAt"), str):
         return None
     step = progress.get("step")
-    moved = isinstance(step, int) and step > progress.get("firstStep", step)
+    if not isinstance(step, int):
+        return None
+    moved = step > progress.get("firstStep", step)
     allowance = 0 if moved else FIRST_STEP_ALLOWANCE_SECONDS
     still = seconds_between(progress["advancedAt"], now)
     if still <= deadline + allowance:
         return None
-    where = f"step {display(progress)}" if step is not None else "no step served yet"
+    where = f"step {display(progress)}"
     extra = [f"{k} {progress[k]}" for k in ("loss", "samplesPerSecond") if k in progress]
     last = f" (last: {', '.join(extra)})" if extra else ""
     first = "" if moved else f" plus {FIRST_STEP_ALLOWANCE_SECONDS}s for the first step"

@@ -105,11 +105,16 @@ def test_a_stalled_step_is_hung_after_the_deadline() -> None:
 
 
 def test_the_first_step_gets_an_allowance() -> None:
-    p = progress.advance(None, None, "uid-1", T0)
+    p = progress.advance(None, Sample(0, 1000), "uid-1", T0)  # served before the first step
     allowance = progress.FIRST_STEP_ALLOWANCE_SECONDS
     assert progress.hung(p, 60, "2026-11-22T10:16:00Z") is None  # 960 s <= 60 + 900
     why = progress.hung(p, 60, "2026-11-22T10:16:01Z")
-    assert why is not None and "no step served yet" in why and f"{allowance}s" in why
+    assert why is not None and "step 0/1000 (0%)" in why and f"{allowance}s" in why
+
+
+def test_a_trainer_never_heard_from_is_not_judged() -> None:
+    p = progress.advance(None, None, "uid-1", T0)
+    assert progress.hung(p, 60, "2027-01-01T00:00:00Z") is None
 
 
 def test_no_deadline_never_hangs() -> None:
