@@ -55,7 +55,7 @@ def _one(action: Action, spec: TrainiumJobSpec, owner: Owner, seen: Seen, read: 
         read.wrote(Kind.VOLUME, "", pv_name, k8s.release_claim_ref(seen.volume))
     elif action in (Action.CREATE_PRECOMPILE, Action.CREATE_TRAINING):
         stage = "precompile" if action is Action.CREATE_PRECOMPILE else "train"
-        job = builders.build_vcjob(spec, owner, stage)
+        job = builders.build_vcjob(spec, owner, stage, seen.excluded_nodes)
         read.wrote(Kind.VCJOB, ns, job["metadata"]["name"], k8s.create_vcjob(job))
     elif action in _CACHE_ACTIONS:
         _cache_action(action, spec, owner, seen, read)

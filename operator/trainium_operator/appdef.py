@@ -24,6 +24,8 @@ from trainium_operator.spec import TrainiumJobSpec
 from trainium_trainer import config, contract
 
 RDZV_PORT = 29500
+#: torchrun's --tee value for stdout and stderr (Std.ALL).
+TEE_BOTH = "3"
 #: The replica that hosts the c10d rendezvous store (TorchX task `node-0`).
 STORE_HOST_REPLICA = 0
 PRECOMPILE = contract.STAGE_PRECOMPILE
@@ -67,6 +69,9 @@ class StageContext:
     #: Where training's rank 0 reports each complete checkpoint: the container's termination
     #: message on a cluster (the operator reads it from the pod), a run file locally.
     checkpoint_report: str | None = None
+    #: Port training's local rank 0 serves live metrics on (a named containerPort on a cluster);
+    #: None locally, where parallel runs would collide on one port.
+    metrics_port: int | None = None
 
 
 def escape(text: str) -> str:
@@ -161,6 +166,9 @@ def torchrun_argv(spec: TrainiumJobSpec, ctx: StageContext) -> list[str]:
         *rendezvous_args(spec, ctx, host=False),
         "--rdzv_id", ctx.run_id,
         "--max_restarts", "0",
+        # Both streams of every worker, each line prefixed with its local rank ("[default3]:"),
+        # as TorchX's dist.ddp does: 32 ranks per pod stay readable in one container log.
+        "--tee", TEE_BOTH,
     ]  # fmt: skip
     module = spec.entry_module
     worker = ["-m", module] if module else [spec.script or ""]
@@ -194,6 +202,8 @@ def stage_env(spec: TrainiumJobSpec, ctx: StageContext) -> dict[str, str]:
         env[contract.ENV_EXTRACT_GRAPHS_ONLY] = "1"
     if ctx.stage == TRAIN and ctx.checkpoint_report:
         env[contract.ENV_CHECKPOINT_REPORT] = ctx.checkpoint_report
+    if ctx.stage == TRAIN and ctx.metrics_port is not None:
+        env[contract.ENV_METRICS_PORT] = str(ctx.metrics_port)
     env = {name: escape(value) for name, value in env.items()}
     env[contract.ENV_CACHE_DIR] = cdir
     env.update({e.name: escape(e.value) for e in spec.env})
@@ -221,6 +231,9 @@ def build_appdef(spec: TrainiumJobSpec, ctx: StageContext) -> specs.AppDef:
     mounts: list[specs.BindMount | specs.VolumeMount | specs.DeviceMount] = []
     if ctx.claim:
         mounts.append(specs.VolumeMount(src=ctx.claim, dst_path=spec.storage.mountPath))
+    ports = {}
+    if ctx.stage == TRAIN and ctx.metrics_port is not None:
+        ports[contract.METRICS_PORT_NAME] = ctx.metrics_port
     role = specs.Role(
         name=naming.ROLE,
         image=spec.image,
@@ -230,6 +243,7 @@ def build_appdef(spec: TrainiumJobSpec, ctx: StageContext) -> specs.AppDef:
         env=stage_env(spec, ctx),
         resource=resource(spec),
         mounts=mounts,
+        port_map=ports,
         # Volcano restarts the whole gang on a failed or evicted pod (TorchX's RestartJob
         # policies), up to a ceiling it never reaches: the operator keeps runPolicy.maxRetries,
         # so evictions spend none of it (budget.py). The local scheduler does not retry.

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from trainium_operator.failures import DISRUPTIONS, Failure
+from trainium_operator.failures import NOT_CHARGED, Failure
 
 #: The CRD's maximum of runPolicy.maxRetries (a drift test keeps them equal).
 MAX_RETRIES_LIMIT = 100
@@ -172,7 +172,7 @@ def _count(
     spent = _spent(tally, reason, max_retries)
     if spent is not None:
         return tally, spent
-    if reason in DISRUPTIONS:
+    if reason in NOT_CHARGED:
         disrupted.append(reason)
         return replace(tally, disruptions=tally.disruptions + 1), None
     restarted.append(reason)
@@ -181,7 +181,7 @@ def _count(
 
 def _spent(tally: Tally, reason: str, max_retries: int) -> Exhausted | None:
     """Whether one more restart of this class is past its limit."""
-    if reason in DISRUPTIONS:
+    if reason in NOT_CHARGED:
         if tally.disruptions < MAX_DISRUPTIONS:
             return None
         msg = (
@@ -217,3 +217,18 @@ def events(counted: Accounted, max_retries: int) -> list[tuple[str, str]]:
 
 def _int(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def replaced(counted: Accounted, reason: str, max_retries: int) -> Accounted:
+    """The operator recreates the gang itself for this failure (a bad node, a hang): count once.
+
+    Volcano's own restart for it, if this pass already counted one, is the same restart; a
+    failure still pending on the cursor is counted here instead (the cursor dies with the job).
+    """
+    if reason in counted.restarted or reason in counted.disrupted:
+        return counted
+    restarted, disrupted = list(counted.restarted), list(counted.disrupted)
+    tally, spent = _count(counted.tally, reason, max_retries, restarted, disrupted)
+    if tally.cursor is not None:
+        tally = replace(tally, cursor=replace(tally.cursor, pending=None))
+    return Accounted(tally, tuple(restarted), tuple(disrupted), spent)

@@ -20,7 +20,7 @@ from torchx.schedulers.kubernetes_scheduler import PLACEHOLDER_FIELD_PATH, Kuber
 from torchx.specs import AppDef, runopts
 from torchx.specs.overlays import set_overlay
 
-from trainium_operator import appdef, naming
+from trainium_operator import appdef, naming, nodes
 from trainium_operator.appdef import StageContext
 from trainium_operator.cachekey import LABEL_CACHE_ENTRY, cache_key, cache_name, identity
 from trainium_operator.crd import GROUP, KIND, VERSION
@@ -169,15 +169,20 @@ def stage_context(spec: TrainiumJobSpec, owner: Owner, stage: str) -> StageConte
         claim=claim_for(spec, owner),
         # The kubelet's default terminationMessagePath (the pods set no other).
         checkpoint_report=contract.TERMINATION_LOG,
+        metrics_port=contract.METRICS_PORT,
     )
 
 
-def pod_overlay(spec: TrainiumJobSpec, owner: Owner, stage: str) -> Json:
+def pod_overlay(
+    spec: TrainiumJobSpec, owner: Owner, stage: str, excluded: tuple[str, ...] = ()
+) -> Json:
     """Pod fields TorchX cannot express, applied through its own overlay mechanism."""
     sched = spec.scheduling
     pod_spec: Json = {
         "nodeSelector": {**sched.nodeSelector, INSTANCE_TYPE_LABEL: spec.instanceType}
     }
+    if excluded:  # nodes a failure pointed at (status.excludedNodes)
+        pod_spec["affinity"] = nodes.affinity(excluded)
     if sched.tolerations:
         pod_spec["tolerations"] = copy.deepcopy(sched.tolerations)
     if sched.priorityClassName:
@@ -235,11 +240,14 @@ def _submit_dryrun(app: AppDef, cfg: dict[str, Any]) -> Any:
         return _dry_run[0].submit_dryrun(app, cfg)
 
 
-def build_vcjob(spec: TrainiumJobSpec, owner: Owner, stage: str) -> Json:
-    """The Volcano Job of one stage, built by TorchX and overlaid."""
+def build_vcjob(
+    spec: TrainiumJobSpec, owner: Owner, stage: str, excluded: tuple[str, ...] = ()
+) -> Json:
+    """The Volcano Job of one stage, built by TorchX and overlaid; excluded: nodes kept out."""
     ctx = stage_context(spec, owner, stage)
     app = appdef.build_appdef(spec, ctx)
-    set_overlay(app.roles[0], "kubernetes", "V1Pod", pod_overlay(spec, owner, stage))
+    overlay = pod_overlay(spec, owner, stage, excluded)
+    set_overlay(app.roles[0], "kubernetes", "V1Pod", overlay)
     cfg: dict[str, Any] = {
         "queue": spec.scheduling.queue,
         "namespace": owner.namespace,
@@ -290,6 +298,43 @@ def _overlay_pod(pod: Json, spec: TrainiumJobSpec, owner: Owner, stage: str, vcj
             wanted = getattr(spec.resources, kind)
             if wanted:
                 res.setdefault(kind, {}).update({k: str(v) for k, v in wanted.items()})
+    if stage == appdef.TRAIN and spec.preflight:
+        pod["spec"]["initContainers"] = [preflight_container(spec, pod["spec"]["containers"][0])]
+
+
+def preflight_container(spec: TrainiumJobSpec, trainer: Json) -> Json:
+    """The init container that checks the node first (same image, devices and /dev/shm).
+
+    It asks for the trainer's resources: the kubelet hands an init container's devices on to
+    the pod's containers, so the Neuron devices it opens are the ones training gets.
+    """
+    inst = spec.instance
+    shm = [m for m in trainer.get("volumeMounts") or [] if m.get("mountPath") == "/dev/shm"]
+    container: Json = {
+        "name": contract.PREFLIGHT_CONTAINER,
+        "image": spec.image,
+        "command": [
+            "python3",
+            "-m",
+            contract.DEFAULT_MODULE,
+            contract.PREFLIGHT_COMMAND,
+            "--neuron-devices",
+            str(inst.neuron_devices),
+            "--efa",
+            str(inst.efa_interfaces),
+        ],
+        "env": [
+            {
+                "name": contract.ENV_NODE_NAME,
+                "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}},
+            }
+        ],
+        "resources": copy.deepcopy(trainer.get("resources") or {}),
+        "volumeMounts": copy.deepcopy(shm),
+    }
+    if trainer.get("securityContext"):
+        container["securityContext"] = copy.deepcopy(trainer["securityContext"])
+    return container
 
 
 def _restore_field_path_env(container: Json) -> None:

@@ -18,12 +18,14 @@ DESCRIPTION = """\
 trainium: run PyTorch training on AWS Trainium from one TrainiumJob.
 `render` prints offline the manifests the operator would create for a job, `run` trains a job on
 this machine through the same lifecycle (TorchX's local scheduler), `operator` runs the
-Kubernetes operator (kopf), `data` makes synthetic data.\
+Kubernetes operator (kopf), `logs` prints a job's pod logs with node and rank, `data` makes
+synthetic data.\
 """
 EXAMPLES = """\
 examples:
   trainium render -f examples/bert-large-pretrain.yaml > manifests.yaml
   trainium run -f examples/local-tiny-bert.yaml
+  trainium logs bert-large-pretrain --rank 0 -f
   trainium operator --standalone --all-namespaces\
 """
 
@@ -117,6 +119,111 @@ def kopf_argv(argv: Sequence[str]) -> list[str]:
     return out
 
 
+def cmd_logs(args: argparse.Namespace) -> int:
+    """Print (or follow) a job's pod logs, each line labelled `node N rank R | `."""
+    from trainium_operator import k8s, logs
+
+    ns = args.namespace or _current_namespace()
+    body = k8s.get_trainiumjob(ns, args.job)
+    if body is None:
+        raise UsageError([f"TrainiumJob {args.job!r} not found in namespace {ns!r}"])
+    target = logs.Target(args.stage, args.node, args.rank, _nprocs(body))
+    chosen = logs.select(k8s.list_pods(ns, _stage_selector(args.job, args.stage)), target)
+    note = logs.ended_note(args.job, body.get("status") or {})
+    if not chosen:
+        print(f"no {args.stage} pods of job {args.job} match in namespace {ns}", file=sys.stderr)
+    streams = [(node, name, _log_lines(ns, name, args.follow)) for node, name in chosen]
+    try:
+        _print_labelled(streams, target, parallel=args.follow)
+    except KeyboardInterrupt:
+        return 130
+    if note:
+        print(note, file=sys.stderr)
+    return 0 if chosen or note else 1
+
+
+def _nprocs(body: Json) -> int:
+    """Processes per node of the job (1 when its spec does not parse)."""
+    from trainium_operator.spec import SpecError, parse
+
+    try:
+        return parse(body).procs_per_node
+    except SpecError:
+        return 1
+
+
+def _stage_selector(job: str, stage: str) -> str:
+    """The label selector of one stage's pods (Volcano copies our labels onto them)."""
+    from trainium_operator.builders import LABEL_JOB, LABEL_STAGE
+    from trainium_operator.naming import label_value
+
+    return f"{LABEL_JOB}={label_value(job)},{LABEL_STAGE}={stage}"
+
+
+def _current_namespace() -> str:
+    """The namespace of the kubeconfig's current context, else default."""
+    from kubernetes import config
+
+    try:
+        _contexts, current = config.list_kube_config_contexts()
+    except (config.ConfigException, OSError, TypeError):
+        return "default"
+    return str((current or {}).get("context", {}).get("namespace") or "default")
+
+
+def _log_lines(namespace: str, pod: str, follow: bool) -> Any:
+    """The trainer container's log lines of one pod (followed: as they come)."""
+    from trainium_operator import k8s
+    from trainium_operator.naming import ROLE
+
+    # Raw bytes: the client's deserializer turns JSON-looking lines (the trainer's metric records)
+    # into Python reprs (kubernetes-client/python#1199).
+    resp = k8s.core().read_namespaced_pod_log(
+        pod, namespace, container=ROLE, follow=follow, _preload_content=False
+    )
+    if not follow:
+        return iter(resp.data.decode("utf-8", "replace").splitlines())
+    return _split_stream(resp.stream())
+
+
+def _split_stream(chunks: Any) -> Any:
+    """Whole lines from a stream of byte chunks."""
+    rest = b""
+    for chunk in chunks:
+        rest += chunk
+        *lines, rest = rest.split(b"\n")
+        yield from (ln.decode("utf-8", "replace") for ln in lines)
+    if rest:
+        yield rest.decode("utf-8", "replace")
+
+
+def _print_labelled(streams: list[tuple[int, str, Any]], target: Any, parallel: bool) -> None:
+    """Print each pod's lines labelled; followed pods stream side by side, one thread each."""
+    import threading
+
+    from trainium_operator import logs
+
+    lock = threading.Lock()
+
+    def pump(node: int, lines: Any) -> None:
+        for line in lines:
+            out = logs.label(line, node, target)
+            if out is not None:
+                with lock:
+                    print(out, flush=parallel)
+
+    if not parallel:
+        for node, _name, lines in streams:
+            pump(node, lines)
+        return
+    threads = [threading.Thread(target=pump, args=(n, ln), daemon=True) for n, _, ln in streams]
+    for t in threads:
+        t.start()
+    for t in threads:
+        while t.is_alive():  # join with a timeout: Ctrl-C still reaches the main thread
+            t.join(0.5)
+
+
 def cmd_operator(argv: Sequence[str]) -> int:
     """`kopf run` of our handlers with the user's options (parsed here: --help is ours)."""
     args = kopf_argv(argv)
@@ -159,6 +266,13 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("-f", "--filename", required=True)
     run.add_argument("--runs-dir", default="runs", help="where runs/<job>/ goes (default ./runs)")
     run.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    lg = sub.add_parser("logs", help="print a job's pod logs, each line labelled node/rank")
+    lg.add_argument("job", help="TrainiumJob name")
+    lg.add_argument("-n", "--namespace", help="default: the kubeconfig context's namespace")
+    lg.add_argument("--stage", choices=["train", "precompile"], default="train")
+    lg.add_argument("--node", type=int, help="only this node (pod) index")
+    lg.add_argument("--rank", type=int, help="only this global rank (its node's lines)")
+    lg.add_argument("-f", "--follow", action="store_true", help="keep printing new lines")
     sub.add_parser("operator", help="run the operator (`trainium operator --help`)", add_help=False)
     sub.add_parser("data", help="data tools: synth-bert", add_help=False)
     return p
@@ -173,7 +287,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if argv[:1] == ["data"]:
             return cmd_data(argv[1:])
         args = parser().parse_args(argv)
-        return int({"render": cmd_render, "run": cmd_run}[args.command](args))
+        commands = {"render": cmd_render, "run": cmd_run, "logs": cmd_logs}
+        return int(commands[args.command](args))
     except UsageError as exc:
         for problem in exc.problems:
             print(f"error: {problem}", file=sys.stderr)

@@ -244,3 +244,21 @@ def status_fragment(cost: Cost) -> dict[str, Any]:
         "unknown": estimated is None,
         "display": display(cost),
     }
+
+
+def with_projection(fragment: dict[str, Any], eta_seconds: Any, nodes: int) -> dict[str, Any]:
+    """status.cost plus the projected total at completion: so far, plus the ETA on every node.
+
+    Assumes the gang runs to the end at the recent step rate, without restarts; without a price
+    or an ETA the fragment stays as it is.
+    """
+    price, estimated = fragment.get("pricePerHour"), fragment.get("estimated")
+    if not isinstance(eta_seconds, int) or price is None or not estimated:
+        return fragment
+    rest = Decimal(eta_seconds) / Decimal(3600) * nodes * Decimal(str(price))
+    total = (Decimal(str(estimated["total"])) + rest).quantize(_CENT, rounding=ROUND_HALF_UP)
+    return {
+        **fragment,
+        "projectedTotal": float(total),
+        "display": f"{fragment['display']} (~${total:,})",
+    }

@@ -13,10 +13,11 @@ from __future__ import annotations
 import datetime
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from trainium_operator import checkpoints
+from trainium_trainer import contract
 
 Json = Mapping[str, Any]
 
@@ -56,16 +57,20 @@ POLICIES: Mapping[str, Policy] = {
     "UserCodeError": Policy(False, True, "an exception in the training code repeats on restart"),
     "Unschedulable": Policy(False, False, "nothing ran; more of the short resource is needed"),
     "Unknown": Policy(True, True, "no evidence either way: restart within the budget"),
+    "PreflightFailed": Policy(True, False, "the node failed its checks; the next gang avoids it"),
+    "Hung": Policy(True, True, "the step stood still past runPolicy.progressDeadlineSeconds"),
 }
 
 #: Reasons that say little on their own, or that a pod also shows when a peer died first (its
 #: rendezvous or gloo link breaks): any other cause in the gang is more telling.
 SECONDARY = frozenset({"UserCodeError", "Unknown", "RendezvousTimeout"})
-#: Disruptions: a restart that never spends runPolicy.maxRetries.
-DISRUPTIONS = frozenset({"Evicted", "Preempted", "Interrupted"})
 #: Disruptions that explain the failures of every other pod in the gang. A SIGTERM stop does
 #: not: Volcano also SIGTERMs the peers of a pod that failed, so it explains only itself.
 GANG_DISRUPTIONS = frozenset({"Evicted", "Preempted"})
+#: Restarts that spend no runPolicy.maxRetries (status.disruptions counts them instead).
+NOT_CHARGED = frozenset(r for r, p in POLICIES.items() if p.retry and not p.counts_against_budget)
+#: Classes that point at the node the pod ran on: the job's next gangs keep out of it.
+NODE_FAULTS = frozenset({"NeuronRuntimeError", "EfaInitFailed", "PreflightFailed"})
 #: 128 + SIGTERM: the trainer (and its torchrun wrapper) exits with it when told to stop.
 EXIT_SIGTERM = 143
 
@@ -81,6 +86,13 @@ class Failure:
     log_tail: tuple[str, ...] = ()
     #: For Unschedulable: what is short ("aws.amazon.com/neuron", "memory", a taint...).
     short: str | None = None
+    #: The node the failed pod ran on (spec.nodeName), when known.
+    node: str | None = None
+
+    @property
+    def node_fault(self) -> bool:
+        """The class points at the node, and the node is known: keep it out of the next gang."""
+        return self.reason in NODE_FAULTS and bool(self.node)
 
 
 @dataclass(frozen=True)
@@ -99,6 +111,8 @@ def _rule(reason: str, *patterns: str) -> Rule:
 # Ordered by specificity: the first rule with a matching line wins, wherever the line is.
 # Each pattern names the public report its text was taken from.
 LOG_RULES: tuple[Rule, ...] = (
+    # trainer/trainium_trainer/preflight.py: "preflight failed: 0 Neuron devices in /dev (...)".
+    _rule("PreflightFailed", rf"^(?:\[[^\]]*\]:?\s*)?{re.escape(contract.PREFLIGHT_FAILED)} "),
     _rule(
         "LossDiverged",
         # trainer/trainium_trainer/errors.py NonFiniteLoss via __main__.py: "error: non-finite
@@ -279,6 +293,15 @@ def classify_gang(pods: Sequence[Json], logs: Mapping[str, Sequence[str]]) -> Fa
 
 
 def _classify(pod: Json, log_tail: Sequence[str]) -> _Found | None:
+    """The pod's failure, naming the node it ran on."""
+    found = _weigh(pod, log_tail)
+    node = (pod.get("spec") or {}).get("nodeName")
+    if found is None or not node:
+        return found
+    return _Found(replace(found.failure, node=str(node)), found.at)
+
+
+def _weigh(pod: Json, log_tail: Sequence[str]) -> _Found | None:
     """Weigh the evidence in order: disruption, waiting error, terminated container, phase."""
     name, status = _name(pod), pod.get("status") or {}
     disrupted = _disruption(name, status, log_tail)
@@ -444,6 +467,9 @@ def _from_container(pod: str, container: str, term: Json, log_tail: Sequence[str
     tail = tuple(log_tail) or said
     if why == "OOMKilled":
         return make_failure("OOMKilled", f"{where}: OOMKilled (exit {code})", tail)
+    if container == contract.PREFLIGHT_CONTAINER and code == contract.EXIT_PREFLIGHT:
+        line = next((ln for ln in (*said, *log_tail) if contract.PREFLIGHT_FAILED in ln), "")
+        return make_failure("PreflightFailed", f"{where} (exit {code}): {_cut(line.strip())}", tail)
     found = _from_log(where, (*log_tail, *said), f"{why}, exit {code}", tail)
     if code == EXIT_SIGTERM and found.reason in SECONDARY:
         # Told to stop (a generic traceback may follow the signal): the work was not at fault.

@@ -339,6 +339,13 @@ def _training(obs: Observed, conds: list[Condition], hit: bool | None) -> Decisi
         conds.append(Condition("Running", "False", reason, msg))
         stop = (Action.STOP_TRAINING,) if stop_now else ()
         return replace(_failed(conds, reason, msg, hit, obs), actions=stop)
+    if obs.replace_gang and state in _LIVE:
+        why = obs.failure.reason if obs.failure else "Unknown"
+        detail = f": {obs.failure.message}" if obs.failure else ""
+        msg = f"recreating the training gang ({why}){detail}"
+        conds.append(Condition("Running", "False", "Restarting", msg))
+        stop = (Action.STOP_TRAINING,)
+        return Decision(Phase.TRAINING, msg, _close(conds, running=None), stop, hit, obs.restarts)
     status, reason, msg = _running(obs)
     conds.append(Condition("Running", status, reason, msg))
     stuck = obs.gang_blocker if state is Child.PENDING else None

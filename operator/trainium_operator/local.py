@@ -27,7 +27,16 @@ from typing import Any
 from torchx.runner import get_runner
 from torchx.specs import AppState
 
-from trainium_operator import appdef, cache, checkpoints, lifecycle, naming, render, status
+from trainium_operator import (
+    appdef,
+    cache,
+    checkpoints,
+    lifecycle,
+    localview,
+    naming,
+    render,
+    status,
+)
 from trainium_operator.appdef import StageContext
 from trainium_operator.cachekey import cache_key, cache_name
 from trainium_operator.lifecycle import Action, Child, Decision, Observed, Phase
@@ -66,6 +75,8 @@ class LocalRun:
     status: Json = field(default_factory=dict)
     #: runPolicy.suspend as last read from the job file.
     suspend: bool = False
+    #: The training progress bar (created with the first metric record).
+    view: Any = None
 
     @property
     def volume(self) -> Path:
@@ -172,10 +183,20 @@ def _fail_message(run: LocalRun, stage: str, state: Child) -> str:
     return f"{stage} failed; last log lines:\n" + "\n".join(tail_logs(run, stage))
 
 
+#: The folder where torchrun (--tee) keeps a copy of each worker's output, under a TorchX app.
+TORCHELASTIC_DIR = "torchelastic"
+
+
+def replica_logs(run: LocalRun, stage: str, stream: str) -> list[Path]:
+    """Each node's log of one stream (rank-prefixed by --tee), not torchrun's per-worker copies."""
+    paths = (run.root / "logs" / stage).rglob(f"{stream}.log")
+    return sorted(p for p in paths if TORCHELASTIC_DIR not in p.parts)
+
+
 def tail_logs(run: LocalRun, stage: str, lines: int = 15) -> list[str]:
     """Why a stage failed: its `error:` lines if any, else the last lines of its stderr logs."""
     every: list[str] = []
-    for path in sorted((run.root / "logs" / stage).rglob("stderr.log")):
+    for path in replica_logs(run, stage, "stderr"):
         every += path.read_text(errors="replace").splitlines()
     errors = [line for line in every if "error:" in line.lower()]
     return list(dict.fromkeys(errors))[-lines:] if errors else every[-lines:]
@@ -293,6 +314,8 @@ def report(run: LocalRun, decision: Decision) -> None:
         run.phase_started[new["phase"]] = now
         cache = new.get("cache", {}).get("outcome", "-")
         print(f"[phase] {new['phase']:<12} cache={cache:<5} {decision.message}", flush=True)
+        if new["phase"] == Phase.PRECOMPILING.value:
+            print(localview.precompile_line(run.spec, run.root / "logs" / "precompile"), flush=True)
     run.status = new
     (run.root / "status.json").write_text(json.dumps(new, indent=2))
 
@@ -307,30 +330,20 @@ def reported_checkpoint(run: LocalRun) -> checkpoints.Checkpoint | None:
 
 
 def progress(run: LocalRun, seen: int) -> int:
-    """Print the trainer's new metric lines (step, loss, throughput); returns lines seen."""
+    """Move the progress bar over the trainer's new metric records; returns records seen."""
     path = Path(appdef.output_dir(run.spec, stage_context(run, appdef.TRAIN))) / "metrics.jsonl"
     if not path.is_file():
         return seen
-    lines = path.read_text().splitlines()
-    total = _flag(run.spec.args, "--max-steps", "?")
-    for line in lines[seen:]:
+    if run.view is None:
+        total = _flag(run.spec.args, "--max-steps", "?")
+        run.view = localview.TrainView(int(total) if total.isdigit() else None)
+    for line in path.read_text().splitlines()[seen:]:
         try:
-            m = json.loads(line)
+            run.view.show(json.loads(line))
         except json.JSONDecodeError:
             return seen
-        bar = _bar(int(m.get("step", 0)), int(total) if total.isdigit() else 0)
-        rate = m.get("samples_per_second", 0.0)
-        print(f"[train] {bar} step {m.get('step')}/{total} loss {m.get('loss', 0):.4f} "
-              f"{rate:.1f} samples/s", flush=True)  # fmt: skip
         seen += 1
     return seen
-
-
-def _bar(step: int, total: int, width: int = 24) -> str:
-    if total <= 0:
-        return ""
-    done = min(width, width * step // total)
-    return "[" + "#" * done + "." * (width - done) + "]"
 
 
 def finish(run: LocalRun) -> bool:
@@ -344,9 +357,12 @@ def finish(run: LocalRun) -> bool:
     summary["phase_seconds"] = {k: round(v, 2) for k, v in run.phase_seconds.items()}
     (run.root / "summary.json").write_text(json.dumps(summary, indent=2))
     ok = run.status.get("phase") == Phase.SUCCEEDED.value
+    if run.view is not None:
+        run.view.close()
     if ok and "initial_loss" in summary:
         print(f"[done] loss {summary['initial_loss']:.4f} -> {summary['final_loss']:.4f} "
-              f"in {summary.get('steps')} steps; {run.root}/summary.json")  # fmt: skip
+              f"in {summary.get('steps')} steps; {run.root}/summary.json"
+              f"{localview.tensorboard_note(out)}")  # fmt: skip
     elif not ok:
         print(f"[failed] {run.status.get('message', '')}", file=sys.stderr)
     return ok

@@ -176,6 +176,9 @@ class Observed:
     deadline_exceeded: bool = False
     #: Actions the API server refused in this pass (fed back after acting).
     rejections: tuple[Rejection, ...] = ()
+    #: The operator recreates the training gang itself (a node to keep out, a hang): `failure`
+    #: says why; the live gang stops now and the next pass creates it again.
+    replace_gang: bool = False
 
     def rejected(self, action: Action) -> Rejection | None:
         """The refusal of one action in this pass, if any."""

@@ -70,6 +70,13 @@ class Seen:
     #: Seconds until a pending gang's Events are read again (nothing watches Events).
     events_look: float | None = None
 
+    #: Nodes the job's next Volcano jobs keep out of (status.excludedNodes, and one found now).
+    excluded_nodes: tuple[str, ...] = ()
+    #: status.progress to write in this pass (None: leave it; {}: remove it), from scrape.py.
+    progress: Json | None = None
+    #: Seconds until the next read of rank 0's metrics is due (a look is due then).
+    progress_in: float | None = None
+
 
 def observe(
     spec: TrainiumJobSpec, owner: Owner, views: Views, lookup: FsxLookup | None = None

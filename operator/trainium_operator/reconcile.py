@@ -24,7 +24,10 @@ from trainium_operator import (
     k8s,
     lifecycle,
     naming,
+    nodes,
+    scrape,
     status,
+    supervise,
 )
 from trainium_operator.builders import Owner
 from trainium_operator.cachekey import cache_key, cache_name
@@ -119,7 +122,7 @@ def reconcile(
         if not settled_now.actions:
             (seen, observed, counted), decision = again, settled_now
     new, transition, rv = _report(
-        body, decision, spec, emit, read, observed, counted, seen.checkpoint
+        body, decision, spec, emit, read, observed, counted, seen.checkpoint, seen.progress
     )
     outcome = expire(body, new, spec, reader=read)
     return replace(
@@ -128,7 +131,7 @@ def reconcile(
         waiting=decision.blocker is not None and decision.blocker.reason not in WATCHED,
         written_version=rv,
         cache_figures=_new_figures(previous, new),
-        deadline_in=_soonest(deadline_in, seen.startup_left, seen.events_look),
+        deadline_in=_soonest(deadline_in, seen.startup_left, seen.events_look, seen.progress_in),
     )
 
 
@@ -156,8 +159,25 @@ def _look(
         budget.read(previous), seen.gang, seen.observed.failure, spec.runPolicy.maxRetries,
         mirrored=budget.legacy(previous),
     )  # fmt: skip
+    uid = (
+        seen.gang.uid
+        if seen.gang is not None and seen.observed.training is not Child.ABSENT
+        else None
+    )
+    watched = scrape.look(spec, owner, seen.observed.training, uid, previous, now_iso())
+    excluded, redo = supervise.gang_to_replace(
+        seen.observed.failure, seen.observed.training, previous, watched.hung
+    )
+    seen = replace(
+        seen, progress=watched.write, progress_in=watched.next_read_in, excluded_nodes=excluded
+    )
+    if redo is not None:
+        counted = budget.replaced(counted, redo.reason, spec.runPolicy.maxRetries)
+    failure = redo or supervise.explain_unschedulable(seen.observed.failure, previous)
     observed = replace(
         seen.observed,
+        failure=failure,
+        replace_gang=redo is not None and counted.exhausted is None,
         restarts=counted.tally.restarts,
         disruptions=counted.tally.disruptions,
         exhausted=counted.exhausted,
@@ -288,6 +308,7 @@ def _report(
     obs: Observed | None = None,
     counted: budget.Accounted | None = None,
     checkpoint: Checkpoint | None = None,
+    progress: Json | None = None,
 ) -> tuple[Json, Transition | None, str | None]:
     """Patch status when it changed; Events on a phase transition and on a new blocker."""
     obs = obs or Observed()
@@ -318,20 +339,32 @@ def _report(
     last = _last_failure(obs) or previous.get("lastFailure")
     if last:
         new["lastFailure"] = last
+    excluded_node = nodes.newly_faulty(obs.failure, previous) if obs.replace_gang else None
+    if excluded_node is not None and obs.failure is not None:
+        new["excludedNodes"] = nodes.record(previous, excluded_node, obs.failure.reason, now)
     if (kept := checkpoints.carried(previous, checkpoint)) is not None:
         new["lastCheckpoint"] = kept.to_status()
+    if progress is not None:  # {}: no gang trains any more (merge-patch null removes it)
+        new["progress"] = progress or None
     new["history"] = history.advance(previous, new, now, gang_pending=_gang_pending(decision, obs))
     if not status.changed(previous, new):
         return previous, None, None
     job_cost = history.job_cost(spec, new["history"], now) if spec is not None else None
     if job_cost is not None:  # as of this write: the estimate moves with the status, not the clock
         new["cost"] = cost.status_fragment(job_cost)
+        eta = (new.get("progress") or previous.get("progress") or {}).get("etaSeconds")
+        if decision.phase is lifecycle.Phase.TRAINING and spec is not None:
+            new["cost"] = cost.with_projection(new["cost"], eta, spec.nodes)
     patched = k8s.patch_trainiumjob_status(meta["namespace"], owner_name, new)
     read.wrote(Kind.TRAINIUMJOB, meta["namespace"], owner_name, patched)
     rv = _written_version(patched)
     max_retries = spec.runPolicy.maxRetries if spec is not None else 0
     for reason, message in budget.events(counted, max_retries):
         emit(body, "Warning", reason, message, events.RESTART)
+    if excluded_node is not None and obs.failure is not None:
+        emit(
+            body, "Warning", "NodeExcluded", nodes.event(excluded_node, obs.failure), events.RESTART
+        )
     transition = _announce(body, previous, new, decision, emit)
     if transition and decision.phase in lifecycle.TERMINAL:
         transition = replace(transition, cost=job_cost)  # counted once, when the job finishes

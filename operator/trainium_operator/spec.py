@@ -128,6 +128,8 @@ class RunPolicy:
     rendezvousTimeoutSeconds: int = 1800
     startupDeadlineSeconds: int | None = None
     activeDeadlineSeconds: int | None = None
+    #: Seconds the step may stand still before the gang is Hung; None: never judged.
+    progressDeadlineSeconds: int | None = None
     ttlSecondsAfterFinished: int | None = None
     suspend: bool = False
 
@@ -146,6 +148,8 @@ class TrainiumJobSpec:
     nodes: int = 1
     nprocPerNode: int | None = None
     precision: str = "bf16"
+    #: Check each training node in an init container before the gang starts.
+    preflight: bool = True
     compilerFlags: tuple[str, ...] = ()
     cache: Cache = Cache()
     precompile: Precompile = Precompile()
@@ -200,6 +204,7 @@ def from_dict(s: dict[str, Any]) -> TrainiumJobSpec:
         nodes=s.get("nodes", 1),
         nprocPerNode=s.get("nprocPerNode"),
         precision=s.get("precision", "bf16"),
+        preflight=s.get("preflight", True),
         compilerFlags=tuple(s.get("compilerFlags", ())),
         cache=Cache(**s.get("cache", {})),
         precompile=Precompile(**s.get("precompile", {})),

@@ -70,6 +70,7 @@ def test_env_ports_and_liveness_probe(helm_bin: Path) -> None:
     env = {e["name"]: e.get("value") for e in c["env"]}
     assert env == {
         "TRAINIUM_METRICS_PORT": "9090", "TRAINIUM_RESYNC_SECONDS": "1800",
+        "TRAINIUM_PROGRESS_INTERVAL_SECONDS": "30",
         "AWS_REGION": "eu-west-1", "X": "y",
     }  # fmt: skip
     assert {p["name"]: p["containerPort"] for p in c["ports"]} == {"health": 8080, "metrics": 9090}

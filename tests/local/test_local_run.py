@@ -55,6 +55,15 @@ def test_local_run_trains_then_hits_the_cache(tmp_path: Path) -> None:
     assert summary["steps"] == 12 and summary["world_size"] == 2
     assert summary["final_loss"] < summary["initial_loss"]
     assert summary["cache_hit"] is False
+    # What the user sees: a line while precompiling, the bar (elapsed<ETA) and where TensorBoard is.
+    assert "[precompile] extracting graphs:" in first.stdout, first.stdout
+    bar = first.stderr.replace("\r", "\n").splitlines()
+    assert any(ln.startswith("[train]") and "12/12" in ln and "<" in ln for ln in bar), first.stderr
+    (done,) = [ln for ln in first.stdout.splitlines() if ln.startswith("[done]")]
+    tensorboard = root / "volume" / "output" / "local-tiny-bert" / "tensorboard"
+    assert (
+        done.endswith(f"TensorBoard: tensorboard --logdir {tensorboard}") and tensorboard.is_dir()
+    )
     status = json.loads((root / "status.json").read_text())
     assert status["phase"] == "Succeeded" and status["precompileJob"] == "local-tiny-bert-compile"
     assert {c["type"]: c["status"] for c in status["conditions"]}["Succeeded"] == "True"

@@ -24,6 +24,7 @@ REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "local-tiny-bert.yaml"
 STEPS = 100
 DEADLINE = 120.0
+TEE_PREFIX = re.compile(r"^\[default\d+\]:")
 STOPPED = re.compile(r"stopped: SIGTERM: stopped after step (\d+), checkpointed")
 T = TypeVar("T")
 
@@ -77,6 +78,7 @@ def metric_steps(path: Path) -> list[int]:
 def app_logs(root: Path, stream: str) -> list[str]:
     """Each training app's log of one stream, oldest app first."""
     paths = (root / "logs" / "train").rglob(f"{stream}.log")
+    paths = (p for p in paths if "torchelastic" not in p.parts)  # torchrun's --tee copies
     return [p.read_text() for p in sorted(paths, key=lambda p: p.stat().st_mtime)]
 
 
@@ -116,7 +118,8 @@ def test_suspend_then_resume_keeps_the_step_count(tmp_path: Path) -> None:
     assert phases[phases.index("Suspended") :].count("Training") == 1, stdout  # one new gang
 
     # The second gang resumed at the stop step and ran the rest, once.
-    second = app_logs(root, "stdout")[-1].splitlines()
+    # torchrun --tee prefixes each worker line with its local rank ("[default0]:").
+    second = [TEE_PREFIX.sub("", ln) for ln in app_logs(root, "stdout")[-1].splitlines()]
     events = [json.loads(ln) for ln in second if ln.startswith('{"event"')]
     assert [e["step"] for e in events if e["event"] == "resumed"] == [step]
     summary = json.loads((output / "summary.json").read_text())

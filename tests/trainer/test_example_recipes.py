@@ -18,7 +18,10 @@ def _jobs() -> list[tuple[str, dict]]:
     """(file name, spec) of every example that runs this trainer."""
     found = []
     for path in sorted(EXAMPLES.glob("*.yaml")):
-        spec = yaml.safe_load(path.read_text(encoding="utf-8"))["spec"]
+        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+        if doc.get("kind") != "TrainiumJob":  # tensorboard.yaml goes with a job
+            continue
+        spec = doc["spec"]
         if "script" not in spec and spec.get("module", contract.DEFAULT_MODULE) == (
             contract.DEFAULT_MODULE
         ):

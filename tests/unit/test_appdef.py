@@ -93,3 +93,17 @@ def test_the_trainer_runs_under_the_torchrun_wrapper_others_under_torchrun() -> 
     assert appdef.launcher(spec_of(module="my_trainer")) == "torch.distributed.run"
     assert appdef.launcher(spec_of(script="/app/train.py")) == "torch.distributed.run"
     importlib.import_module(contract.TORCHRUN_MODULE)  # the module the argv names exists
+
+
+@pytest.mark.parametrize("stage", [appdef.PRECOMPILE, appdef.TRAIN])
+def test_torchrun_tees_both_streams_with_rank_prefixes_in_both_stages(stage: str) -> None:
+    from torch.distributed.elastic.multiprocessing import Std
+
+    spec = spec_of(nodes=2)
+    ctx = appdef.StageContext(
+        job_name="j", stage=stage, cache_name="c", run_id="j-x", rank0_host="h", mount_root="/d"
+    )
+    argv = appdef.build_appdef(spec, ctx).roles[0].args
+    args = parse_args(argv[argv.index(appdef.launcher(spec)) + 1 :])
+    assert Std.from_str(args.tee) == Std.ALL
+    assert args.tee == "3"

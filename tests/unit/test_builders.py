@@ -607,3 +607,51 @@ def test_only_the_precompile_job_is_labelled_with_its_cache_entry(
     entry = cache.identity(spec).record_name
     assert tutorial_jobs["precompile"]["metadata"]["labels"]["trainium.dev/cache-entry"] == entry
     assert "trainium.dev/cache-entry" not in tutorial_jobs["train"]["metadata"]["labels"]
+
+
+# --- live metrics -------------------------------------------------------------------------------
+
+
+def test_every_training_pod_declares_the_named_metrics_port_the_trainer_serves() -> None:
+    from trainium_trainer import contract
+
+    for _, _, container in pods(build("train", nodes=2)):
+        assert container["ports"] == [
+            {"name": contract.METRICS_PORT_NAME, "containerPort": contract.METRICS_PORT}
+        ]
+        assert env_of(container)[contract.ENV_METRICS_PORT] == str(contract.METRICS_PORT)
+
+
+def test_precompile_pods_serve_no_metrics() -> None:
+    from trainium_trainer import contract
+
+    container = first_container(build("precompile"))
+    assert not container.get("ports")
+    assert contract.ENV_METRICS_PORT not in env_of(container)
+
+
+# --- preflight ----------------------------------------------------------------------------------
+
+
+def test_training_pods_check_their_node_first_with_the_trainers_devices() -> None:
+    from trainium_trainer import contract
+
+    for _, template, container in pods(build("train", nodes=2, instanceType="trn1.32xlarge")):
+        (init,) = template["spec"]["initContainers"]
+        assert init["name"] == contract.PREFLIGHT_CONTAINER
+        assert init["image"] == container["image"]
+        assert init["command"] == [
+            "python3", "-m", "trainium_trainer", "preflight", "--neuron-devices", "16", "--efa", "8"
+        ]  # fmt: skip
+        assert init["resources"] == container["resources"]
+        assert init["volumeMounts"] == [{"mountPath": "/dev/shm", "name": "dshm"}]
+        assert init["env"][0]["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+
+
+def test_no_preflight_when_the_spec_says_so_nor_in_precompile() -> None:
+    assert "initContainers" not in pods_spec(build("train", preflight=False))
+    assert "initContainers" not in pods_spec(build("precompile"))
+
+
+def pods_spec(vcjob: Json) -> Json:
+    return next(pods(vcjob))[1]["spec"]

@@ -97,7 +97,8 @@ def test_the_status_fragment_is_valid_against_the_crd() -> None:
 def test_the_status_fragment_has_every_field_the_crd_declares() -> None:
     schema = crd.version_schema()["properties"]["status"]["properties"]["cost"]["properties"]
     fragment = cost.status_fragment(simulated_run())
-    assert set(fragment) == set(schema)
+    assert set(fragment) | {"projectedTotal"} == set(schema)  # projected: only while training
+    assert set(cost.with_projection(fragment, 3600, 2)) == set(schema)
     for key in ("instanceHours", "estimated"):
         assert set(fragment[key]) == set(schema[key]["properties"]) == {*cost.BUCKETS, "total"}
 
@@ -333,3 +334,20 @@ def test_an_unknown_price_adds_hours_but_no_usd_series() -> None:
     get = REGISTRY.get_sample_value
     assert get("trainium_operator_instance_seconds_total", labels) == pytest.approx(5.0 * 3600)
     assert get("trainium_operator_estimated_cost_usd_total", labels) is None
+
+
+def test_the_projection_adds_the_eta_on_every_node_to_the_estimate_so_far() -> None:
+    fragment = {"pricePerHour": 21.5, "estimated": {"total": 10.0}, "display": "$10.00"}
+    got = cost.with_projection(fragment, 5400, 2)  # 1.5 h x 2 nodes x $21.50 = $64.50
+    assert got["projectedTotal"] == 74.5 and got["display"] == "$10.00 (~$74.50)"
+
+
+@pytest.mark.parametrize("eta", [None, "1h", 1.5])
+def test_no_eta_no_projection(eta: object) -> None:
+    fragment = {"pricePerHour": 21.5, "estimated": {"total": 10.0}, "display": "$10.00"}
+    assert cost.with_projection(fragment, eta, 2) is fragment
+
+
+def test_no_price_no_projection() -> None:
+    fragment = {"pricePerHour": None, "estimated": None, "display": "unknown"}
+    assert cost.with_projection(fragment, 600, 2) is fragment

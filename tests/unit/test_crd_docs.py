@@ -37,6 +37,8 @@ def test_printer_columns_point_at_declared_fields() -> None:
         "Cache",
         "Restarts",
         "Disruptions",  # priority 1: kubectl get -o wide
+        "Progress",
+        "ETA",
         "Cost",
         "Age",
     ]

@@ -10,7 +10,9 @@ from support import EXAMPLES, example_spec
 
 from trainium_operator import crd
 
-EXAMPLE_FILES = sorted(EXAMPLES.glob("*.yaml"))
+#: Examples that are not TrainiumJobs (they go with one).
+COMPANIONS = {"tensorboard.yaml"}
+EXAMPLE_FILES = sorted(p for p in EXAMPLES.glob("*.yaml") if p.name not in COMPANIONS)
 REQUIRED = {
     "bert-large-pretrain.yaml",
     "bert-claim.yaml",
@@ -68,3 +70,23 @@ def test_claim_example_tolerates_the_neuron_taint() -> None:
     assert {"key": "aws.amazon.com/neuron", "operator": "Exists", "effect": "NoSchedule"} in (
         spec.scheduling.tolerations
     )
+
+
+def test_tensorboard_serves_the_tutorial_jobs_events_from_its_claim() -> None:
+    import kubernetes_validate
+
+    from trainium_operator import appdef, builders, naming
+    from trainium_trainer.metrics import TENSORBOARD_DIR
+
+    pod = yaml.safe_load((EXAMPLES / "tensorboard.yaml").read_text(encoding="utf-8"))
+    kubernetes_validate.validate(pod, "1.33.0", strict=True)
+    spec, owner = example_spec("bert-large-pretrain.yaml")
+    (volume,) = pod["spec"]["volumes"]
+    assert volume["persistentVolumeClaim"]["claimName"] == builders.claim_for(spec, owner)
+    assert builders.claim_for(spec, owner) == naming.claim_name(owner.name)
+    (container,) = pod["spec"]["containers"]
+    assert container["image"] == spec.image
+    ctx = builders.stage_context(spec, owner, appdef.TRAIN)
+    logdir = container["command"][container["command"].index("--logdir") + 1]
+    assert logdir == f"{appdef.output_dir(spec, ctx)}/{TENSORBOARD_DIR}"
+    assert container["volumeMounts"][0]["mountPath"] == spec.storage.mountPath

@@ -373,6 +373,7 @@ def test_scheduled_pods_are_not_unschedulable() -> None:
 
 def test_every_reason_has_exactly_one_policy() -> None:
     used = {r.reason for r in LOG_RULES} | {"Unschedulable", "Unknown", "AdmissionRejected"}
+    used.add("Hung")  # judged from the trainer's progress (progress.py), not from a pod
     for table in (
         failures._DISRUPTION_REASONS,
         failures._STATUS_REASONS,
@@ -396,7 +397,7 @@ def test_retry_decisions_the_issue_names() -> None:
     assert not any(POLICIES[r].retry for r in fail_fast)
     assert all(POLICIES[r].retry for r in restart)
     free = {r for r, p in POLICIES.items() if not p.counts_against_budget}
-    assert free == {"Evicted", "Preempted", "Interrupted", "Unschedulable"}
+    assert free == {"Evicted", "Preempted", "Interrupted", "Unschedulable", "PreflightFailed"}
     assert POLICIES["Interrupted"].retry
 
 
@@ -406,7 +407,8 @@ def test_module_does_no_io() -> None:
     imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
     imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     stdlib = {"__future__", "datetime", "re", "collections.abc", "dataclasses", "typing"}
-    assert imported == stdlib | {"trainium_operator"}
+    # trainium_trainer: only its contract (constants shared with the trainer).
+    assert imported == stdlib | {"trainium_operator", "trainium_trainer"}
     # Its one sibling is pure as well (tests/unit/test_checkpoints.py pins that module's imports).
     siblings = {
         a.name
@@ -432,3 +434,52 @@ def test_trainer_divergence_message_drift() -> None:
         line = f"[default0]:error: {errors.NonFiniteLoss(410, what, 400)}"
         got = classify_pod(pod(state=ended(1)), [line])
         assert got is not None and got.reason == "LossDiverged", line
+
+
+# --- the node a failure points at ---------------------------------------------------------------
+
+
+def on_node(body: Json, node: str) -> Json:
+    return {**body, "spec": {"nodeName": node}}
+
+
+def preflight_pod(code: int, message: str) -> Json:
+    """A training pod whose preflight init container ended: the trainer never started."""
+    body = pod(state=waiting("PodInitializing"))
+    init = {"name": "preflight", "ready": False, "restartCount": 0,
+            "state": ended(code, message=message)}  # fmt: skip
+    body["status"] = {**body["status"], "phase": "Failed", "initContainerStatuses": [init]}
+    return on_node(body, "ip-10-0-1-5")
+
+
+def test_a_failed_preflight_is_the_nodes_fault_and_spends_no_retry() -> None:
+    got = classify_pod(preflight_pod(4, "preflight failed: 0 EFA devices (want 8)\n"))
+    assert got is not None
+    assert (got.reason, got.retry, got.counts_against_budget) == ("PreflightFailed", True, False)
+    assert got.message == (
+        "pod w-0 container preflight (exit 4): preflight failed: 0 EFA devices (want 8)"
+    )
+    assert got.node == "ip-10-0-1-5" and got.node_fault
+
+
+def test_a_preflight_that_crashed_is_not_the_nodes_fault() -> None:
+    # The image lacks the trainer: the job's mistake, whatever node it ran on.
+    got = classify_pod(
+        preflight_pod(1, ""), ["ModuleNotFoundError: No module named 'trainium_trainer'"]
+    )
+    assert got is not None and got.reason == "UserCodeError" and not got.node_fault
+
+
+@pytest.mark.parametrize(
+    ("fixture", "fault"),
+    [("runtime.log", True), ("efa_init.log", True), ("user_code.log", False)],
+)
+def test_neuron_and_efa_failures_point_at_the_node(fixture: str, fault: bool) -> None:
+    got = classify_gang([on_node(pod(state=ended(1)), "ip-10-0-9-9")], {"w-0": log(fixture)})
+    assert got is not None and got.node == "ip-10-0-9-9"
+    assert got.node_fault is fault
+
+
+def test_without_a_node_nothing_is_excluded() -> None:
+    got = classify_pod(pod(state=ended(1)), log("runtime.log"))
+    assert got is not None and got.node is None and not got.node_fault

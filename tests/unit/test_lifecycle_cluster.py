@@ -351,3 +351,23 @@ def test_a_missing_queue_does_not_move_a_live_gang_back() -> None:
     obs = Observed(storage_ready=True, precompile=Child.RUNNING, cache_holder="self",
                    queue_blocker=gone, previous_phase="Precompiling")  # fmt: skip
     assert decide(obs).phase is Phase.PRECOMPILING
+
+
+# --- the operator recreates a gang itself (a bad node, a hang) ----------------------------------
+
+
+@pytest.mark.parametrize("state", [Child.RUNNING, Child.PENDING, Child.RESTARTING])
+def test_a_gang_to_replace_is_stopped_and_the_job_keeps_training(state: Child) -> None:
+    from trainium_operator.failures import make_failure
+
+    why = make_failure("PreflightFailed", "pod p container preflight (exit 4): preflight failed")
+    obs = replace(READY, training=state, failure=why, replace_gang=True)
+    d = decide(obs)
+    assert d.phase is Phase.TRAINING and d.actions == (Action.STOP_TRAINING,)
+    assert conds(obs)["Running"] == ("False", "Restarting")
+    assert "PreflightFailed" in d.message and "preflight failed" in d.message
+
+
+def test_once_stopped_the_gang_is_created_again() -> None:
+    obs = replace(READY, training=Child.ABSENT, precompile=Child.SUCCEEDED)
+    assert decide(obs).actions == (Action.CREATE_TRAINING,)

@@ -21,6 +21,11 @@ from trainium_trainer.errors import DiskFull, NonFiniteLoss, Preempted
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script and of torchrun's `-m trainium_trainer`."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == [contract.PREFLIGHT_COMMAND]:
+        from trainium_trainer import preflight
+
+        return preflight.main(args[1:])
     try:
         cfg = parse_args(argv)
         from trainium_trainer.device import make_runtime

@@ -53,6 +53,8 @@ class RunConfig:
     extract_graphs_only: bool = False
     #: Where rank 0 reports each complete checkpoint (the termination-message file); None: nowhere.
     checkpoint_report: Path | None = None
+    #: The port this process serves live metrics on (each node's local rank 0); None: no server.
+    metrics_port: int | None = None
 
     @property
     def checkpoint_dir(self) -> Path:
@@ -156,6 +158,7 @@ def parse_args(argv: Sequence[str] | None = None) -> RunConfig:
     values["extract_graphs_only"] = extract_graphs_only()
     report = os.environ.get(contract.ENV_CHECKPOINT_REPORT)
     values["checkpoint_report"] = Path(report) if report else None
+    values["metrics_port"] = _metrics_port()
     return RunConfig(**values)
 
 
@@ -215,6 +218,16 @@ def _without_flag(args: Sequence[str], flag: str) -> list[str]:
         elif not arg.startswith(f"{flag}="):
             out.append(arg)
     return out
+
+
+def _metrics_port() -> int | None:
+    """The operator's metrics port, served by each node's local rank 0 only (one per pod)."""
+    port = os.environ.get(contract.ENV_METRICS_PORT, "")
+    if not port or os.environ.get(contract.ENV_LOCAL_RANK, "0") != "0":
+        return None
+    if not port.isdigit() or not 0 <= int(port) < 65536:
+        raise UsageError(f"{contract.ENV_METRICS_PORT}={port!r}; expected a port number")
+    return int(port)
 
 
 def _env_precision() -> str:

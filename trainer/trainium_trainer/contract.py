@@ -27,9 +27,24 @@ ENV_HF_OFFLINE = "HF_HUB_OFFLINE"
 #: operator points it at the container's termination-message file, so the line reaches the pod's
 #: status when the container ends. Unset: no report is written.
 ENV_CHECKPOINT_REPORT = "TRAINIUM_CHECKPOINT_REPORT"
+#: The port each node's local rank 0 serves live training metrics on (Prometheus text); the
+#: operator declares it as the named containerPort METRICS_PORT_NAME and reads it. Unset: no server.
+ENV_METRICS_PORT = "TRAINIUM_TRAINER_METRICS_PORT"
 #: Flags torch-neuronx passes to neuronx-cc; the operator puts --cache_dir and spec.compilerFlags
 #: there, and the trainer adds its task's defaults (--model-type=transformer) unless present.
 ENV_NEURON_CC_FLAGS = "NEURON_CC_FLAGS"
+
+#: The metrics port of training pods and its containerPort name (operator and trainer agree here).
+METRICS_PORT = 9400
+METRICS_PORT_NAME = "metrics"
+#: Gauges the trainer serves on METRICS_PORT; the operator parses them back for status.progress.
+METRIC_STEP = "trainium_trainer_step"
+METRIC_TOTAL_STEPS = "trainium_trainer_total_steps"
+METRIC_LOSS = "trainium_trainer_loss"
+METRIC_SAMPLES_PER_SECOND = "trainium_trainer_samples_per_second"
+METRIC_TOKENS_PER_SECOND = "trainium_trainer_tokens_per_second"
+METRIC_LR = "trainium_trainer_learning_rate"
+METRIC_CHECKPOINT_STEP = "trainium_trainer_last_checkpoint_step"
 
 STAGE_PRECOMPILE = "precompile"
 STAGE_TRAIN = "train"
@@ -46,8 +61,18 @@ TORCHRUN_MODULE = "trainium_trainer.torchrun"
 EXIT_USAGE = 2
 #: The loss became NaN/inf; nothing non-finite was checkpointed; one `error:` line names the step.
 EXIT_DIVERGED = 3
+#: `python -m trainium_trainer preflight` found the node unfit (devices, EFA, shared memory): the
+#: node's fault, not the job's; one `preflight failed:` line on stderr and in the termination log.
+EXIT_PREFLIGHT = 4
 #: Stopped by SIGTERM (preemption) after checkpointing the step all ranks agreed on: 128 + 15.
 EXIT_PREEMPTED = 143
+#: The node's name, which the operator gives the preflight init container (spec.nodeName).
+ENV_NODE_NAME = "NODE_NAME"
+#: The init container that runs the preflight in training pods, and the trainer's subcommand.
+PREFLIGHT_CONTAINER = "preflight"
+PREFLIGHT_COMMAND = "preflight"
+#: The first words of the preflight's failure line (the operator classifies it PreflightFailed).
+PREFLIGHT_FAILED = "preflight failed:"
 #: Kubernetes shows this file's contents as the container's termination message.
 TERMINATION_LOG = "/dev/termination-log"
 #: The kubelet keeps at most the last 4096 bytes of a termination message.
@@ -66,6 +91,7 @@ TRAINER_ENV = (
     ENV_HF_HOME,
     ENV_HF_OFFLINE,
     ENV_CHECKPOINT_REPORT,
+    ENV_METRICS_PORT,
 )
 
 #: Defaults the operator sets that spec.env may change (Hugging Face home, hub downloads).
@@ -87,4 +113,4 @@ ENV_MASTER_PORT = "MASTER_PORT"
 LAUNCHER_ENV = (ENV_RANK, ENV_WORLD_SIZE, ENV_LOCAL_RANK, ENV_MASTER_ADDR, ENV_MASTER_PORT)
 
 #: Every environment variable the trainer package reads (tests/trainer pins this).
-TRAINER_READS = (*TRAINER_ENV, *LAUNCHER_ENV, ENV_NEURON_CC_FLAGS)
+TRAINER_READS = (*TRAINER_ENV, *LAUNCHER_ENV, ENV_NEURON_CC_FLAGS, ENV_NODE_NAME)

@@ -27,6 +27,7 @@ from trainium_trainer.config import RunConfig
 from trainium_trainer.control import Clock, Control
 from trainium_trainer.device import Batch, Runtime
 from trainium_trainer.errors import NonFiniteLoss, Preempted
+from trainium_trainer.live import LiveMetrics
 from trainium_trainer.metrics import MetricsWriter
 from trainium_trainer.tasks import Task, build_task
 
@@ -60,6 +61,7 @@ class Trainer:
     metrics: MetricsWriter
     state: TrainState
     control: Control
+    live: LiveMetrics = dataclasses.field(default_factory=LiveMetrics)
 
     @property
     def samples_per_step(self) -> int:
@@ -139,9 +141,11 @@ def _log(t: Trainer, step: int, checks: torch.Tensor, lr: float) -> None:
     st.final_loss = loss
     if st.initial_loss is None:
         st.initial_loss = loss
+    record = {"step": step, "loss": loss, "lr": lr, "samples_per_second": sps}
+    record["tokens_per_second"] = sps * t.cfg.seq_len
+    t.live.log(record)  # every rank: each node's server shows the same rank-mean loss
     if t.rt.is_main:
-        record = {"step": step, "loss": loss, "lr": lr, "samples_per_second": sps}
-        t.metrics.log({**record, "tokens_per_second": sps * t.cfg.seq_len})
+        t.metrics.log(record)
 
 
 def _due(step: int, every: int, last: int) -> bool:
@@ -196,6 +200,7 @@ def build_trainer(cfg: RunConfig, rt: Runtime, clock: Clock = time.monotonic) ->
     t = Trainer(cfg, rt, task, task.model, optimizer, scheduler, metrics, state, control)
     if resume is not None:
         persist.restore(t, *resume)
+    t.live.start(state.step, cfg.max_steps, state.last_checkpoint)
     return t
 
 
@@ -216,11 +221,14 @@ def train(
     """Build, resume, run to --max-steps, evaluate, export, summarize (on_step: tests observe)."""
     t = build_trainer(cfg, rt, clock)
     batches = t.task.batches(cfg, start=t.state.step * cfg.grad_accum_steps)
+    if cfg.metrics_port is not None and not cfg.extract_graphs_only:
+        t.live.serve(cfg.metrics_port)
     try:
         with t.control.handling_sigterm():
             run(t, rt.loader(batches), on_step)
     finally:
         t.metrics.close()
+        t.live.close()
     results = export.evaluate(t.task, cfg, rt) if not cfg.extract_graphs_only else {}
     if rt.is_main and not cfg.extract_graphs_only:
         results["model_dir"] = str(export.save_pretrained(t.task, cfg, rt))

@@ -26,6 +26,7 @@ def save(t: Trainer, step: int) -> None:
     """
     previous, t.state.last_checkpoint = t.state.last_checkpoint, step
     if not t.rt.is_main or t.cfg.extract_graphs_only:
+        t.live.checkpoint(step)  # other nodes: rank 0 writes it in this same step
         return
     st = t.state
     # One batched device-to-host transfer for the model and the optimizer together.
@@ -50,6 +51,7 @@ def save(t: Trainer, step: int) -> None:
         free = shutil.disk_usage(path.parent).free
         raise DiskFull(path, free, cause, previous) from exc
     checkpoint.prune(t.cfg.checkpoint_dir, t.cfg.keep_checkpoints)
+    t.live.checkpoint(step)
     t.metrics.event("checkpoint", step=step, path=str(path))
     _report(t.cfg, step, path)
 

@@ -16,6 +16,19 @@ local function failed_message(status)
   return status.message or "TrainiumJob failed"
 end
 
+-- "step 400/1000 (40%), ETA 14m" from status.progress (rank 0's metrics), or nil.
+local function progress_text(status)
+  local p = status.progress
+  if p == nil or p.step == nil or p.display == nil then
+    return nil
+  end
+  local text = "step " .. p.display
+  if p.eta ~= nil and p.eta ~= "-" then
+    text = text .. ", ETA " .. p.eta
+  end
+  return text
+end
+
 local status = obj.status
 if status == nil or status.phase == nil then
   hs.status = "Progressing"
@@ -42,6 +55,10 @@ elseif phase == "Pending" or phase == "WaitingForCache" or phase == "Precompilin
     or phase == "Training" then
   hs.status = "Progressing"
   hs.message = status.message or phase
+  local progress = progress_text(status)
+  if phase == "Training" and progress ~= nil then
+    hs.message = hs.message .. " (" .. progress .. ")"
+  end
 else
   -- A phase this script predates: say so instead of guessing.
   hs.status = "Unknown"

@@ -1,0 +1,136 @@
+"""Thin I/O: read rank 0's live metrics while the training gang runs, at most once per interval.
+
+The pod and its named containerPort (contract.METRICS_PORT_NAME) say where to read; the figures
+and every decision about them live in progress.py. A read that fails (the trainer is loading
+graphs, the pod moved) is no reading, never an error of the pass.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from trainium_operator import failures, k8s, naming, observe, progress
+from trainium_operator.builders import Owner
+from trainium_operator.lifecycle import Child
+from trainium_operator.spec import TrainiumJobSpec
+from trainium_trainer import contract
+
+Json = dict[str, Any]
+#: The chart's progressIntervalSeconds.
+INTERVAL_ENV = "TRAINIUM_PROGRESS_INTERVAL_SECONDS"
+#: One read may take this long; a pass must not hang on a trainer that does not answer.
+TIMEOUT_SECONDS = 5.0
+#: Lines of rank 0's log a Hung failure carries.
+HUNG_LOG_LINES = 20
+#: When each job's metrics were last read (monotonic seconds): one read per interval per job.
+_last_read: dict[tuple[str, str], float] = {}
+_MAX_TRACKED = 10_000
+#: Marks a progress to be removed from status (merge-patch null).
+CLEAR: Json = {}
+
+
+@dataclass(frozen=True)
+class Reading:
+    """What this pass learned: status.progress to write (CLEAR: remove), a hang, the next read."""
+
+    write: Json | None = None
+    hung: failures.Failure | None = None
+    next_read_in: float | None = None
+
+
+def interval() -> float:
+    """Seconds between two reads of one job (the chart's progressIntervalSeconds)."""
+    try:
+        return max(1.0, float(os.environ.get(INTERVAL_ENV) or progress.DEFAULT_INTERVAL_SECONDS))
+    except ValueError:
+        return progress.DEFAULT_INTERVAL_SECONDS
+
+
+def look(
+    spec: TrainiumJobSpec,
+    owner: Owner,
+    training: Child,
+    gang_uid: str | None,
+    status: Json,
+    now: str,
+) -> Reading:
+    """Read rank 0 when due and the gang runs; drop status.progress once no gang trains."""
+    previous = status.get("progress") if isinstance(status.get("progress"), dict) else None
+    if training not in (Child.RUNNING, Child.PENDING, Child.RESTARTING) or gang_uid is None:
+        _last_read.pop((owner.namespace, owner.name), None)
+        return Reading(write=CLEAR if previous else None)
+    if training is not Child.RUNNING:
+        return Reading()
+    left = _due_in(owner)
+    if left > 0:
+        return Reading(next_read_in=left)
+    pod = _rank0_pod(owner)
+    sample = progress.parse(read_metrics(*address)) if pod and (address := _address(pod)) else None
+    new = progress.advance(previous, sample, gang_uid, now)
+    why = progress.hung(new, spec.runPolicy.progressDeadlineSeconds, now)
+    hung = failures.make_failure("Hung", why, _log_tail(owner, pod)) if why else None
+    write = new if progress.write_due(previous, new, now) or hung else None
+    return Reading(write=write, hung=hung, next_read_in=interval())
+
+
+def _due_in(owner: Owner) -> float:
+    """Seconds until this job's next read is due (<= 0: now, and the read is booked)."""
+    key, clock = (owner.namespace, owner.name), time.monotonic()
+    last = _last_read.get(key)
+    if last is not None and clock - last < interval():
+        return interval() - (clock - last)
+    if len(_last_read) >= _MAX_TRACKED:
+        _last_read.clear()
+    _last_read[key] = clock
+    return 0.0
+
+
+def forget(namespace: str, name: str) -> None:
+    """The job is gone: drop its read time."""
+    _last_read.pop((namespace, name), None)
+
+
+def _rank0_pod(owner: Owner) -> Json | None:
+    """Pod 0 of the training gang (every node's local rank 0 serves the same figures)."""
+    pods = observe.gang_pods(owner, contract.STAGE_TRAIN)
+    first = naming.pod_name(naming.vcjob_name(owner.name, contract.STAGE_TRAIN), 0)
+    running = [p for p in pods if (p.get("status") or {}).get("podIP")]
+    return next((p for p in running if p["metadata"]["name"] == first), None) or next(
+        iter(running), None
+    )
+
+
+def _address(pod: Mapping[str, Any]) -> tuple[str, int] | None:
+    """The pod's IP and its named metrics port (the pod spec is the one source of the port)."""
+    ip = (pod.get("status") or {}).get("podIP")
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        for port in container.get("ports") or []:
+            if port.get("name") == contract.METRICS_PORT_NAME and ip:
+                return str(ip), int(port["containerPort"])
+    return None
+
+
+def read_metrics(ip: str, port: int, timeout: float = TIMEOUT_SECONDS) -> str:
+    """GET http://ip:port/metrics; empty text when the trainer does not answer."""
+    host = f"[{ip}]" if ":" in ip else ip
+    try:
+        with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=timeout) as resp:
+            return str(resp.read(1 << 20).decode("utf-8", "replace"))
+    except (OSError, urllib.error.URLError, ValueError):
+        return ""
+
+
+def _log_tail(owner: Owner, pod: Json | None) -> list[str]:
+    """The last lines of the rank-0 pod's trainer log (its ranks' lines, prefixed by --tee)."""
+    if pod is None:
+        return []
+    container = ((pod.get("spec") or {}).get("containers") or [{}])[0].get("name")
+    if not container:
+        return []
+    return k8s.pod_log_tail(owner.namespace, pod["metadata"]["name"], container, HUNG_LOG_LINES)

@@ -1,0 +1,116 @@
+"""Reading rank 0: the pod's named port, a real HTTP read, one read per interval, a hang."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from support import job
+
+from trainium_operator import k8s, observe, scrape
+from trainium_operator.builders import Owner
+from trainium_operator.lifecycle import Child
+from trainium_operator.spec import parse
+from trainium_trainer import contract
+from trainium_trainer.live import LiveMetrics
+
+OWNER = Owner("bert", "team-a", "uid-job")
+T0, T1 = "2026-11-22T10:00:00Z", "2026-11-22T10:01:00Z"
+
+
+@pytest.fixture
+def trainer() -> Iterator[LiveMetrics]:
+    """The trainer's own metrics server, on loopback."""
+    live = LiveMetrics()
+    live.start(0, 1000, 0)
+    live.serve(0, addr="127.0.0.1")
+    yield live
+    live.close()
+
+
+@pytest.fixture(autouse=True)
+def fresh(monkeypatch: pytest.MonkeyPatch) -> None:
+    scrape._last_read.clear()
+    monkeypatch.setattr(k8s, "pod_log_tail", lambda ns, pod, c, n: ["[default0]:step 40"])
+
+
+def pod(port: int, name: str = "bert-train-node-0-0", ip: str | None = "127.0.0.1") -> Any:
+    ports = [{"name": contract.METRICS_PORT_NAME, "containerPort": port}]
+    status = {"podIP": ip} if ip else {}
+    return {"metadata": {"name": name}, "spec": {"containers": [{"name": "node", "ports": ports}]},
+            "status": status}  # fmt: skip
+
+
+def with_pods(monkeypatch: pytest.MonkeyPatch, pods: list[Any]) -> list[int]:
+    calls: list[int] = []
+
+    def gang_pods(owner: Owner, stage: str) -> list[Any]:
+        calls.append(1)
+        return pods
+
+    monkeypatch.setattr(observe, "gang_pods", gang_pods)
+    return calls
+
+
+def test_a_running_gang_is_read_from_its_pods_named_port(
+    trainer: LiveMetrics, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert trainer.port is not None
+    with_pods(monkeypatch, [pod(1, "other", ip=None), pod(trainer.port)])
+    trainer.log({"step": 40, "loss": 2.5, "samples_per_second": 100.0})
+    seen = scrape.look(parse(job()), OWNER, Child.RUNNING, "uid-1", {}, T0)
+    assert seen.write is not None and seen.write["step"] == 40 and seen.write["loss"] == 2.5
+    assert seen.write["display"] == "40/1000 (4%)" and seen.hung is None
+    assert seen.next_read_in == scrape.interval()
+
+
+def test_one_read_per_interval_per_job(
+    trainer: LiveMetrics, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert trainer.port is not None
+    calls = with_pods(monkeypatch, [pod(trainer.port)])
+    spec = parse(job())
+    scrape.look(spec, OWNER, Child.RUNNING, "uid-1", {}, T0)
+    again = scrape.look(spec, OWNER, Child.RUNNING, "uid-1", {}, T0)
+    assert len(calls) == 1 and again.write is None
+    assert again.next_read_in is not None and 0 < again.next_read_in <= scrape.interval()
+
+
+def test_the_interval_comes_from_the_chart(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(scrape.INTERVAL_ENV, "45")
+    assert scrape.interval() == 45.0
+    monkeypatch.setenv(scrape.INTERVAL_ENV, "soon")
+    assert scrape.interval() == 30.0
+
+
+def test_a_trainer_that_does_not_answer_is_no_reading(monkeypatch: pytest.MonkeyPatch) -> None:
+    with_pods(monkeypatch, [pod(1)])  # nothing listens on port 1
+    seen = scrape.look(parse(job()), OWNER, Child.RUNNING, "uid-1", {}, T0)
+    assert seen.write == {"gang": "uid-1", "advancedAt": T0, "observedAt": T0}
+
+
+def test_a_stalled_step_past_the_deadline_is_hung_with_the_log_tail(
+    trainer: LiveMetrics, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert trainer.port is not None
+    with_pods(monkeypatch, [pod(trainer.port)])
+    trainer.log({"step": 40})
+    before = {"progress": {"gang": "uid-1", "step": 40, "totalSteps": 1000, "firstStep": 10,
+                           "advancedAt": "2026-11-22T09:00:00Z", "observedAt": T0}}  # fmt: skip
+    spec = parse(job(runPolicy={"progressDeadlineSeconds": 600}))
+    seen = scrape.look(spec, OWNER, Child.RUNNING, "uid-1", before, T1)
+    assert seen.hung is not None and seen.hung.reason == "Hung"
+    assert "3660s" in seen.hung.message and seen.hung.log_tail == ("[default0]:step 40",)
+    assert seen.write is not None  # the last progress goes on status with the hang
+
+
+def test_progress_goes_once_no_gang_trains(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = with_pods(monkeypatch, [])
+    spec = parse(job())
+    assert scrape.look(spec, OWNER, Child.ABSENT, None, {"progress": {"step": 1}}, T0).write == {}
+    assert scrape.look(spec, OWNER, Child.SUCCEEDED, "u", {}, T0).write is None
+    assert (
+        scrape.look(spec, OWNER, Child.RESTARTING, "u", {"progress": {"step": 1}}, T0).write is None
+    )
+    assert calls == []

@@ -1,0 +1,71 @@
+"""Live metrics over HTTP: each node's local rank 0 serves the run's gauges in Prometheus text.
+
+The operator reads them for status.progress and hang detection; a PodMonitor may scrape them
+too. Every rank computes the same rank-mean loss at a log step, so each node's server tells the
+same story and the operator need not know which pod hosts global rank 0.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Gauge, start_http_server
+
+from trainium_trainer import contract
+
+#: Record keys of a metrics.jsonl line and the gauge each one sets.
+RECORD_GAUGES = {
+    "step": contract.METRIC_STEP,
+    "loss": contract.METRIC_LOSS,
+    "samples_per_second": contract.METRIC_SAMPLES_PER_SECOND,
+    "tokens_per_second": contract.METRIC_TOKENS_PER_SECOND,
+    "lr": contract.METRIC_LR,
+}
+HELP = {
+    contract.METRIC_STEP: "Last optimizer step logged",
+    contract.METRIC_TOTAL_STEPS: "Optimizer steps of the whole run (--max-steps)",
+    contract.METRIC_LOSS: "Rank-mean training loss at the last logged step",
+    contract.METRIC_SAMPLES_PER_SECOND: "Global samples per second since the previous log",
+    contract.METRIC_TOKENS_PER_SECOND: "Global tokens per second since the previous log",
+    contract.METRIC_LR: "Learning rate at the last logged step",
+    contract.METRIC_CHECKPOINT_STEP: "Step of the last complete checkpoint",
+}
+
+
+class LiveMetrics:
+    """The gauges of one run; serving them is optional (no port: updates are cheap no-ops)."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.gauges = {n: Gauge(n, text, registry=self.registry) for n, text in HELP.items()}
+        self._server: Any = None
+        self.port: int | None = None
+
+    def serve(self, port: int, addr: str = "0.0.0.0") -> None:
+        """Start the HTTP server (a daemon thread); port 0 picks a free one (tests)."""
+        server, _thread = start_http_server(port, addr=addr, registry=self.registry)
+        self._server = server
+        self.port = int(server.server_address[1])
+
+    def start(self, step: int, total_steps: int, last_checkpoint: int) -> None:
+        """Where the run starts: total steps, and the step it resumed from."""
+        self.gauges[contract.METRIC_TOTAL_STEPS].set(total_steps)
+        self.gauges[contract.METRIC_STEP].set(step)
+        self.gauges[contract.METRIC_CHECKPOINT_STEP].set(last_checkpoint)
+
+    def log(self, record: dict[str, Any]) -> None:
+        """Set the gauges from one metrics.jsonl record."""
+        for key, name in RECORD_GAUGES.items():
+            if isinstance(record.get(key), int | float):
+                self.gauges[name].set(record[key])
+
+    def checkpoint(self, step: int) -> None:
+        """A complete checkpoint was written at step."""
+        self.gauges[contract.METRIC_CHECKPOINT_STEP].set(step)
+
+    def close(self) -> None:
+        """Stop serving (the process may train again in tests)."""
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
