@@ -381,7 +381,7 @@ def test_every_reason_has_exactly_one_policy() -> None:
     ):
         used |= set(table.values())
     assert used == set(POLICIES)
-    assert set(POLICIES) >= failures.SECONDARY | failures.DISRUPTIONS
+    assert set(POLICIES) >= failures.SECONDARY | failures.GANG_DISRUPTIONS | failures.NOT_CHARGED
 
 
 def test_retry_decisions_the_issue_names() -> None:

@@ -16,8 +16,8 @@ from typing import Any, ClassVar
 
 import pytest
 import yaml
-from support import EXAMPLES
 
+from test_examples import EXAMPLE_FILES
 from trainium_operator import cli, render
 
 
@@ -72,7 +72,7 @@ def test_an_ambiguous_string_stays_a_string(text: str) -> None:
     assert yaml.load(out, Core12Loader) == doc
 
 
-@pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.yaml")), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", EXAMPLE_FILES, ids=lambda p: p.name)
 def test_every_rendered_example_reads_back_the_same_under_yaml_1_2(path: Path) -> None:
     manifests = [
         render.strip_unknown_owner(m)
