@@ -6,7 +6,7 @@ what its watches already stream; GETs elsewhere. The queue hierarchy comes in th
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,9 +33,10 @@ FsxLookup = Callable[[str], fsx.FsxNames]
 
 @dataclass(frozen=True)
 class Views:
-    """What the operator's watches know: each Volcano queue's parent (empty outside it)."""
+    """What the operator's watches know: Volcano queues by parent (empty outside it)."""
 
-    queue_parents: Mapping[str, str | None] = field(default_factory=dict)
+    #: parent -> its child queues, as listed (a kopf index: filled before any pass runs).
+    queue_children: Mapping[str, Iterable[Any]] = field(default_factory=dict)
     #: A pod of this job changed (failed, restarted): read the pods in this pass.
     pods_changed: bool = False
     #: This pass's time (RFC 3339), for deadlines; empty: no deadline is judged.
@@ -46,8 +47,13 @@ class Views:
     reader: Reader = field(default_factory=ApiReader)
 
     def has_children(self, queue: str) -> bool:
-        """Whether any known queue names this one as its parent (a non-leaf queue)."""
-        return any(parent == queue for parent in self.queue_parents.values())
+        """Whether any listed queue names this one as its parent (a non-leaf queue)."""
+        for _ in range(5):
+            try:
+                return bool(list(self.queue_children.get(queue, ())))
+            except RuntimeError:  # kopf's loop changed the index meanwhile: read again
+                continue
+        return bool(list(self.queue_children.get(queue, ())))
 
 
 @dataclass(frozen=True)

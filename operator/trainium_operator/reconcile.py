@@ -29,6 +29,7 @@ from trainium_operator.builders import Owner
 from trainium_operator.cachekey import cache_key, cache_name
 from trainium_operator.checkpoints import Checkpoint
 from trainium_operator.lifecycle import Action, Child, Decision, Observed
+from trainium_operator.model import Rejection
 from trainium_operator.observe import FsxLookup, Seen, Views, observe
 from trainium_operator.reads import ApiReader, Kind, Reader, version
 from trainium_operator.spec import SpecError, TrainiumJobSpec, parse
@@ -123,11 +124,17 @@ def reconcile(
     return replace(
         outcome,
         transition=transition,
-        waiting=decision.blocker is not None and decision.blocker.reason not in WATCHED,
+        waiting=_waiting(decision, rejections),
         written_version=rv,
         cache_figures=_new_figures(previous, new),
         deadline_in=_soonest(deadline_in, seen.startup_left),
     )
+
+
+def _waiting(decision: Decision, rejections: tuple[Rejection, ...]) -> bool:
+    """Back off: a blocker no watch event ends, or a refusal (the refuser may see otherwise)."""
+    blocker = decision.blocker
+    return blocker is not None and (blocker.reason not in WATCHED or bool(rejections))
 
 
 #: Actions that bring something into being (what a second look would see).
@@ -196,8 +203,11 @@ def _status_of(body: Json) -> Json:
     return status_now if isinstance(status_now, dict) else {}
 
 
+#: Parsed specs and digests by (uid, generation). Shared by the workers: each is read once into
+#: a local (a lookup after a check would race a clear() by another worker: issue 18, bug 4).
 _parsed: dict[tuple[str, int], TrainiumJobSpec | SpecError] = {}
 _digests: dict[tuple[str, int], dict[str, str]] = {}
+_CACHED = 4096
 
 
 def _spec_key(body: Json) -> tuple[str, int]:
@@ -206,27 +216,32 @@ def _spec_key(body: Json) -> tuple[str, int]:
     return str(md.get("uid", "")), int(md.get("generation", 1))
 
 
+def _remember(cache: dict[tuple[str, int], Any], key: tuple[str, int], value: Any) -> None:
+    if len(cache) > _CACHED:
+        cache.clear()
+    cache[key] = value
+
+
 def digests_cached(body: Json) -> dict[str, str]:
     """crd.spec_digests once per (uid, generation), not on every pass."""
     key = _spec_key(body)
-    if key not in _digests:
-        if len(_digests) > 4096:
-            _digests.clear()
-        _digests[key] = crd.spec_digests(body)
-    return _digests[key]
+    found = _digests.get(key)
+    if found is None:
+        found = crd.spec_digests(body)
+        _remember(_digests, key, found)
+    return found
 
 
 def parse_cached(body: Json) -> TrainiumJobSpec:
     """parse() once per (uid, generation): an unchanged spec is not validated again."""
     key = _spec_key(body)
-    if key not in _parsed:
-        if len(_parsed) > 4096:
-            _parsed.clear()
+    found = _parsed.get(key)
+    if found is None:
         try:
-            _parsed[key] = parse(body)
+            found = parse(body)
         except SpecError as exc:
-            _parsed[key] = exc
-    found = _parsed[key]
+            found = exc
+        _remember(_parsed, key, found)
     if isinstance(found, SpecError):
         raise found
     return found
