@@ -419,3 +419,24 @@ def test_the_pause_hook_fits_the_pinned_kopf() -> None:
 
     assert "operator_paused" in inspect.signature(orchestration.orchestrator).parameters
     assert "orchestration.orchestrator(" in inspect.getsource(running.spawn_tasks)
+
+
+def test_handlers_hold_no_module_level_mutable_state() -> None:
+    """handlers.py is registrations only: what passes remember lives in the runtime's records."""
+    import re
+    from pathlib import Path
+
+    source = Path(handlers.__file__).read_text()
+    assert not re.findall(r"^_[a-z_]+: (dict|set|defaultdict|list)", source, re.MULTILINE)
+    assert not re.findall(r"^[A-Za-z_]+ = (Scheduler|RankedPool|Passes)\(", source, re.MULTILINE)
+
+
+def test_the_operator_command_installs_the_pause_hook(monkeypatch: pytest.MonkeyPatch) -> None:
+    import kopf.cli
+
+    from trainium_operator import cli
+
+    installed: list[bool] = []
+    monkeypatch.setattr(kopfpause, "install", lambda: installed.append(True) or True)
+    monkeypatch.setattr(kopf.cli, "main", lambda **_: None)
+    assert cli.cmd_operator(["--standalone"]) == 0 and installed == [True]
