@@ -200,7 +200,7 @@ async def on_pod(
     memo: Any,
     **_: Any,
 ) -> None:
-    """A gang pod failed or cannot start: read why while the pod (and its log) still exists.
+    """A gang pod failed or cannot start: keep what its event shows (the cause, at once), wake.
 
     A training pod whose container ended with a newer checkpoint report wakes its job too (the
     initial listing only remembers it, so a restarted operator keeps what the pods say).
@@ -213,7 +213,11 @@ async def on_pod(
     if type is None:
         return
     if _troubled(dict(status)):
-        passes.pod_event(key, context=contextvars.copy_context())
+        pod = {
+            "metadata": {"name": meta.get("name"), "labels": dict(labels)},
+            "status": dict(status),
+        }
+        passes.pod_event(key, pod, context=contextvars.copy_context())
     elif newer:
         _wake(memo, key)
 

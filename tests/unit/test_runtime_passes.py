@@ -11,6 +11,7 @@ import asyncio
 import threading
 from typing import Any
 
+import kopf
 import pytest
 import urllib3
 from kubernetes.client.exceptions import ApiException
@@ -440,3 +441,52 @@ def test_the_operator_command_installs_the_pause_hook(monkeypatch: pytest.Monkey
     monkeypatch.setattr(kopfpause, "install", lambda: installed.append(True) or True)
     monkeypatch.setattr(kopf.cli, "main", lambda **_: None)
     assert cli.cmd_operator(["--standalone"]) == 0 and installed == [True]
+
+
+# ---- issue 17 bug 5: the failure's cause from the pod watch event, at once --------------------
+
+
+def test_17_bug5_the_cause_is_the_pod_event_even_when_volcano_deleted_the_pod(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Volcano deletes a failed pod ~60 ms after it fails: the list then shows only its peer."""
+    from test_failures import T0, T1, ended, pod
+
+    from trainium_operator import builders, observe
+    from trainium_operator.builders import Owner
+
+    stage = {builders.LABEL_STAGE: "train"}
+    oom, peer = pod("w-0", ended(137, "OOMKilled", at=T0)), pod("w-1", ended(137, at=T1))
+    for body in (oom, peer):
+        body["metadata"]["labels"] = stage
+    monkeypatch.setattr(k8s, "pod_log_tail", lambda *_: [])  # the logs are gone too (404)
+    owner = Owner("job", "ns", "u")
+    before = observe.gang_failure(owner, [peer])
+    assert before is not None and before.reason != "OOMKilled"  # the peer Volcano SIGKILLed
+    shown = observe.with_shown([peer], Views(failed_pods=(oom,)), "train")
+    cause = observe.gang_failure(owner, shown)
+    assert cause is not None and cause.reason == "OOMKilled" and "w-0" in cause.message
+    assert observe.with_shown([peer], Views(failed_pods=(oom,)), "precompile") == [peer]
+
+
+def test_17_bug5_the_pod_watch_keeps_the_failed_pod_until_a_pass_reads_it() -> None:
+    from test_failures import ended, pod
+
+    from trainium_operator import builders
+
+    script = Script(ApiException(status=503), Outcome("Training"), Outcome("Training"))
+    passes = runtime(script)
+    memo = type("Memo", (), {"passes": passes})()
+    failed = pod("w-0", ended(1))
+    meta = {"name": "w-0", "annotations": {builders.ANNOTATION_OWNER: "ns/job"}}
+    labels = {builders.LABEL_STAGE: "train"}
+    body = kopf.Body({"metadata": meta, "status": failed["status"]})
+    event = handlers.on_pod(
+        type="MODIFIED", meta=body.meta, status=body.status, labels=labels, memo=memo
+    )
+    asyncio.run(event)
+    for _ in range(3):
+        assert step(passes)
+        passes.wake(KEY)
+    shown = [[p["metadata"]["name"] for p in v.failed_pods] for v in script.views]
+    assert shown == [["w-0"], ["w-0"], []]  # kept through the failed pass, read by the next

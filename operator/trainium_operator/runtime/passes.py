@@ -33,6 +33,7 @@ from trainium_operator.runtime.workers import Workers
 
 __all__ = ["FIRST", "FOLLOW_UP", "Passes", "backoff", "next_look"]
 Reconcile = Callable[[str, str, Emit, Views], Outcome]
+Json = dict[str, Any]
 #: The rare re-check of an unsettled job without an event (seconds).
 RESYNC = 1800.0
 #: Threads for passes: enough that passes waiting on throttled requests block no others.
@@ -138,9 +139,12 @@ class Passes:
         if not self.records.is_echo(key, version):
             self.wake(key, FIRST if first else FOLLOW_UP, context)
 
-    def pod_event(self, key: Key, context: Any = None) -> None:
-        """A pod of the job is in trouble: its next pass reads the pods (until one succeeds)."""
-        self.records.pod_event(key)
+    def pod_event(self, key: Key, pod: Json | None = None, context: Any = None) -> None:
+        """A pod of the job is in trouble: its next pass reads the pods (until one succeeds).
+
+        `pod` is the pod as its watch event showed it: the cause, even when it is gone by then.
+        """
+        self.records.pod_event(key, pod)
         self.wake(key, context=context)
 
     @contextlib.contextmanager
@@ -166,8 +170,8 @@ class Passes:
         record = self.records.ensure(key)
         if record.finalizing:
             return  # on_delete has run or runs: nothing may be created for this job
-        seen = record.pods_seen
-        views = self._views(record, fresh=item.fresh)
+        seen, shown = self.records.pods_to_read(record)
+        views = replace(self._views(record, fresh=item.fresh), failed_pods=shown)
         try:
             with metrics.reconcile_timer():
                 outcome = self._reconcile(key[0], key[1], self._emit, views)
@@ -175,7 +179,7 @@ class Passes:
             self._failed(key, record, exc)
             return
         self.queue.forget(key)
-        self.records.pods_read(record, seen)
+        self.records.pods_read(record, seen, shown)
         self.records.wrote(record, outcome.written_version)
         if outcome.phase is None:
             if not record.finalizing:

@@ -10,12 +10,14 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from trainium_operator import checkpoints
 from trainium_operator.checkpoints import Checkpoint
 
 Key = tuple[str, str]
+Json = dict[str, Any]
 
 
 @dataclass
@@ -34,6 +36,9 @@ class JobRecord:
     waits: int = 0
     #: The job is being deleted (on_delete holds it): its passes create nothing.
     finalizing: bool = False
+    #: Troubled pods as their watch event showed them (name -> {metadata, status}): Volcano
+    #: deletes a failed pod ~60 ms after it fails, before a pass can read it (issue 17, bug 5).
+    failed_pods: dict[str, Json] = field(default_factory=dict)
 
     @property
     def pods_changed(self) -> bool:
@@ -76,14 +81,27 @@ class Records:
         with self.lock:
             yield self._by_key.get(key) is record and not record.finalizing
 
-    def pod_event(self, key: Key) -> None:
+    def pod_event(self, key: Key, pod: Json | None = None) -> None:
+        """A troubled pod: the next pass reads the pods, and this pod as its event showed it."""
         with self.lock:
-            self.ensure(key).pods_seen += 1
+            record = self.ensure(key)
+            record.pods_seen += 1
+            if pod is not None:
+                record.failed_pods[pod["metadata"]["name"]] = pod
 
-    def pods_read(self, record: JobRecord, seen: int) -> None:
-        """A pass that started with `seen` pod events read the pods successfully."""
+    def pods_to_read(self, record: JobRecord) -> tuple[int, tuple[Json, ...]]:
+        """What a pass starts with: the pod events so far and the pods they showed."""
+        with self.lock:
+            return record.pods_seen, tuple(record.failed_pods.values())
+
+    def pods_read(self, record: JobRecord, seen: int, shown: tuple[Json, ...] = ()) -> None:
+        """A pass that started with `seen` pod events read the pods (and `shown`) successfully."""
         with self.lock:
             record.pods_read = max(record.pods_read, seen)
+            for pod in shown:
+                name = pod["metadata"]["name"]
+                if record.failed_pods.get(name) is pod:  # not replaced by a newer event meanwhile
+                    del record.failed_pods[name]
 
     def checkpoint(self, key: Key, found: Checkpoint | None) -> bool:
         """Keep a newer checkpoint a training pod reported; whether it was newer."""
