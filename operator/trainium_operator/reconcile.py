@@ -291,6 +291,53 @@ def settled(previous: Json, generation: int) -> bool:
     return done and previous.get("observedGeneration") == generation
 
 
+def compose(
+    previous: Json,
+    decision: Decision,
+    spec: TrainiumJobSpec | None,
+    obs: Observed,
+    counted: budget.Accounted,
+    *,
+    name: str,
+    generation: int,
+    digests: dict[str, str],
+    checkpoint: Checkpoint | None,
+    now: str,
+) -> Json:
+    """The whole new status (pure): previous status, decision, observations, tallies, now.
+
+    Everything a status patch carries is decided here; _report only compares and writes.
+    """
+    acts = decision.actions
+    key = cache_key(spec) if spec else None
+    new = status.render(
+        decision,
+        previous,
+        generation=generation,
+        now=now,
+        cache_key=key,
+        cache_name=cache_name(spec, key) if spec and key else None,
+        precompile_job=_job_name(name, "precompile", obs.precompile is not Child.ABSENT, acts),
+        training_job=_job_name(name, "train", obs.training is not Child.ABSENT, acts),
+        cache_extra=_cache_figures(spec, decision, obs) if spec else None,
+    )
+    if spec is not None:  # what the job started with: a later change is refused, not followed
+        new["specDigests"] = previous.get("specDigests") or digests
+    new.update(budget.fragment(counted.tally))
+    last = _last_failure(obs) or previous.get("lastFailure")
+    if last:
+        new["lastFailure"] = last
+    if (kept := checkpoints.carried(previous, checkpoint)) is not None:
+        new["lastCheckpoint"] = kept.to_status()
+    new["history"] = history.advance(previous, new, now, gang_pending=_gang_pending(decision, obs))
+    if not status.changed(previous, new):
+        return previous
+    job_cost = history.job_cost(spec, new["history"], now) if spec is not None else None
+    if job_cost is not None:  # as of this write: the estimate moves with the status, not the clock
+        new["cost"] = cost.status_fragment(job_cost)
+    return new
+
+
 def _report(
     body: Json,
     decision: Decision,
@@ -302,41 +349,18 @@ def _report(
     checkpoint: Checkpoint | None = None,
 ) -> tuple[Json, Transition | None, str | None]:
     """Patch status when it changed; Events on a phase transition and on a new blocker."""
-    obs = obs or Observed()
-    acts = decision.actions
     meta = body["metadata"]
     previous = _status_of(body)
     counted = counted or budget.Accounted(budget.read(previous))
-    key = cache_key(spec) if spec else None
-    owner_name = meta["name"]
-    now = now_iso()
-    new = status.render(
-        decision,
-        previous,
+    owner_name, now = meta["name"], now_iso()
+    new = compose(
+        previous, decision, spec, obs or Observed(), counted, name=owner_name,
         generation=int(meta.get("generation", 1)),
-        now=now,
-        cache_key=key,
-        cache_name=cache_name(spec, key) if spec and key else None,
-        precompile_job=_job_name(
-            owner_name, "precompile", obs.precompile is not Child.ABSENT, acts
-        ),
-        training_job=_job_name(owner_name, "train", obs.training is not Child.ABSENT, acts),
-        cache_extra=_cache_figures(spec, decision, obs) if spec else None,
-    )
-    if spec is not None:  # what the job started with: a later change is refused, not followed
-        new["specDigests"] = previous.get("specDigests") or digests_cached(body)
-    new.update(budget.fragment(counted.tally))
-    last = _last_failure(obs) or previous.get("lastFailure")
-    if last:
-        new["lastFailure"] = last
-    if (kept := checkpoints.carried(previous, checkpoint)) is not None:
-        new["lastCheckpoint"] = kept.to_status()
-    new["history"] = history.advance(previous, new, now, gang_pending=_gang_pending(decision, obs))
-    if not status.changed(previous, new):
+        digests=digests_cached(body) if spec is not None else {},
+        checkpoint=checkpoint, now=now,
+    )  # fmt: skip
+    if new is previous:
         return previous, None, None
-    job_cost = history.job_cost(spec, new["history"], now) if spec is not None else None
-    if job_cost is not None:  # as of this write: the estimate moves with the status, not the clock
-        new["cost"] = cost.status_fragment(job_cost)
     patched = k8s.patch_trainiumjob_status(meta["namespace"], owner_name, new)
     read.wrote(Kind.TRAINIUMJOB, meta["namespace"], owner_name, patched)
     rv = _written_version(patched)
@@ -345,6 +369,7 @@ def _report(
         emit(body, "Warning", reason, message)
     transition = _announce(body, previous, new, decision, emit)
     if transition and decision.phase in lifecycle.TERMINAL:
+        job_cost = history.job_cost(spec, new["history"], now) if spec is not None else None
         transition = replace(transition, cost=job_cost)  # counted once, when the job finishes
     return new, transition, rv
 

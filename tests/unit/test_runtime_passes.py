@@ -490,3 +490,31 @@ def test_17_bug5_the_pod_watch_keeps_the_failed_pod_until_a_pass_reads_it() -> N
         passes.wake(KEY)
     shown = [[p["metadata"]["name"] for p in v.failed_pods] for v in script.views]
     assert shown == [["w-0"], ["w-0"], []]  # kept through the failed pass, read by the next
+
+
+# ---- status is composed by one pure function ---------------------------------------------------
+
+
+def test_status_is_composed_purely_and_a_settled_status_is_returned_as_is(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from support import spec_of
+
+    from trainium_operator import budget, lifecycle
+    from trainium_operator.model import Observed
+
+    def no_io(*_: Any, **__: Any) -> Any:
+        raise AssertionError("compose made a request")
+
+    monkeypatch.setattr(k8s, "patch_trainiumjob_status", no_io)
+    obs = Observed(storage_ready=True)
+    decision = lifecycle.decide(obs)
+    counted = budget.Accounted(budget.read({}))
+    args = dict(name="job", generation=1, digests={"nodes": "d"}, checkpoint=None,
+                now="2026-11-22T06:40:00Z")  # fmt: skip
+    first = reconcile.compose({}, decision, spec_of(), obs, counted, **args)  # type: ignore[arg-type]
+    again = reconcile.compose({}, decision, spec_of(), obs, counted, **args)  # type: ignore[arg-type]
+    assert first == again and first["phase"] == decision.phase.value
+    assert first["specDigests"] == {"nodes": "d"}
+    same = reconcile.compose(first, decision, spec_of(), obs, counted, **args)  # type: ignore[arg-type]
+    assert same is first  # nothing changed: no patch
