@@ -518,3 +518,35 @@ def test_status_is_composed_purely_and_a_settled_status_is_returned_as_is(
     assert first["specDigests"] == {"nodes": "d"}
     same = reconcile.compose(first, decision, spec_of(), obs, counted, **args)  # type: ignore[arg-type]
     assert same is first  # nothing changed: no patch
+
+
+def test_namespaced_peering_objects_are_created_where_the_chart_says(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from trainium_operator import peering
+
+    made: list[tuple[str, str]] = []
+
+    class Objects:
+        def __init__(self, _api: Any) -> None:
+            pass
+
+        def create_namespaced_custom_object(self, g: str, v: str, ns: str, plural: str,
+                                            body: Any) -> None:  # fmt: skip
+            made.append((ns, body["metadata"]["name"]))
+            if ns == "b":
+                raise ApiException(status=409)  # there already: fine
+
+    class Crds:
+        def __init__(self, _api: Any) -> None:
+            pass
+
+        def read_custom_resource_definition(self, name: str) -> None:
+            assert name == "kopfpeerings.kopf.dev"
+
+    monkeypatch.setattr(peering, "CustomObjectsApi", Objects)
+    monkeypatch.setattr(peering, "ApiextensionsV1Api", Crds)
+    monkeypatch.setattr(k8s, "api_client", lambda: None)
+    monkeypatch.setenv(peering.NAMESPACES_ENV, "a,b")
+    assert peering.ensure("trainium", clusterwide=False)
+    assert made == [("a", "trainium"), ("b", "trainium")]
