@@ -32,6 +32,7 @@ from trainium_operator.cache import LABEL_CACHE_ENTRY
 from trainium_operator.crd import GROUP, PLURAL, VERSION
 from trainium_operator.essence import LeanDiffBase
 from trainium_operator.reconcile import reconcile
+from trainium_operator.runtime import standalone
 from trainium_operator.runtime.passes import WORKERS, Passes
 from trainium_operator.runtime.records import Key
 from trainium_operator.status import clip
@@ -84,6 +85,9 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any) -
     mandatory = settings.peering.mandatory
     passes.start(follow_kopf_pause=True, start_paused=mandatory)
     memo.passes = passes
+    if settings.peering.standalone and os.environ.get("POD_NAME"):  # in a pod (the chart's)
+        memo.presence = standalone.Presence()
+        memo.presence.start()
 
 
 def _quiet_events(record: logging.LogRecord) -> bool:
@@ -100,6 +104,9 @@ def shutdown(memo: kopf.Memo, **_: Any) -> None:
     passes = getattr(memo, "passes", None)
     if passes is not None:
         passes.stop()
+    presence = getattr(memo, "presence", None)
+    if presence is not None:
+        presence.stop()
 
 
 @kopf.index(GROUP, VERSION, PLURAL)

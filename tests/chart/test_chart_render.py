@@ -76,8 +76,8 @@ def test_env_ports_and_liveness_probe(helm_bin: Path) -> None:
     c = container("operator.awsRegion=eu-west-1", "env[0].name=X,env[0].value=y")
     env = {e["name"]: e.get("value") for e in c["env"]}
     assert env == {
-        "POD_NAME": None, "TRAINIUM_METRICS_PORT": "9090", "TRAINIUM_RESYNC_SECONDS": "20",
-        "AWS_REGION": "eu-west-1", "X": "y",
+        "POD_NAME": None, "POD_NAMESPACE": None, "TRAINIUM_METRICS_PORT": "9090",
+        "TRAINIUM_RESYNC_SECONDS": "20", "AWS_REGION": "eu-west-1", "X": "y",
     }  # fmt: skip
     assert c["env"][0]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
     peered = container("watchNamespaces={a,b}")["env"]
