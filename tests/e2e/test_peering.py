@@ -48,6 +48,14 @@ def test_peering_without_its_crd_says_so_then_one_of_two_peers_acts(
     peers: list[OperatorProcess], ns: str, k8s: EmulatorServer, api_requests: list[Any]
 ) -> None:
     first, second = peers
+    kubectl(
+        "delete",
+        "crd",
+        "clusterkopfpeerings.kopf.dev",
+        "kopfpeerings.kopf.dev",
+        "--ignore-not-found",
+        check=False,
+    )  # the chart installs them (test_chart_apply)
     first.start()
     wait_for(lambda: "needs the CRD clusterkopfpeerings.kopf.dev" in first.log(),
              what="an ERROR line naming the missing peering CRD")  # fmt: skip
