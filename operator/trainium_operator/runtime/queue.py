@@ -59,7 +59,9 @@ class WorkQueue(Generic[K]):
         max_delay: float = 60.0,
     ) -> None:
         self._clock, self._base, self._max = clock, base_delay, max_delay
-        self._cv = threading.Condition()
+        lock = threading.Lock()
+        self._cv = threading.Condition(lock)  # workers wait on it for keys
+        self._freed = threading.Condition(lock)  # hold() and wait_idle() wait on it
         self._seq = itertools.count()
         self._ready: list[tuple[int, int, K]] = []  # (rank, seq, key); stale entries skipped
         self._dirty: dict[K, _Queued] = {}
@@ -195,15 +197,15 @@ class WorkQueue(Generic[K]):
             self._processing.discard(key)
             queued = self._dirty.get(key)
             if queued is not None and not self._closed:
-                self._push(key, queued)
-            self._cv.notify_all()
+                self._push(key, queued)  # wakes one worker, not all of them
+            self._freed.notify_all()  # hold() and wait_idle() (rarely anyone)
 
     @contextlib.contextmanager
     def hold(self, key: K) -> Iterator[None]:
         """Process key here, as a worker would: wait for its running pass, keep others out."""
         with self._cv:
             while key in self._processing:
-                self._cv.wait()
+                self._freed.wait()
             self._processing.add(key)
         try:
             yield
@@ -231,7 +233,7 @@ class WorkQueue(Generic[K]):
     def wait_idle(self, timeout: float | None = None) -> bool:
         """Wait until no key is being processed; whether that happened in time."""
         with self._cv:
-            return self._cv.wait_for(lambda: not self._processing, timeout)
+            return self._freed.wait_for(lambda: not self._processing, timeout)
 
     def shut_down(self, timeout: float | None = None) -> bool:
         """Take no more work, drop what waits; wait for the running passes (drain)."""
@@ -250,6 +252,11 @@ class WorkQueue(Generic[K]):
         """Keys waiting to be processed (not the running or delayed ones)."""
         with self._cv:
             return sum(1 for k in self._dirty if k not in self._processing)
+
+    def drained(self) -> bool:
+        """Nothing ready to hand out (cheap: a stale entry may say otherwise for a moment)."""
+        with self._cv:
+            return not self._ready
 
     def is_processing(self, key: K) -> bool:
         with self._cv:

@@ -49,7 +49,7 @@ class Workers(Generic[K]):
                 log.exception("pass of %r failed", item.key)
             finally:
                 self._queue.done(item.key)
-            if self._on_idle is not None and not len(self._queue):
+            if self._on_idle is not None and self._queue.drained():
                 try:
                     self._on_idle()
                 except Exception:
