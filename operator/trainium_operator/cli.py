@@ -230,8 +230,10 @@ def cmd_operator(argv: Sequence[str]) -> int:
     import kopf.cli
 
     from trainium_operator import footprint
+    from trainium_operator.runtime import kopfpause
 
     footprint.cap_malloc_arenas()
+    kopfpause.install()  # before kopf spawns its tasks: our passes pause when kopf does
     kopf.cli.main(args=args, prog_name="trainium operator")
     return 0
 

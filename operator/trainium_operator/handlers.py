@@ -1,10 +1,11 @@
 """kopf registrations only: watch events of a job and its world run one level-based reconcile.
 
-Event handlers only queue a pass (in kopf's event loop; passes run in the operator's own threads
-and read what the watches stream, reads.py) and write nothing of kopf's own (no progress
-annotations), so an unsettled job costs no requests between events; the scheduler's backstop
-re-checks it rarely. The only finalizer is on jobs with an FSx file system: their
-cluster-scoped PV must really be deleted with them.
+Event handlers only queue a pass (in kopf's event loop) into the runtime (runtime/passes.py: one
+work queue, its workers and the per-job records, kept in kopf's memo); passes read what the
+watches stream (reads.py) and write nothing of kopf's own (no progress annotations), so an
+unsettled job costs no requests between events; a timed look re-checks it rarely. The only
+finalizer is on jobs with an FSx file system: their cluster-scoped PV must really be deleted
+with them.
 """
 
 from __future__ import annotations
@@ -13,14 +14,10 @@ import contextvars
 import logging
 import os
 import socket
-import threading
-from collections import defaultdict
 from collections.abc import Mapping
-from dataclasses import replace
 from typing import Any, cast
 
 import kopf
-from kubernetes.client.exceptions import ApiException
 
 from trainium_operator import (
     checkpoints,
@@ -41,146 +38,18 @@ from trainium_operator.builders import (
     owner_name,
 )
 from trainium_operator.cache import LABEL_CACHE_ENTRY
-from trainium_operator.checkpoints import Checkpoint
 from trainium_operator.crd import GROUP, PLURAL, VERSION
 from trainium_operator.essence import LeanDiffBase
-from trainium_operator.lifecycle import TERMINAL
-from trainium_operator.observe import Views
-from trainium_operator.reconcile import Outcome, reconcile
-from trainium_operator.scheduler import (
-    BUSY,
-    FIRST,
-    FOLLOW_UP,
-    RESYNC,
-    Busy,
-    Key,
-    RankedPool,
-    Scheduler,
-    next_look,
-)
+from trainium_operator.reconcile import reconcile
+from trainium_operator.runtime import standalone
+from trainium_operator.runtime.passes import WORKERS, Passes
+from trainium_operator.runtime.records import Key
 from trainium_operator.status import clip
 
 #: kopf's annotation prefix and finalizer name, decided on day one.
 PREFIX = GROUP
 Json = dict[str, Any]
-_TERMINAL = {p.value for p in TERMINAL}
-_busy_guard = threading.Lock()
-_busy: set[Key] = set()
-#: Triggers that came during a pass: one more pass each, fresh if any trigger was.
-_again: dict[Key, bool] = {}
-_attempts: defaultdict[Key, int] = defaultdict(int)
-_written: dict[Key, str] = {}
-_queue_parents: dict[str, str | None] = {}
-_pods_changed: dict[Key, bool] = {}
-#: The newest checkpoint each job's training pods reported, as the pod watch streamed it.
-_checkpoints: dict[Key, Checkpoint] = {}
-#: Threads for passes: enough that passes waiting on throttled requests block no others.
-WORKERS = 16
-#: Passes run here, not in kopf's handler threads: a handler returns at once, so kopf's
-#: per-object workers drain their events (and free the bodies) while passes coalesce by job.
-#: A new job's first pass goes before the follow-ups of the jobs ahead of it.
-PASSES = RankedPool(WORKERS, "trainium-pass", on_idle=footprint.Trimmer().idle)
 log = logging.getLogger(__name__)
-
-
-def resync_seconds() -> float:
-    """How often an unsettled job is re-checked when no event arrives (a backstop only)."""
-    return float(os.environ.get("TRAINIUM_RESYNC_SECONDS", RESYNC))
-
-
-def handle(key: Key, *, fresh: bool = False) -> float | Busy | None:
-    """Reconcile one job, one pass at a time; triggers during a pass coalesce into one more.
-
-    A trigger that finds a pass running returns BUSY at once instead of holding a worker
-    thread: the running pass goes round again and sets the next look itself. A fresh pass
-    reads with GETs instead of the watches (the backstop's: it heals what a watch missed).
-    """
-    with _busy_guard:
-        if key in _busy:
-            _again[key] = _again.get(key, False) or fresh
-            return BUSY
-        _busy.add(key)
-    try:
-        while True:
-            delay = _pass(key, fresh)
-            with _busy_guard:
-                if key not in _again:
-                    return delay
-                fresh = _again.pop(key)
-    finally:
-        with _busy_guard:
-            _busy.discard(key)
-
-
-def _backstop(key: Key) -> float | Busy | None:
-    """A look the scheduler made due (no event): read fresh."""
-    return handle(key, fresh=True)
-
-
-def _pass(key: Key, fresh: bool = False) -> float | None:
-    """One reconcile of one job; return when to look again."""
-    namespace, name = key
-    with metrics.reconcile_timer():
-        try:
-            views = Views(
-                dict(_queue_parents),
-                pods_changed=_pods_changed.pop(key, False),
-                checkpoint=_checkpoints.get(key),
-            )
-            read = watches.reader(fresh=fresh)
-            views = replace(views, reader=read) if read is not None else views
-            outcome = reconcile(namespace, name, _emit, views)
-        except Exception as exc:  # never crash the handler: count, log, back off, retry
-            return _failed_pass(key, exc)
-    if outcome.written_version:
-        _written[key] = outcome.written_version
-    if outcome.transition:
-        metrics.count_transition(outcome.transition)
-        if outcome.transition.cost is not None:
-            metrics.count_cost(outcome.transition.cost)
-    metrics.count_compile(outcome.cache_figures)
-    if outcome.phase is None:
-        forget(key)
-        return None
-    metrics.track(namespace, name, outcome.phase)
-    return _next(key, outcome)
-
-
-def _failed_pass(key: Key, exc: Exception) -> float | None:
-    kind = f"Api{exc.status}" if isinstance(exc, ApiException) else "Internal"
-    kind = "Network" if isinstance(exc, k8s.NETWORK_ERRORS) else kind
-    metrics.count_error(kind)
-    level = logging.WARNING if k8s.transient(exc) else logging.ERROR
-    log.log(level, "reconcile of %s/%s failed (%s): %s", *key, kind, exc, exc_info=level > 30)
-    _attempts[key] += 1
-    return next_look(None, errored=True, attempt=_attempts[key] - 1)
-
-
-def _next(key: Key, outcome: Outcome) -> float | None:
-    waiting = outcome.waiting
-    _attempts[key] = _attempts[key] + 1 if waiting else 0
-    delay = next_look(
-        outcome.phase,
-        terminal=outcome.phase in _TERMINAL,
-        ttl_remaining=outcome.ttl_remaining,
-        waiting=waiting,
-        attempt=max(0, _attempts[key] - 1),
-        resync=resync_seconds(),
-    )
-    if outcome.deadline_in is not None and delay is not None:
-        return min(delay, outcome.deadline_in + 0.5)  # look right after the deadline
-    return delay
-
-
-def forget(key: Key) -> None:
-    """The job is gone: drop its metrics and bookkeeping."""
-    metrics.forget(*key)
-    for book in (_attempts, _written, _checkpoints):
-        book.pop(key, None)
-    SCHEDULER.after(key, None)
-
-
-SCHEDULER = Scheduler(_backstop)
 
 
 def _emit(body: Json, kind: str, reason: str, message: str, action: str) -> None:
@@ -189,23 +58,19 @@ def _emit(body: Json, kind: str, reason: str, message: str, action: str) -> None
     k8s.post_event(events.build(body, kind, reason, clip(message), action, now_micro=now))
 
 
-def _wake(key: Key, rank: int = FOLLOW_UP) -> None:
+def _passes(memo: Any) -> Passes:
+    """The operator's pass runtime (kopf's memo holds it: no module state here)."""
+    return cast(Passes, memo.passes)
+
+
+def _wake(memo: Any, key: Key) -> None:
     """Queue a pass, from a handler (in kopf's context: its Events are posted from there)."""
-    context = contextvars.copy_context()
-    SCHEDULER.context = context  # so the backstop can post Events too
-    PASSES.submit(context.run, _wake_now, key, rank=rank)
-
-
-def _wake_now(key: Key) -> None:
-    """Run a pass now; schedule the next look."""
-    delay = handle(key)
-    if delay is not BUSY:
-        SCHEDULER.after(key, delay)
+    _passes(memo).wake(key, context=contextvars.copy_context())
 
 
 @kopf.on.startup()
-def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
-    """Our annotations, our Event source, retries that cover resets; start the backstop."""
+def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any) -> None:
+    """Our annotations, our Event source, retries that cover resets; start the passes."""
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=PREFIX)
     settings.persistence.diffbase_storage = LeanDiffBase(
         prefix=PREFIX, key="last-handled-configuration"
@@ -225,7 +90,15 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
                     "stand by", settings.peering.name, settings.peering.priority)  # fmt: skip
         peering.ensure(settings.peering.name, clusterwide=settings.peering.clusterwide)
     metrics.start_from_env()
-    SCHEDULER.start()
+    passes = Passes(reconcile, _emit, on_idle=footprint.Trimmer().idle)
+    passes.reads.indices.update(watches.indices(kwargs))
+    passes.reads.queue_children = kwargs["queue_children"]
+    mandatory = settings.peering.mandatory
+    passes.start(follow_kopf_pause=True, start_paused=mandatory)
+    memo.passes = passes
+    if settings.peering.standalone and os.environ.get("POD_NAME"):  # in a pod (the chart's)
+        memo.presence = standalone.Presence()
+        memo.presence.start()
 
 
 def _quiet_events(record: logging.LogRecord) -> bool:
@@ -237,10 +110,14 @@ def _quiet_events(record: logging.LogRecord) -> bool:
 
 
 @kopf.on.cleanup()
-def shutdown(**_: Any) -> None:
-    """Stop the backstop thread and the passes with the operator."""
-    SCHEDULER.stop()
-    PASSES.shutdown()
+def shutdown(memo: kopf.Memo, **_: Any) -> None:
+    """No more passes; the running ones finish (the queue drains them)."""
+    passes = getattr(memo, "passes", None)
+    if passes is not None:
+        passes.stop()
+    presence = getattr(memo, "presence", None)
+    if presence is not None:
+        presence.stop()
 
 
 @kopf.index(GROUP, VERSION, PLURAL)
@@ -285,7 +162,7 @@ async def on_cache_entry(
 
 def _wake_entry_users(namespace: str, entry: str, kwargs: Mapping[str, Any]) -> None:
     for key in _waiting_on(kwargs, "entry", namespace, entry):
-        _wake(key)
+        _wake(kwargs["memo"], key)
 
 
 def _wake_cache_users(namespace: str, body: kopf.Body, kwargs: Mapping[str, Any]) -> None:
@@ -302,13 +179,15 @@ async def on_job(
     if namespace is None:
         return
     key = (namespace, name)
+    passes = _passes(kwargs["memo"])
     if type == "DELETED":
-        forget(key)
+        passes.gone(key)
         _wake_cache_users(namespace, body, kwargs)  # a writer gone mid-compile frees its entry
         return
-    if _written.get(key) == body.metadata.get("resourceVersion"):
-        return  # the echo of our own status patch
-    _wake(key, FOLLOW_UP if _phase(body) else FIRST)
+    meta = body.metadata
+    uid, version = meta.get("uid") or "", meta.get("resourceVersion")
+    context = contextvars.copy_context()
+    passes.job_event(key, uid, version, first=not _phase(body), context=context)
 
 
 def _phase(body: kopf.Body) -> str | None:
@@ -323,20 +202,23 @@ def _phase(body: kopf.Body) -> str | None:
     "jobs",
     labels={LABEL_MANAGED_BY: MANAGED_BY, LABEL_JOB: kopf.PRESENT},
 )
-async def on_vcjob(
-    type: str, namespace: str | None, meta: kopf.Meta, labels: Mapping[str, str], **_: Any
-) -> None:
+async def on_vcjob(type: str, namespace: str | None, meta: kopf.Meta, memo: Any, **_: Any) -> None:
     """A Volcano job of ours changed: re-derive its owner's status right away."""
     if type is None or namespace is None:  # the initial listing: the job listing covers it
         return
-    _wake((namespace, owner_name(meta)))
+    _wake(memo, (namespace, owner_name(meta)))
 
 
 @kopf.on.event("", "v1", "pods", labels={LABEL_MANAGED_BY: MANAGED_BY})
 async def on_pod(
-    type: str, meta: kopf.Meta, status: kopf.Status, labels: Mapping[str, str], **_: Any
+    type: str,
+    meta: kopf.Meta,
+    status: kopf.Status,
+    labels: Mapping[str, str],
+    memo: Any,
+    **_: Any,
 ) -> None:
-    """A gang pod failed or cannot start: read why while the pod (and its log) still exists.
+    """A gang pod failed or cannot start: keep what its event shows (the cause, at once), wake.
 
     A training pod whose container ended with a newer checkpoint report wakes its job too (the
     initial listing only remembers it, so a restarted operator keeps what the pods say).
@@ -344,26 +226,27 @@ async def on_pod(
     key = _owner_key(meta)
     if key is None:
         return
-    newer = _remember_checkpoint(key, labels, status)
+    passes = _passes(memo)
+    newer = _remember_checkpoint(passes, key, labels, status)
     if type is None:
         return
-    troubled = _troubled(dict(status))
-    if troubled:
-        _pods_changed[key] = True
-    if troubled or newer:
-        _wake(key)
+    if _troubled(dict(status)):
+        pod = {
+            "metadata": {"name": meta.get("name"), "labels": dict(labels)},
+            "status": dict(status),
+        }
+        passes.pod_event(key, pod, context=contextvars.copy_context())
+    elif newer:
+        _wake(memo, key)
 
 
-def _remember_checkpoint(key: Key, labels: Mapping[str, str], status: kopf.Status) -> bool:
+def _remember_checkpoint(
+    passes: Passes, key: Key, labels: Mapping[str, str], status: kopf.Status
+) -> bool:
     """Keep the newest checkpoint a training pod reported; whether it is newer than the last."""
     if labels.get(LABEL_STAGE) != "train":
         return False
-    found = checkpoints.from_pod({"status": dict(status)})
-    known = _checkpoints.get(key)
-    if found is None or checkpoints.newest([known, found]) is known:
-        return False
-    _checkpoints[key] = found
-    return True
+    return passes.records.checkpoint(key, checkpoints.from_pod({"status": dict(status)}))
 
 
 def _owner_key(meta: kopf.Meta) -> Key | None:
@@ -393,28 +276,29 @@ async def on_claim(type: str, namespace: str | None, name: str, **kwargs: Any) -
     if type is None or namespace is None:
         return
     for key in _waiting_on(kwargs, "claim", namespace, name):
-        _wake(key)
+        _wake(kwargs["memo"], key)
 
 
 @kopf.on.event("", "v1", "persistentvolumes", labels={LABEL_MANAGED_BY: MANAGED_BY})
-async def on_volume(type: str, meta: kopf.Meta, **_: Any) -> None:
+async def on_volume(type: str, meta: kopf.Meta, memo: Any, **_: Any) -> None:
     """Our static PV changed (bound, released, gone): wake the job that wants it."""
     key = _owner_key(meta)
     if type is not None and key is not None:
-        _wake(key)
+        _wake(memo, key)
 
 
 @kopf.on.event("scheduling.volcano.sh", "v1beta1", "queues")
 async def on_queue(type: str, name: str, body: kopf.Body, **kwargs: Any) -> None:
-    """Keep the queue hierarchy (leaf check); a queue created or opened wakes its jobs."""
-    if type == "DELETED":
-        _queue_parents.pop(name, None)
-    else:
-        _queue_parents[name] = _field(body, "parent")
+    """A queue created, opened or given a child: wake its jobs and its parent's (leaf check).
+
+    The hierarchy itself is read from the queue index (watches.queue_children), which kopf
+    fills from its listing before any handler runs: never from what handlers have seen so far.
+    """
     if type is None:
         return
-    for key in _waiting_on(kwargs, "queue", name):
-        _wake(key)
+    for queue in {name, _field(body, "parent")} - {None}:
+        for key in _waiting_on(kwargs, "queue", queue):
+            _wake(kwargs["memo"], key)
 
 
 def _field(body: kopf.Body, *path: str) -> Any:
@@ -430,15 +314,18 @@ def _uses_fsx(body: kopf.Body, **_: Any) -> bool:
 
 
 @kopf.on.delete(GROUP, VERSION, PLURAL, when=_uses_fsx)
-def on_delete(namespace: str | None, name: str, **_: Any) -> None:
+def on_delete(namespace: str | None, name: str, meta: kopf.Meta, memo: Any, **_: Any) -> None:
     """FSx jobs only (a finalizer holds them): delete the cluster-scoped PV we created.
 
+    It holds the job's key as a pass would: a pass that read the job before its deletion ends
+    first (its PV is deleted here), and no later pass creates anything (issue 18, bug 2).
     The PV's protection finalizer keeps it until its claim (owned by the job) is gone, so the
     data is never cut off from running pods; the FSx file system itself is never touched.
     """
     if namespace is None:
         return
-    k8s.delete_volume(naming.volume_name(namespace, name))
+    with _passes(memo).finalize((namespace, name), meta.get("uid") or ""):
+        k8s.delete_volume(naming.volume_name(namespace, name))
 
 
 # ---- Per-job state metrics (issue 11): a kopf index of statuses, read at scrape time ----------

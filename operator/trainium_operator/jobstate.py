@@ -14,12 +14,16 @@ from typing import Any
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from trainium_operator.model import Phase
+
 Json = dict[str, Any]
 #: (namespace, name, status) of every TrainiumJob the operator sees.
 JobSource = Callable[[], Iterable[tuple[str, str, Json]]]
 #: A kopf index: (namespace, name) -> the statuses indexed under it.
 JobIndex = Mapping[tuple[str, str], Iterable[Json]]
 
+#: Every phase, exported at 0 when no job is in it.
+PHASES = tuple(p.value for p in Phase)
 #: The condition whose lastTransitionTime is when the job entered each phase: (type, status).
 PHASE_CONDITION = {
     "Precompiling": ("Precompiled", "False"),
@@ -102,8 +106,12 @@ class JobStateCollector(Collector):
         return []
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        """Read the jobs now; a job without a phase yet has no series."""
+        """Read the jobs now; a job without a phase yet has no series; counts by phase too.
+
+        trainium_operator_jobs comes from the same read: one source for jobs by phase.
+        """
         labels = ["namespace", "name", "phase"]
+        counts = dict.fromkeys(PHASES, 0)
         phase = GaugeMetricFamily(
             "trainium_operator_job_phase", "1 for each TrainiumJob, labelled with its phase", None,
             labels,
@@ -118,8 +126,17 @@ class JobStateCollector(Collector):
             if not isinstance(current, str) or not current:
                 continue
             phase.add_metric([namespace, name, current], 1)
+            counts[current] = counts.get(current, 0) + 1
             since = phase_started(status)
             if since is not None:
                 started.add_metric([namespace, name, current], since)
         yield phase
         yield started
+        yield _by_phase(counts)
+
+
+def _by_phase(counts: Mapping[str, int]) -> GaugeMetricFamily:
+    family = GaugeMetricFamily("trainium_operator_jobs", "TrainiumJobs by phase", labels=["phase"])
+    for name, n in counts.items():
+        family.add_metric([name], n)
+    return family

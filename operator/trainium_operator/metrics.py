@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, ParamSpec
 
-from prometheus_client import REGISTRY, Counter, Gauge, Histogram, disable_created_metrics
+from prometheus_client import REGISTRY, Counter, Histogram, disable_created_metrics
 from prometheus_client import start_http_server as _serve
 
 from trainium_operator.jobstate import JobIndex, JobStateCollector, history_since, snapshot
@@ -45,7 +45,6 @@ NEW = "New"
 _STAGE_BUCKETS = (30, 60, 120, 300, 600, 1200, 1800, 3600, 7200, 14400, 43200, 86400, 259200)
 
 
-JOBS = Gauge("trainium_operator_jobs", "TrainiumJobs by phase", ["phase"])
 TRANSITIONS = Counter(
     "trainium_operator_phase_transitions_total",
     f"Phase transitions of TrainiumJobs (from_phase {NEW} for a job's first phase)",
@@ -120,7 +119,6 @@ def _zero_known_labels() -> None:
 
 
 _zero_known_labels()
-_phases: dict[tuple[str, str], str] = {}
 _entered: dict[tuple[str, str], float] = {}
 
 
@@ -130,8 +128,6 @@ def start_from_env() -> int | None:
     if not port:
         return None
     _serve(int(port), addr=os.environ.get("TRAINIUM_METRICS_ADDR", "0.0.0.0"))
-    for phase in PHASES:
-        JOBS.labels(phase=phase).set(0)
     return int(port)
 
 
@@ -172,10 +168,8 @@ def count_transition(t: Transition) -> None:
     key = (t.namespace, t.name)
     now = time.monotonic()
     with _lock:
-        _phases[key] = t.new_phase
         started = _entered.get(key)
         _entered[key] = now
-        _set_job_gauge()
     TRANSITIONS.labels(from_phase=t.old_phase or NEW, to_phase=t.new_phase).inc()
     if t.new_phase == "Failed":
         FAILURES.labels(reason=t.reason).inc()
@@ -186,31 +180,10 @@ def count_transition(t: Transition) -> None:
 
 
 @never_raises
-def track(namespace: str, name: str, phase: str | None) -> None:
-    """Count a job seen in a phase without a transition (e.g. settled jobs after a restart)."""
-    if not phase:
-        return
-    with _lock:
-        if _phases.get((namespace, name)) != phase:
-            _phases[(namespace, name)] = phase
-            _set_job_gauge()
-
-
-@never_raises
 def forget(namespace: str, name: str) -> None:
-    """A deleted job leaves the phase gauge."""
+    """A deleted job's stage clock goes (jobs by phase come from the job index, jobstate.py)."""
     with _lock:
-        _phases.pop((namespace, name), None)
         _entered.pop((namespace, name), None)
-        _set_job_gauge()
-
-
-def _set_job_gauge() -> None:
-    counts = dict.fromkeys(PHASES, 0)
-    for phase in _phases.values():
-        counts[phase] = counts.get(phase, 0) + 1
-    for phase, n in counts.items():
-        JOBS.labels(phase=phase).set(n)
 
 
 COMPILE_SECONDS = Counter(

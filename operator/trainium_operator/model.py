@@ -104,6 +104,14 @@ class Blocker:
 
 #: Codes of API rejections that will not heal by retrying the same request.
 PERMANENT_CODES = frozenset({400, 405, 406, 413, 415, 422})
+#: Volcano's job webhook messages (pkg/webhooks/admission/jobs/validate) for queue states that a
+#: later state lifts, and the blocker reason each means.
+QUEUE_REFUSALS = (
+    ("unable to find job queue", "QueueNotFound"),
+    ("can only submit job to queue with state", "QueueNotOpen"),
+    ("can only submit job to leaf queue", "QueueNotLeaf"),
+    ("can not submit job to root queue", "QueueNotLeaf"),
+)
 
 
 @dataclass(frozen=True)
@@ -116,12 +124,24 @@ class Rejection:
 
     @property
     def permanent(self) -> bool:
-        """Invalid objects (webhook denials, pod validation) fail; quota/RBAC/404 may heal."""
-        return self.code in PERMANENT_CODES
+        """Invalid objects (webhook denials, pod validation) fail; quota/RBAC/404 may heal.
+
+        Volcano's webhook refuses a job to a missing, closed or non-leaf queue with a 400: the
+        queue's state can change, so that refusal waits (issue 17, bug 2).
+        """
+        return self.code in PERMANENT_CODES and self.queue_refusal is None
+
+    @property
+    def queue_refusal(self) -> str | None:
+        """The queue reason of a Volcano webhook refusal a later queue state can lift."""
+        text = self.message.lower()
+        return next((reason for frag, reason in QUEUE_REFUSALS if frag in text), None)
 
     @property
     def reason(self) -> str:
         """The condition reason: what kind of refusal this was."""
+        if self.queue_refusal is not None:
+            return self.queue_refusal
         if self.permanent:
             return _REJECTED[self.action]
         if self.code == 403 and "exceeded quota" in self.message:

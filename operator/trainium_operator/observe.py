@@ -6,7 +6,7 @@ what its watches already stream; GETs elsewhere. The queue hierarchy comes in th
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,9 +33,10 @@ FsxLookup = Callable[[str], fsx.FsxNames]
 
 @dataclass(frozen=True)
 class Views:
-    """What the operator's watches know: each Volcano queue's parent (empty outside it)."""
+    """What the operator's watches know: Volcano queues by parent (empty outside it)."""
 
-    queue_parents: Mapping[str, str | None] = field(default_factory=dict)
+    #: parent -> its child queues, as listed (a kopf index: filled before any pass runs).
+    queue_children: Mapping[str, Iterable[Any]] = field(default_factory=dict)
     #: A pod of this job changed (failed, restarted): read the pods in this pass.
     pods_changed: bool = False
     #: This pass's time (RFC 3339), for deadlines; empty: no deadline is judged.
@@ -44,10 +45,18 @@ class Views:
     checkpoint: Checkpoint | None = None
     #: Where this pass reads objects from (and tells of its writes).
     reader: Reader = field(default_factory=ApiReader)
+    #: Troubled pods as the pod watch showed them ({metadata, status}): the cause even when
+    #: Volcano deleted the pod before this pass could list it.
+    failed_pods: tuple[Json, ...] = ()
 
     def has_children(self, queue: str) -> bool:
-        """Whether any known queue names this one as its parent (a non-leaf queue)."""
-        return any(parent == queue for parent in self.queue_parents.values())
+        """Whether any listed queue names this one as its parent (a non-leaf queue)."""
+        for _ in range(5):
+            try:
+                return bool(list(self.queue_children.get(queue, ())))
+            except RuntimeError:  # kopf's loop changed the index meanwhile: read again
+                continue
+        return bool(list(self.queue_children.get(queue, ())))
 
 
 @dataclass(frozen=True)
@@ -94,7 +103,7 @@ def observe(
     stage, job = ("train", train) if train is not None else ("precompile", pre)
     left = startup_left(job, spec.runPolicy.startupDeadlineSeconds, views.now)
     stuck = left is not None and left <= 0
-    pods = [] if stuck else stage_pods(owner, stage, _child(job), views)
+    pods = [] if stuck else with_shown(stage_pods(owner, stage, _child(job), views), views, stage)
     failure = stuck_failure(owner, stage) if stuck else gang_failure(owner, pods)
     reported = [checkpoints.from_pod(p) for p in pods] if stage == "train" else []
     admission = None if train is not None else queue_blocker(spec.scheduling.queue, views)
@@ -201,12 +210,29 @@ def stage_pods(owner: Owner, stage: str, child: Child, views: Views) -> list[Jso
     return gang_pods(owner, stage)
 
 
+def with_shown(pods: list[Json], views: Views, stage: str) -> list[Json]:
+    """The listed pods, plus the stage's troubled pods the watch showed and the list lacks.
+
+    A pod Volcano deleted (or re-created under its name) keeps the evidence of its failure
+    here; classify_gang then keeps the first failure in time as the cause.
+    """
+    if not pods and not views.failed_pods:
+        return pods
+    listed_failed = {p["metadata"]["name"]: failures.failed_container(p) is not None for p in pods}
+    shown = [
+        p for p in views.failed_pods
+        if (p["metadata"].get("labels") or {}).get(builders.LABEL_STAGE) == stage
+        and not listed_failed.get(p["metadata"]["name"], False)
+    ]  # fmt: skip
+    return pods + shown
+
+
 def gang_failure(owner: Owner, pods: list[Json]) -> failures.Failure | None:
     """Why the gang failed, from its pods and their log tails, if it did."""
     logs: dict[str, list[str]] = {}
     for pod in pods:
         container = failures.failed_container(pod)
-        if container and len(logs) < MAX_LOGS:
+        if container and len(logs) < MAX_LOGS and pod["metadata"]["name"] not in logs:
             name = pod["metadata"]["name"]
             tail = failures.LOG_TAIL_LINES
             logs[name] = k8s.pod_log_tail(owner.namespace, name, container, tail)

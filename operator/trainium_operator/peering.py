@@ -9,7 +9,10 @@ when the CRD exists, and a missing CRD is an ERROR line naming the file to apply
 from __future__ import annotations
 
 import logging
+import os
 import random
+from collections.abc import Callable
+from functools import partial
 
 from kubernetes.client import ApiextensionsV1Api, CustomObjectsApi
 from kubernetes.client.exceptions import ApiException
@@ -17,6 +20,9 @@ from kubernetes.client.exceptions import ApiException
 from trainium_operator import k8s
 
 GROUP, VERSION = "kopf.dev", "v1"
+#: Namespaces (comma-separated) whose KopfPeering objects the operator creates (the chart sets
+#: it from watchNamespaces): namespaced peering has no object until someone creates it.
+NAMESPACES_ENV = "TRAINIUM_PEERING_NAMESPACES"
 log = logging.getLogger(__name__)
 
 
@@ -39,20 +45,39 @@ def ensure(name: str, *, clusterwide: bool) -> bool:
             "until it is (kubectl apply -f crds/kopf-peering.yaml)", name, plural, GROUP,
         )  # fmt: skip
         return False
+    objects = CustomObjectsApi(api)
     if not clusterwide:
-        log.warning(
-            "peering %r: create a KopfPeering named %r in each watched namespace", name, name
-        )
+        namespaces = [n for n in os.environ.get(NAMESPACES_ENV, "").split(",") if n]
+        if not namespaces:
+            log.warning("peering %r: create a KopfPeering named %r in each watched namespace "
+                        "(or list them in %s)", name, name, NAMESPACES_ENV)  # fmt: skip
+        for namespace in namespaces:
+            _created(partial(_create_namespaced, objects, plural, name, namespace),
+                     f"KopfPeering {namespace}/{name}")  # fmt: skip
         return True
     body = {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": "ClusterKopfPeering",
         "metadata": {"name": name},
     }
+    _created(
+        lambda: objects.create_cluster_custom_object(GROUP, VERSION, plural, body),
+        f"ClusterKopfPeering {name}",
+    )
+    return True
+
+
+def _create_namespaced(objects: CustomObjectsApi, plural: str, name: str, ns: str) -> object:
+    body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "KopfPeering",
+            "metadata": {"name": name, "namespace": ns}}  # fmt: skip
+    return objects.create_namespaced_custom_object(GROUP, VERSION, ns, plural, body)
+
+
+def _created(create: Callable[[], object], what: str) -> None:
+    """Create a peering object; one that exists already is fine."""
     try:
-        CustomObjectsApi(api).create_cluster_custom_object(GROUP, VERSION, plural, body)
-        log.warning("created the ClusterKopfPeering %r", name)
+        create()
+        log.warning("created the %s", what)
     except ApiException as exc:
         if exc.status != 409:
             raise
-    return True

@@ -145,6 +145,17 @@ class Overlay:
                 del self._pending[key]  # the index caught up (or moved past): it is the truth
         return indexed, frozenset({version(indexed)})
 
+    def shown(self, key: Key, indexed: Mapping[str, Any]) -> None:
+        """The watch delivered this version: a write it does not supersede is let go now.
+
+        Not only at the next read: a settled job is never read again, and its last status
+        patch (a whole TrainiumJob) would otherwise be held until a sweep.
+        """
+        with self._lock:
+            pending = self._pending.get(key)
+            if pending is not None and not _superseded(version(indexed), pending):
+                del self._pending[key]
+
     def record(self, key: Key, body: Json | None, stale: frozenset[str]) -> None:
         """A write's result (None: deleted), superseding the versions in `stale`."""
         now = self._clock()

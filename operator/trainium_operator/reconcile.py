@@ -33,6 +33,7 @@ from trainium_operator.builders import Owner
 from trainium_operator.cachekey import cache_key, cache_name
 from trainium_operator.checkpoints import Checkpoint
 from trainium_operator.lifecycle import Action, Child, Decision, Observed
+from trainium_operator.model import Rejection
 from trainium_operator.observe import FsxLookup, Seen, Views, observe
 from trainium_operator.reads import ApiReader, Kind, Reader, version
 from trainium_operator.spec import SpecError, TrainiumJobSpec, parse
@@ -128,11 +129,17 @@ def reconcile(
     return replace(
         outcome,
         transition=transition,
-        waiting=decision.blocker is not None and decision.blocker.reason not in WATCHED,
+        waiting=_waiting(decision, rejections),
         written_version=rv,
         cache_figures=_new_figures(previous, new),
         deadline_in=_soonest(deadline_in, seen.startup_left, seen.events_look, seen.progress_in),
     )
+
+
+def _waiting(decision: Decision, rejections: tuple[Rejection, ...]) -> bool:
+    """Back off: a blocker no watch event ends, or a refusal (the refuser may see otherwise)."""
+    blocker = decision.blocker
+    return blocker is not None and (blocker.reason not in WATCHED or bool(rejections))
 
 
 #: Actions that bring something into being (what a second look would see).
@@ -219,8 +226,11 @@ def _status_of(body: Json) -> Json:
     return status_now if isinstance(status_now, dict) else {}
 
 
+#: Parsed specs and digests by (uid, generation). Shared by the workers: each is read once into
+#: a local (a lookup after a check would race a clear() by another worker: issue 18, bug 4).
 _parsed: dict[tuple[str, int], TrainiumJobSpec | SpecError] = {}
 _digests: dict[tuple[str, int], dict[str, str]] = {}
+_CACHED = 4096
 
 
 def _spec_key(body: Json) -> tuple[str, int]:
@@ -229,27 +239,32 @@ def _spec_key(body: Json) -> tuple[str, int]:
     return str(md.get("uid", "")), int(md.get("generation", 1))
 
 
+def _remember(cache: dict[tuple[str, int], Any], key: tuple[str, int], value: Any) -> None:
+    if len(cache) > _CACHED:
+        cache.clear()
+    cache[key] = value
+
+
 def digests_cached(body: Json) -> dict[str, str]:
     """crd.spec_digests once per (uid, generation), not on every pass."""
     key = _spec_key(body)
-    if key not in _digests:
-        if len(_digests) > 4096:
-            _digests.clear()
-        _digests[key] = crd.spec_digests(body)
-    return _digests[key]
+    found = _digests.get(key)
+    if found is None:
+        found = crd.spec_digests(body)
+        _remember(_digests, key, found)
+    return found
 
 
 def parse_cached(body: Json) -> TrainiumJobSpec:
     """parse() once per (uid, generation): an unchanged spec is not validated again."""
     key = _spec_key(body)
-    if key not in _parsed:
-        if len(_parsed) > 4096:
-            _parsed.clear()
+    found = _parsed.get(key)
+    if found is None:
         try:
-            _parsed[key] = parse(body)
+            found = parse(body)
         except SpecError as exc:
-            _parsed[key] = exc
-    found = _parsed[key]
+            found = exc
+        _remember(_parsed, key, found)
     if isinstance(found, SpecError):
         raise found
     return found
@@ -299,6 +314,68 @@ def settled(previous: Json, generation: int) -> bool:
     return done and previous.get("observedGeneration") == generation
 
 
+def compose(
+    previous: Json,
+    decision: Decision,
+    spec: TrainiumJobSpec | None,
+    obs: Observed,
+    counted: budget.Accounted,
+    *,
+    name: str,
+    generation: int,
+    digests: dict[str, str],
+    checkpoint: Checkpoint | None,
+    now: str,
+    progress: Json | None = None,
+) -> Json:
+    """The whole new status (pure): previous status, decision, observations, tallies, now.
+
+    Everything a status patch carries is decided here; _report only compares and writes.
+    """
+    acts = decision.actions
+    key = cache_key(spec) if spec else None
+    new = status.render(
+        decision,
+        previous,
+        generation=generation,
+        now=now,
+        cache_key=key,
+        cache_name=cache_name(spec, key) if spec and key else None,
+        precompile_job=_job_name(name, "precompile", obs.precompile is not Child.ABSENT, acts),
+        training_job=_job_name(name, "train", obs.training is not Child.ABSENT, acts),
+        cache_extra=_cache_figures(spec, decision, obs) if spec else None,
+        held=bool(obs.changed_fields),
+    )
+    if spec is not None:  # what the job started with: a later change is refused, not followed
+        new["specDigests"] = previous.get("specDigests") or digests
+    new.update(budget.fragment(counted.tally))
+    last = _last_failure(obs) or previous.get("lastFailure")
+    if last:
+        new["lastFailure"] = last
+    excluded_node = _excluded_node(obs, previous)
+    if excluded_node is not None and obs.failure is not None:
+        new["excludedNodes"] = nodes.record(previous, excluded_node, obs.failure.reason, now)
+    if (kept := checkpoints.carried(previous, checkpoint)) is not None:
+        new["lastCheckpoint"] = kept.to_status()
+    if progress is not None:  # {}: no gang trains any more (merge-patch null removes it)
+        new["progress"] = progress or None
+    new["history"] = history.advance(previous, new, now, gang_pending=_gang_pending(decision, obs))
+    if not status.changed(previous, new):
+        return previous
+    job_cost = history.job_cost(spec, new["history"], now) if spec is not None else None
+    if job_cost is not None:  # as of this write: the estimate moves with the status, not the clock
+        new["cost"] = cost.status_fragment(job_cost)
+        eta = (new.get("progress") or previous.get("progress") or {}).get("etaSeconds")
+        if decision.phase is lifecycle.Phase.TRAINING and spec is not None:
+            new["cost"] = cost.with_projection(new["cost"], eta, spec.nodes)
+    return new
+
+
+def _excluded_node(obs: Observed, previous: Json) -> str | None:
+    """A node this failure newly points at (the next gang keeps out of it)."""
+    return nodes.newly_faulty(obs.failure, previous) if obs.replace_gang else None
+
+
 def _report(
     body: Json,
     decision: Decision,
@@ -311,50 +388,19 @@ def _report(
     progress: Json | None = None,
 ) -> tuple[Json, Transition | None, str | None]:
     """Patch status when it changed; Events on a phase transition and on a new blocker."""
-    obs = obs or Observed()
-    acts = decision.actions
     meta = body["metadata"]
     previous = _status_of(body)
     counted = counted or budget.Accounted(budget.read(previous))
-    key = cache_key(spec) if spec else None
-    owner_name = meta["name"]
-    now = now_iso()
-    new = status.render(
-        decision,
-        previous,
+    owner_name, now, obs = meta["name"], now_iso(), obs or Observed()
+    new = compose(
+        previous, decision, spec, obs, counted, name=owner_name,
         generation=int(meta.get("generation", 1)),
-        now=now,
-        cache_key=key,
-        cache_name=cache_name(spec, key) if spec and key else None,
-        precompile_job=_job_name(
-            owner_name, "precompile", obs.precompile is not Child.ABSENT, acts
-        ),
-        training_job=_job_name(owner_name, "train", obs.training is not Child.ABSENT, acts),
-        cache_extra=_cache_figures(spec, decision, obs) if spec else None,
-        held=bool(obs.changed_fields),
-    )
-    if spec is not None:  # what the job started with: a later change is refused, not followed
-        new["specDigests"] = previous.get("specDigests") or digests_cached(body)
-    new.update(budget.fragment(counted.tally))
-    last = _last_failure(obs) or previous.get("lastFailure")
-    if last:
-        new["lastFailure"] = last
-    excluded_node = nodes.newly_faulty(obs.failure, previous) if obs.replace_gang else None
-    if excluded_node is not None and obs.failure is not None:
-        new["excludedNodes"] = nodes.record(previous, excluded_node, obs.failure.reason, now)
-    if (kept := checkpoints.carried(previous, checkpoint)) is not None:
-        new["lastCheckpoint"] = kept.to_status()
-    if progress is not None:  # {}: no gang trains any more (merge-patch null removes it)
-        new["progress"] = progress or None
-    new["history"] = history.advance(previous, new, now, gang_pending=_gang_pending(decision, obs))
-    if not status.changed(previous, new):
+        digests=digests_cached(body) if spec is not None else {},
+        checkpoint=checkpoint, now=now, progress=progress,
+    )  # fmt: skip
+    if new is previous:
         return previous, None, None
-    job_cost = history.job_cost(spec, new["history"], now) if spec is not None else None
-    if job_cost is not None:  # as of this write: the estimate moves with the status, not the clock
-        new["cost"] = cost.status_fragment(job_cost)
-        eta = (new.get("progress") or previous.get("progress") or {}).get("etaSeconds")
-        if decision.phase is lifecycle.Phase.TRAINING and spec is not None:
-            new["cost"] = cost.with_projection(new["cost"], eta, spec.nodes)
+    excluded_node = _excluded_node(obs, previous)
     patched = k8s.patch_trainiumjob_status(meta["namespace"], owner_name, new)
     read.wrote(Kind.TRAINIUMJOB, meta["namespace"], owner_name, patched)
     rv = _written_version(patched)
@@ -367,6 +413,7 @@ def _report(
         )
     transition = _announce(body, previous, new, decision, emit)
     if transition and decision.phase in lifecycle.TERMINAL:
+        job_cost = history.job_cost(spec, new["history"], now) if spec is not None else None
         transition = replace(transition, cost=job_cost)  # counted once, when the job finishes
     return new, transition, rv
 

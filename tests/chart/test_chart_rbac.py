@@ -14,6 +14,11 @@ FRAMEWORK = {
     ("", "events"): {"create"},
     ("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"},
 }
+PEERING = {  # kopf's peering (the default): the CRD named if missing, the peering object
+    ("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch", "get"},
+    ("kopf.dev", "clusterkopfpeerings"): {"get", "list", "watch", "create", "patch"},
+}
+NAMESPACED_PEERING = {("kopf.dev", "kopfpeerings"): {"get", "list", "watch", "create", "patch"}}
 CLUSTER_SCOPED = {
     ("", "persistentvolumes"): {"get", "list", "watch", "create", "patch", "delete"},
     ("scheduling.volcano.sh", "queues"): {"get", "list", "watch"},
@@ -49,9 +54,18 @@ def test_default_cluster_roles_are_exactly_framework_and_application(helm_bin: P
     docs = render("rbac.userRoles=false")
     [framework] = named(docs, "ClusterRole", "-framework")
     [application] = named(docs, "ClusterRole", "-application")
-    assert flat(framework) == FRAMEWORK
+    assert flat(framework) == FRAMEWORK | PEERING
     assert flat(application) == CLUSTER_SCOPED | NAMESPACED
     assert not by_kind(docs, "Role")
+    [standalone] = named(
+        render("peering.enabled=false", "replicaCount=1"), "ClusterRole", "-framework"
+    )
+    assert flat(standalone) == FRAMEWORK
+    crd_get = [r for r in framework["rules"] if r["verbs"] == ["get"]]
+    assert crd_get and crd_get[0]["resourceNames"] == [
+        "clusterkopfpeerings.kopf.dev",
+        "kopfpeerings.kopf.dev",
+    ]
 
 
 def test_watch_namespaces_moves_application_rules_into_roles(helm_bin: Path) -> None:
@@ -60,7 +74,9 @@ def test_watch_namespaces_moves_application_rules_into_roles(helm_bin: Path) -> 
     assert flat(application) == CLUSTER_SCOPED
     roles = by_kind(docs, "Role")
     assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
-    assert all(flat(r) == NAMESPACED for r in roles)
+    assert all(flat(r) == NAMESPACED | NAMESPACED_PEERING for r in roles)
+    [framework] = named(docs, "ClusterRole", "-framework")
+    assert ("kopf.dev", "clusterkopfpeerings") not in flat(framework)
     bindings = by_kind(docs, "RoleBinding")
     assert sorted(b["metadata"]["namespace"] for b in bindings) == ["team-a", "team-b"]
     job = Req("create", "batch.volcano.sh", "jobs", namespace="team-a", name="j")

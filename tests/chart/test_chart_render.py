@@ -49,14 +49,21 @@ def container(*sets: str) -> Obj:
     return containers[0]  # type: ignore[no-any-return]
 
 
-def test_one_operator_never_two(helm_bin: Path) -> None:
+def test_two_peered_replicas_by_default_one_standalone_otherwise(helm_bin: Path) -> None:
     spec = deployment()["spec"]
-    assert spec["replicas"] == 1
-    assert spec["strategy"] == {"type": "Recreate"}  # kopf --standalone: no peering to arbitrate
+    assert spec["replicas"] == 2 and spec["strategy"] == {"type": "RollingUpdate"}
+    assert "--peering=trainium" in container()["command"]
+    pdb = one(render(), "PodDisruptionBudget")
+    assert pdb["spec"]["minAvailable"] == 1
+    assert pdb["spec"]["selector"]["matchLabels"] == spec["selector"]["matchLabels"]
+    alone = deployment("peering.enabled=false", "replicaCount=1")["spec"]
+    assert alone["replicas"] == 1
+    assert alone["strategy"] == {"type": "Recreate"}  # kopf --standalone: no peering to arbitrate
+    assert not by_kind(render("peering.enabled=false", "replicaCount=1"), "PodDisruptionBudget")
 
 
 def test_command_watches_all_namespaces_or_the_listed_ones(helm_bin: Path) -> None:
-    assert container()["command"] == [
+    assert container("peering.enabled=false", "replicaCount=1")["command"] == [
         "trainium", "operator", "--standalone", "--all-namespaces",
         "--liveness=http://0.0.0.0:8080/healthz",
     ]  # fmt: skip
@@ -69,10 +76,13 @@ def test_env_ports_and_liveness_probe(helm_bin: Path) -> None:
     c = container("operator.awsRegion=eu-west-1", "env[0].name=X,env[0].value=y")
     env = {e["name"]: e.get("value") for e in c["env"]}
     assert env == {
-        "TRAINIUM_METRICS_PORT": "9090", "TRAINIUM_RESYNC_SECONDS": "1800",
-        "TRAINIUM_PROGRESS_INTERVAL_SECONDS": "30",
+        "POD_NAME": None, "POD_NAMESPACE": None, "TRAINIUM_METRICS_PORT": "9090",
+        "TRAINIUM_RESYNC_SECONDS": "1800", "TRAINIUM_PROGRESS_INTERVAL_SECONDS": "30",
         "AWS_REGION": "eu-west-1", "X": "y",
     }  # fmt: skip
+    assert c["env"][0]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    peered = container("watchNamespaces={a,b}")["env"]
+    assert {"name": "TRAINIUM_PEERING_NAMESPACES", "value": "a,b"} in peered
     assert {p["name"]: p["containerPort"] for p in c["ports"]} == {"health": 8080, "metrics": 9090}
     assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
     assert "AWS_REGION" not in {e["name"] for e in container()["env"]}
@@ -195,7 +205,7 @@ def test_optional_parts_are_off_by_default(helm_bin: Path) -> None:
     kinds = {d["kind"] for d in render()}
     assert kinds == {
         "ServiceAccount", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding",
-        "Service", "Deployment",
+        "Service", "Deployment", "PodDisruptionBudget",
     }  # fmt: skip
     assert not by_kind(render("rbac.create=false"), "ClusterRole")
 

@@ -23,7 +23,8 @@ REJECTED = [
     ("podSecurityContext.runAsUser=0", "at '/podSecurityContext/runAsUser': minimum: got 0"),
     ("metrics.prometheusRule.failureWindow=15", "failureWindow': got number, want string"),
     ("image.tag=12", "at '/image/tag': got number, want string"),  # --set-string image.tag=12
-    ("replicaCount=2", "at '/replicaCount': maximum: got 2, want 1"),
+    ("peering.enabled=false,replicaCount=2", "at '/replicaCount': maximum: got 2, want 1"),
+    ("peering.name=Trainium", "at '/peering/name'"),
     ("env[0].nmae=X", "at '/env/0': additional properties 'nmae' not allowed"),
     (
         "env[0].name=X,env[0].valueFrom.secretKeyRef.name=s,env[0].valueFrom.fieldRef.x=y",
@@ -98,10 +99,13 @@ def test_every_duration_uses_prometheus_operators_pattern() -> None:
 
 
 def test_replica_limit_says_why() -> None:
+    """Standalone operators: never two (both would act); peered ones: any number stand by."""
     schema = json.loads((CHART / "values.schema.json").read_text())
     replicas = schema["properties"]["replicaCount"]
-    assert replicas["maximum"] == 1
+    assert "maximum" not in replicas
     assert "--standalone" in replicas["description"] and "peering" in replicas["description"]
+    [rule] = [r for r in schema["allOf"] if "peering" in r["if"]["properties"]]
+    assert rule["then"]["properties"]["replicaCount"]["maximum"] == 1
 
 
 @pytest.mark.parametrize("sets", [("metrics.port=8080",), ("health.port=9090",)])

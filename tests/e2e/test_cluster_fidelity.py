@@ -135,7 +135,7 @@ def test_a_webhook_refusal_fails_the_job_with_the_servers_message(
     operator: OperatorProcess, ns: str, k8s: EmulatorServer
 ) -> None:
     q = prerequisites(ns)
-    msg = f"can only submit job to queue with state `Open`, queue `{q}` status is `Closed`"
+    msg = "spec.tasks[0].template.spec.containers[0].image: Required value"
     refusal = Refusal("batch.volcano.sh/v1alpha1/jobs", 400, msg, name="refused-*")
     k8s.emulator.refusals.append(refusal)
     try:
@@ -149,6 +149,25 @@ def test_a_webhook_refusal_fails_the_job_with_the_servers_message(
         assert refusal.count == 1 and vcjobs(k8s, ns) == []
     finally:
         k8s.emulator.refusals.remove(refusal)
+
+
+def test_a_queue_refusal_the_queue_can_lift_waits_then_proceeds(
+    operator: OperatorProcess, ns: str, k8s: EmulatorServer
+) -> None:
+    """Issue 17 bug 2: Volcano's webhook refusing for the queue's state is never terminal."""
+    q = prerequisites(ns)
+    msg = f"can only submit job to queue with state `Open`, queue `{q}` status is `Closed`"
+    refusal = Refusal("batch.volcano.sh/v1alpha1/jobs", 400, msg, name="waits-*")
+    k8s.emulator.refusals.append(refusal)
+    try:
+        apply(job(ns, "waits", q))
+        wait_for(lambda: condition(ns, "waits", "Precompiled").get("reason") == "QueueNotOpen",
+                 what="Precompiled=False QueueNotOpen")  # fmt: skip
+        assert status(ns, "waits")["phase"] != "Failed" and vcjobs(k8s, ns) == []
+    finally:
+        k8s.emulator.refusals.remove(refusal)
+    kubectl("annotate", TJ, "waits", "-n", ns, "poke=1")  # the queue's event would, on a cluster
+    vcjob(k8s, ns, "waits-compile")
 
 
 def test_a_quota_refusal_waits_with_a_condition_then_proceeds(

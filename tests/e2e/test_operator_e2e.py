@@ -416,3 +416,24 @@ def start_training(k8s: EmulatorServer, ns: str, name: str) -> str:
     simulate_vcjob_phase(ns, f"{name}-train", "Running")
     wait_phase(ns, name, "Training")
     return q
+
+
+def test_a_non_leaf_queue_holds_its_jobs_across_an_operator_restart(
+    operator: OperatorProcess, ns: str, k8s: EmulatorServer
+) -> None:
+    """Issue 17 bug 2: the hierarchy is what kopf listed (an index), not what handlers saw yet."""
+    parent, child = f"p-{ns}", f"c-{ns}"
+    queue(parent)
+    apply({"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue",
+           "metadata": {"name": child}, "spec": {"weight": 1, "parent": parent}})  # fmt: skip
+    claim(ns)
+    apply(job(ns, "before", parent))
+    wait_for(lambda: condition(ns, "before", "Precompiled").get("reason") == "QueueNotLeaf",
+             what="QueueNotLeaf before the restart")  # fmt: skip
+    operator.stop()
+    apply(job(ns, "during", parent))  # listed at start-up together with the queues
+    operator.start()
+    for name in ("before", "during"):
+        wait_for(lambda: condition(ns, name, "Precompiled").get("reason") == "QueueNotLeaf",  # noqa: B023
+                 what=f"{name}: QueueNotLeaf after the restart")  # fmt: skip
+    assert vcjobs(k8s, ns) == [] and status(ns, "during")["phase"] != "Failed"

@@ -176,11 +176,16 @@ def operator_requests(
         raise AssertionError(f"driving the operator failed: {exc}\n{proc.log()[-4000:]}") from exc
     finally:
         proc.stop()
-    # kopf.dev peering is what `--peering` processes ask for (tests/e2e/test_peering.py); the
-    # chart runs one replica with --standalone, so its roles rightly grant none of it.
+    # kopf.dev peering is what `--peering` processes ask for (tests/e2e/test_peering.py); this
+    # process runs --standalone, so it is checked against the chart's standalone roles
+    # (STANDALONE); the peering rules are pinned in tests/chart/test_chart_rbac.py.
     yield [r for r in list(api_requests) if r.client in OPERATOR_CLIENTS and not _peering(r)]
     kubectl("delete", "namespace", NS, "--wait=false", check=False)
     kubectl("delete", "priorityclass", f"{NS}-high", "--wait=false", check=False)
+
+
+#: The chart as this test's operator runs: one replica, --standalone (the default peers).
+STANDALONE = ("peering.enabled=false", "replicaCount=1")
 
 
 def _peering(r: ApiRequest) -> bool:
@@ -207,7 +212,7 @@ def test_default_cluster_roles_allow_every_operator_request(
     helm_bin: Path,  # noqa: F811
     operator_requests: list[ApiRequest],
 ) -> None:
-    refused = denied(render(), operator_requests, SUBJECT)
+    refused = denied(render(*STANDALONE), operator_requests, SUBJECT)
     assert not refused, "the chart's RBAC would refuse:\n" + "\n".join(refused)
 
 
@@ -217,7 +222,7 @@ def test_namespaced_roles_allow_the_requests_in_watched_namespaces(
 ) -> None:
     """Rendered with watchNamespaces = every namespace the operator worked in."""
     namespaces = sorted({r.namespace for r in operator_requests if r.namespace})
-    docs = render("watchNamespaces={" + ",".join(namespaces) + "}")
+    docs = render("watchNamespaces={" + ",".join(namespaces) + "}", *STANDALONE)
     # With watchNamespaces kopf lists/watches per namespace, never across all of them: only
     # requests inside the watched namespaces and on cluster-scoped resources apply.
     relevant = [
@@ -254,7 +259,7 @@ def test_every_granted_verb_is_used_or_allow_listed(
     helm_bin: Path,  # noqa: F811
     operator_requests: list[ApiRequest],
 ) -> None:
-    grants_ = granted(render())
+    grants_ = granted(render(*STANDALONE))
     unused = sorted(g for g in grants_ if not used(g, operator_requests))
     unexplained = [f"{v} {grp or 'core'}/{res}" for v, grp, res in unused
                    if (v, grp, res) not in ALLOWED_UNUSED]  # fmt: skip

@@ -14,6 +14,8 @@ from support import spec_of
 from trainium_operator import appdef, builders, checkpoints, failures, handlers
 from trainium_operator.builders import Owner
 from trainium_operator.checkpoints import Checkpoint
+from trainium_operator.reconcile import Outcome
+from trainium_operator.runtime.passes import Passes
 from trainium_trainer import contract, termination
 
 Json = dict[str, Any]
@@ -123,19 +125,19 @@ def test_only_the_training_stage_gets_the_report_env_on_a_cluster() -> None:
     assert contract.ENV_CHECKPOINT_REPORT not in local  # nowhere named: the trainer writes nothing
 
 
-def test_the_pod_watch_remembers_only_a_newer_training_report(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setattr(handlers, "_checkpoints", {})
+def test_the_pod_watch_remembers_only_a_newer_training_report() -> None:
+    passes = Passes(lambda *_: Outcome(None), lambda *_: None, workers=0)
     key, train = ("ns", "job"), {builders.LABEL_STAGE: "train"}
     status = pod(line(5))["status"]
-    assert handlers._remember_checkpoint(key, {builders.LABEL_STAGE: "precompile"}, status) is False
-    assert handlers._remember_checkpoint(key, train, status) is True
-    assert handlers._remember_checkpoint(key, train, status) is False  # the same: no new pass
-    assert handlers._remember_checkpoint(key, train, pod(line(4, T1))["status"]) is False
-    assert handlers._checkpoints[key] == Checkpoint(5, T0)
-    handlers.forget(key)
-    assert key not in handlers._checkpoints
+    remember = handlers._remember_checkpoint
+    assert remember(passes, key, {builders.LABEL_STAGE: "precompile"}, status) is False
+    assert remember(passes, key, train, status) is True
+    assert remember(passes, key, train, status) is False  # the same: no new pass
+    assert remember(passes, key, train, pod(line(4, T1))["status"]) is False
+    record = passes.records.get(key)
+    assert record is not None and record.checkpoint == Checkpoint(5, T0)
+    passes.gone(key)
+    assert passes.records.get(key) is None
 
 
 def test_module_is_pure() -> None:

@@ -132,8 +132,12 @@ def test_collector_exports_one_series_per_job_from_a_kopf_index() -> None:
     index._replace(("ml", "new", "uid-3"), {("ml", "new"): {}})  # no phase yet: no series
     collector = jobstate.JobStateCollector()
     collector.source = lambda: jobstate.snapshot(index)
+    families = list(collector.collect())
     got = {(m.name, s.labels["name"], s.labels["phase"]): s.value
-           for m in collector.collect() for s in m.samples}  # fmt: skip
+           for m in families for s in m.samples if "name" in s.labels}  # fmt: skip
+    by_phase = {s.labels["phase"]: s.value for m in families for s in m.samples
+                if m.name == "trainium_operator_jobs"}  # fmt: skip
+    assert by_phase["Precompiling"] == 2 and by_phase["Training"] == 0  # one source, same read
     assert got == {
         ("trainium_operator_job_phase", "early", "Precompiling"): 1,
         ("trainium_operator_job_phase", "late", "Precompiling"): 1,
@@ -141,7 +145,9 @@ def test_collector_exports_one_series_per_job_from_a_kopf_index() -> None:
         ("trainium_operator_job_phase_start_time_seconds", "late", "Precompiling"): epoch(T1),
     }
     index._discard(("ml", "early", "uid-1"))  # kopf drops a deleted job's entry
-    assert {s.labels["name"] for m in collector.collect() for s in m.samples} == {"late"}
+    families = list(collector.collect())
+    assert {s.labels["name"] for m in families for s in m.samples if "name" in s.labels} == {"late"}
+    assert {s.labels["phase"]: s.value for s in families[-1].samples}["Precompiling"] == 1
 
 
 def test_the_registered_collector_serves_what_watch_jobs_is_given() -> None:

@@ -22,21 +22,21 @@ def queue(state: str | None) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize(
-    ("found", "parents", "reason"),
+    ("found", "children", "reason"),
     [
         (None, {}, "QueueNotFound"),
         (queue("Closed"), {}, "QueueNotOpen"),
         (queue("Closing"), {}, "QueueNotOpen"),
-        (queue("Open"), {"q": "root", "child": "q"}, "QueueNotLeaf"),
-        (queue("Open"), {"q": "root"}, None),
+        (queue("Open"), {"root": ["q"], "q": ["child"]}, "QueueNotLeaf"),
+        (queue("Open"), {"root": ["q"]}, None),
         (queue(None), {}, None),  # a new queue before Volcano's controller set its state
     ],
 )
 def test_queue_blocker(
-    monkeypatch: pytest.MonkeyPatch, found: Any, parents: dict[str, str], reason: str | None
+    monkeypatch: pytest.MonkeyPatch, found: Any, children: dict[str, list[str]], reason: str | None
 ) -> None:
     monkeypatch.setattr(k8s, "get_queue", lambda name: found)
-    blocker = observe.queue_blocker("q", Views(parents))
+    blocker = observe.queue_blocker("q", Views(children))
     assert (blocker.reason if blocker else None) == reason
     if blocker:
         assert "spec.scheduling.queue" in blocker.message and "'q'" in blocker.message

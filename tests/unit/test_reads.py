@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import itertools
+import types
 from typing import Any
 
+import kopf
 import pytest
 from support import job
 
-from trainium_operator import cache, k8s, naming, reads
+from trainium_operator import cache, k8s, naming, reads, watches
 from trainium_operator.builders import Owner
 from trainium_operator.observe import Views, observe
 from trainium_operator.reads import ApiReader, Kind, Overlay, WatchReader, slim
-from trainium_operator.reconcile import reconcile
+from trainium_operator.reconcile import Outcome, reconcile
+from trainium_operator.runtime.passes import Passes
 from trainium_operator.spec import parse
 
 Json = dict[str, Any]
@@ -166,6 +170,46 @@ def test_writes_are_forgotten_after_the_ttl() -> None:
     assert len(overlay) == 1
     assert WatchReader(idx, overlay).get(Kind.VCJOB, NS, "old") is None
     assert WatchReader(idx, overlay).get(Kind.VCJOB, NS, "new") is not None
+
+
+def test_the_watch_showing_our_write_lets_it_go_without_a_read() -> None:
+    """A settled job is never read again: its last patch must not wait for a sweep."""
+    idx, overlay = indices(trainiumjob=[obj("x", "1")]), Overlay()
+    reader = WatchReader(idx, overlay)
+    reader.get(Kind.TRAINIUMJOB, NS, "x")
+    reader.wrote(Kind.TRAINIUMJOB, NS, "x", obj("x", "3", status={"phase": "Succeeded"}))
+    overlay.shown((Kind.TRAINIUMJOB, NS, "x"), obj("x", "2"))  # older: still ours to serve
+    assert len(overlay) == 1
+    overlay.shown((Kind.TRAINIUMJOB, NS, "x"), obj("x", "3"))
+    assert len(overlay) == 0
+    show(idx, Kind.TRAINIUMJOB, obj("x", "3", status={"phase": "Succeeded"}))
+    assert rv_of(WatchReader(idx, overlay).get(Kind.TRAINIUMJOB, NS, "x")) == "3"
+
+
+def test_every_index_function_tells_the_overlay_what_the_watch_showed() -> None:
+    """kopf calls the index functions on each watch event: that is where writes are let go."""
+    functions = {
+        Kind.TRAINIUMJOB: watches.read_trainiumjobs, Kind.VCJOB: watches.read_vcjobs,
+        Kind.CLAIM: watches.read_claims, Kind.VOLUME: watches.read_volumes,
+        Kind.RECORD: watches.read_records, Kind.LEASE: watches.read_leases,
+        Kind.QUEUE: watches.read_queues,
+    }  # fmt: skip
+    assert set(functions) == set(Kind)
+    passes = Passes(lambda *_: Outcome(None), lambda *_: None, workers=0)
+    memo = types.SimpleNamespace(passes=passes)
+    overlay = passes.reads.overlay
+    for kind, function in functions.items():
+        scoped = kind not in (Kind.VOLUME, Kind.QUEUE)
+        ns = NS if scoped else ""
+        reader = WatchReader(indices(**{kind.name.lower(): [obj("x", "4")]}), overlay)
+        reader.get(kind, ns, "x")
+        reader.wrote(kind, ns, "x", obj("x", "5"))
+        assert len(overlay) == 1
+        body = kopf.Body(obj("x", "5"))
+        kwargs = {"namespace": NS, "name": "x"} if scoped else {"name": "x"}
+        entry = asyncio.run(function(body=body, memo=memo, **kwargs))  # type: ignore[operator]
+        assert list(entry) == [(ns, "x")]
+        assert len(overlay) == 0, kind
 
 
 def test_fresh_and_ambiguous_reads_get_and_supersede_what_the_index_shows(

@@ -12,6 +12,26 @@ uses: tests/e2e/test_zz_rbac_coverage.py checks both ways against the requests i
 - apiGroups: [apiextensions.k8s.io]
   resources: [customresourcedefinitions]
   verbs: [list, watch]
+{{- if .Values.peering.enabled }}
+- apiGroups: [apiextensions.k8s.io]
+  resources: [customresourcedefinitions]
+  # the operator says which peering CRD is missing instead of waiting silently (peering.py)
+  resourceNames: [clusterkopfpeerings.kopf.dev, kopfpeerings.kopf.dev]
+  verbs: [get]
+{{- if not .Values.watchNamespaces }}
+- apiGroups: [kopf.dev]
+  resources: [clusterkopfpeerings]
+  # kopf's peering: presence and priority of each replica (create: the object, if missing)
+  verbs: [get, list, watch, create, patch]
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* kopf's namespaced peering (with watchNamespaces): one KopfPeering per watched namespace. */}}
+{{- define "trainium-operator.rules.peering" -}}
+- apiGroups: [kopf.dev]
+  resources: [kopfpeerings]
+  verbs: [get, list, watch, create, patch]
 {{- end }}
 
 {{/* The operator's cluster-scoped objects: static FSx PVs; Volcano queues and PriorityClasses

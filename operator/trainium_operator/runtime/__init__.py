@@ -1,0 +1,1 @@
+"""How passes run: one per-key work queue, its workers, the per-job records, kopf's pause."""

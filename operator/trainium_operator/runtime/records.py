@@ -1,0 +1,136 @@
+"""What passes remember of a job between events: one record per job, dropped in one place.
+
+A record belongs to one object (uid): a job deleted and created again under the same name starts
+a new record. The pod watch, the job watch and the passes all change records, from kopf's loop
+and the workers, so every change is a method under the store's lock.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from trainium_operator import checkpoints
+from trainium_operator.checkpoints import Checkpoint
+
+Key = tuple[str, str]
+Json = dict[str, Any]
+
+
+@dataclass
+class JobRecord:
+    """One job's memory: what the watches told, what our passes wrote and how they went."""
+
+    uid: str = ""
+    #: Pod events that asked for a pod read; `pods_read` of them a pass read successfully.
+    pods_seen: int = 0
+    pods_read: int = 0
+    #: The newest checkpoint the job's training pods reported (pod watch).
+    checkpoint: Checkpoint | None = None
+    #: The resourceVersion of our last status patch (its echo needs no pass).
+    written_version: str | None = None
+    #: Consecutive passes that waited on something that may heal (their backoff).
+    waits: int = 0
+    #: The job is being deleted (on_delete holds it): its passes create nothing.
+    finalizing: bool = False
+    #: Troubled pods as their watch event showed them (name -> {metadata, status}): Volcano
+    #: deletes a failed pod ~60 ms after it fails, before a pass can read it (issue 17, bug 5).
+    failed_pods: dict[str, Json] = field(default_factory=dict)
+
+    @property
+    def pods_changed(self) -> bool:
+        """A pod event no successful pass has read yet."""
+        return self.pods_seen > self.pods_read
+
+
+class Records:
+    """The records of every live job, by (namespace, name)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self._by_key: dict[Key, JobRecord] = {}
+
+    def __len__(self) -> int:
+        return len(self._by_key)
+
+    def get(self, key: Key) -> JobRecord | None:
+        with self.lock:
+            return self._by_key.get(key)
+
+    def ensure(self, key: Key, uid: str = "") -> JobRecord:
+        """The job's record; a new one when the name now belongs to another object."""
+        with self.lock:
+            record = self._by_key.get(key)
+            if record is None or (uid and record.uid and record.uid != uid):
+                record = self._by_key[key] = JobRecord(uid)
+            elif uid and not record.uid:
+                record.uid = uid
+            return record
+
+    def drop(self, key: Key) -> JobRecord | None:
+        """The job is gone: its record goes (the one place that forgets a job)."""
+        with self.lock:
+            return self._by_key.pop(key, None)
+
+    @contextmanager
+    def live(self, key: Key, record: JobRecord) -> Iterator[bool]:
+        """Whether record is still the job's, held so it cannot be dropped meanwhile."""
+        with self.lock:
+            yield self._by_key.get(key) is record and not record.finalizing
+
+    def pod_event(self, key: Key, pod: Json | None = None) -> None:
+        """A troubled pod: the next pass reads the pods, and this pod as its event showed it."""
+        with self.lock:
+            record = self.ensure(key)
+            record.pods_seen += 1
+            if pod is not None:
+                record.failed_pods[pod["metadata"]["name"]] = pod
+
+    def pods_to_read(self, record: JobRecord) -> tuple[int, tuple[Json, ...]]:
+        """What a pass starts with: the pod events so far and the pods they showed."""
+        with self.lock:
+            return record.pods_seen, tuple(record.failed_pods.values())
+
+    def pods_read(self, record: JobRecord, seen: int, shown: tuple[Json, ...] = ()) -> None:
+        """A pass that started with `seen` pod events read the pods (and `shown`) successfully."""
+        with self.lock:
+            record.pods_read = max(record.pods_read, seen)
+            for pod in shown:
+                name = pod["metadata"]["name"]
+                if record.failed_pods.get(name) is pod:  # not replaced by a newer event meanwhile
+                    del record.failed_pods[name]
+
+    def checkpoint(self, key: Key, found: Checkpoint | None) -> bool:
+        """Keep a newer checkpoint a training pod reported; whether it was newer."""
+        with self.lock:
+            record = self.ensure(key)
+            known = record.checkpoint
+            if found is None or checkpoints.newest([known, found]) is known:
+                return False
+            record.checkpoint = found
+            return True
+
+    def wrote(self, record: JobRecord, version: str | None) -> None:
+        with self.lock:
+            if version:
+                record.written_version = version
+
+    def is_echo(self, key: Key, version: str | None) -> bool:
+        """Whether a job event only shows our own last status patch."""
+        with self.lock:
+            record = self._by_key.get(key)
+            return record is not None and bool(version) and record.written_version == version
+
+    def waited(self, record: JobRecord, waiting: bool) -> int:
+        """Count a pass that waited (0 resets); the number of waits before this one."""
+        with self.lock:
+            before = record.waits
+            record.waits = before + 1 if waiting else 0
+            return before
+
+    def finalizing(self, key: Key) -> None:
+        with self.lock:
+            self.ensure(key).finalizing = True

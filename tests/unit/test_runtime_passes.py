@@ -1,0 +1,552 @@
+"""The pass runtime: every trigger through one queue, one record per job, kopf's pause followed.
+
+Each of issue 18's bugs that lived outside the queue itself is forced here (2, 4, 5, 6; 1, 3 and
+7 are in test_runtime_queue.py), driving the runtime one step at a time: no sleeps, no workers
+unless the interleaving needs a second thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import kopf
+import pytest
+import urllib3
+from kubernetes.client.exceptions import ApiException
+
+from trainium_operator import handlers, k8s, metrics, reconcile
+from trainium_operator.lifecycle import Action
+from trainium_operator.model import Rejection
+from trainium_operator.observe import Views, queue_blocker
+from trainium_operator.reads import Kind
+from trainium_operator.reconcile import Outcome, Transition
+from trainium_operator.runtime import kopfpause
+from trainium_operator.runtime.passes import RESYNC, Passes, backoff, next_look
+from trainium_operator.runtime.queue import FIRST
+
+KEY = ("ns", "job")
+
+
+class Script:
+    """A fake reconcile: records each pass's views, answers with the next outcome or error."""
+
+    def __init__(self, *answers: Outcome | Exception) -> None:
+        self.answers = list(answers)
+        self.views: list[Views] = []
+
+    def __call__(self, namespace: str, name: str, emit: Any, views: Views) -> Outcome:
+        self.views.append(views)
+        answer = self.answers.pop(0) if self.answers else Outcome("Training")
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+
+def runtime(script: Any) -> Passes:
+    """A runtime without workers, on a clock that stands still."""
+    return Passes(script, lambda *_: None, workers=0, clock=lambda: 1000.0)
+
+
+def step(passes: Passes) -> bool:
+    """Run the next queued pass here; whether there was one."""
+    item = passes.queue.get(timeout=0)
+    if item is None:
+        return False
+    try:
+        passes.run(item)
+    finally:
+        passes.queue.done(item.key)
+    return True
+
+
+# ---- failure policy --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        urllib3.exceptions.ProtocolError("Connection aborted.", ConnectionResetError(104)),
+        ConnectionResetError(104, "Connection reset by peer"),
+        ApiException(status=503, reason="Service Unavailable"),
+        ApiException(status=429, reason="Too Many Requests"),
+        KeyError("metadata"),
+    ],
+    ids=["protocol-error", "reset", "503", "429", "bug"],
+)
+def test_a_failed_pass_backs_off_briefly_and_a_success_forgets(error: Exception) -> None:
+    passes = runtime(Script(error, error, error, error, Outcome("Training")))
+    passes.wake(KEY)
+    delays = []
+    for _ in range(4):
+        assert step(passes)
+        delays.append(passes.queue.pending_after(KEY))
+        passes.queue.add(KEY)  # the next pass now, not after the backoff
+    assert delays == [1.0, 2.0, 4.0, 8.0]  # not kopf's 60 s default for unknown errors
+    assert step(passes) and passes.queue.num_requeues(KEY) == 0
+
+
+def test_a_programming_error_is_logged_with_its_traceback(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    passes = runtime(Script(KeyError("metadata")))
+    passes.wake(("ns", "broken"))
+    assert step(passes)
+    assert "reconcile of ns/broken failed (Internal)" in caplog.text and "KeyError" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("status", "transient"), [(400, False), (403, False), (404, False), (409, True), (500, True)]
+)
+def test_which_api_errors_are_transient(status: int, transient: bool) -> None:
+    assert k8s.transient(ApiException(status=status)) is transient
+
+
+def test_the_servers_message_is_kept() -> None:
+    exc = ApiException(status=400, reason="Bad Request")
+    exc.body = '{"kind":"Status","message":"admission webhook denied the request: queue closed"}'
+    assert k8s.api_message(exc) == "admission webhook denied the request: queue closed"
+    assert k8s.api_message(ApiException(status=500, reason="Internal")) == "Internal"
+
+
+@pytest.mark.parametrize(
+    ("attempt", "expected"), [(0, 1.0), (1, 2.0), (5, 32.0), (6, 60.0), (400, 60.0)]
+)
+def test_backoff_doubles_up_to_the_cap(attempt: int, expected: float) -> None:
+    assert backoff(attempt, 1.0, 60.0) == expected
+
+
+def test_next_look_policy() -> None:
+    assert next_look(None) is None  # gone
+    assert next_look("Succeeded", terminal=True) is None  # finished, no TTL: events only
+    assert next_look("Failed", terminal=True, ttl_remaining=30.5) == 30.5
+    assert next_look("Failed", terminal=True, ttl_remaining=-3) == 1.0
+    assert next_look("Training") == RESYNC  # progress comes from events; this is the backstop
+    assert next_look("Pending", waiting=True, attempt=0) == 10.0
+    assert next_look("Pending", waiting=True, attempt=20, resync=300) == 60  # capped
+
+
+def test_a_pass_sets_its_next_look_and_a_deadline_comes_first() -> None:
+    passes = runtime(Script(Outcome("Training", deadline_in=5.0), Outcome("Pending", waiting=True)))
+    passes.wake(KEY)
+    assert step(passes) and passes.queue.pending_after(KEY) == 5.5
+    passes.wake(KEY)
+    assert step(passes) and passes.queue.pending_after(KEY) == 10.0
+
+
+def test_timed_looks_read_fresh_and_event_passes_do_not() -> None:
+    script = Script()
+    passes = runtime(script)
+    passes.reads.indices.update({kind: {} for kind in Kind})
+    passes.wake(KEY)
+    passes.queue.add_after(KEY, 0)
+    assert step(passes)
+    passes.wake(KEY)
+    assert step(passes)
+    assert [v.reader.fresh for v in script.views] == [True, False]  # type: ignore[attr-defined]
+
+
+# ---- events ------------------------------------------------------------------------------------
+
+
+def test_bug7_events_while_the_job_is_queued_make_one_pass() -> None:
+    script = Script()
+    passes = runtime(script)
+    for version in ("1", "2", "3"):
+        passes.job_event(KEY, "uid-1", version, first=False)
+    passes.pod_event(KEY)
+    assert step(passes) and not step(passes)
+    assert len(script.views) == 1
+
+
+def test_the_echo_of_our_own_status_patch_needs_no_pass() -> None:
+    script = Script(Outcome("Training", written_version="7"))
+    passes = runtime(script)
+    passes.job_event(KEY, "uid-1", "6", first=True)
+    assert step(passes)
+    passes.job_event(KEY, "uid-1", "7", first=False)
+    assert not step(passes)
+    passes.job_event(KEY, "uid-1", "8", first=False)
+    assert step(passes)
+
+
+def test_a_new_jobs_first_pass_goes_first() -> None:
+    seen: list[str] = []
+    passes = runtime(lambda ns, name, *_: seen.append(name) or Outcome("Training"))
+    passes.job_event(("ns", "old"), "u1", "5", first=False)
+    passes.job_event(("ns", "new"), "u2", "1", first=True)
+    while step(passes):
+        pass
+    assert seen == ["new", "old"] and FIRST == 0
+
+
+def test_a_name_reused_by_a_new_object_starts_a_new_record() -> None:
+    passes = runtime(Script())
+    passes.pod_event(KEY)
+    passes.job_event(KEY, "uid-1", "1", first=True)
+    first = passes.records.get(KEY)
+    passes.job_event(KEY, "uid-2", "9", first=True)
+    second = passes.records.get(KEY)
+    assert first is not None and second is not None and first is not second
+    assert second.uid == "uid-2" and not second.pods_changed
+
+
+# ---- bug 6: what a pass remembers survives its failure; a pass ending after the job went ------
+
+
+def test_bug6_a_pod_event_is_read_by_the_first_pass_that_succeeds() -> None:
+    script = Script(ApiException(status=503), Outcome("Training"), Outcome("Training"))
+    passes = runtime(script)
+    passes.pod_event(KEY)
+    assert step(passes)  # fails: the pod event is not consumed
+    passes.wake(KEY)
+    assert step(passes)
+    passes.wake(KEY)
+    assert step(passes)
+    assert [v.pods_changed for v in script.views] == [True, True, False]
+
+
+def test_bug6_a_pod_event_during_a_pass_is_read_by_the_next() -> None:
+    passes: Passes
+
+    def reconcile_(ns: str, name: str, emit: Any, views: Views) -> Outcome:
+        if len(seen) == 0:
+            passes.pod_event(KEY)  # arrives while this pass reads the pods
+        seen.append(views.pods_changed)
+        return Outcome("Training")
+
+    seen: list[bool] = []
+    passes = runtime(reconcile_)
+    passes.pod_event(KEY)
+    assert step(passes) and step(passes) and not step(passes)
+    assert seen == [True, True]
+
+
+def test_bug6_a_pass_in_flight_when_the_job_goes_leaves_nothing_behind() -> None:
+    inside, release = threading.Event(), threading.Event()
+
+    def slow(ns: str, name: str, emit: Any, views: Views) -> Outcome:
+        inside.set()
+        assert release.wait(10)
+        moved = Transition(ns, name, "Pending", "Training", "Started", "")
+        return Outcome("Training", transition=moved)
+
+    passes = runtime(slow)
+    passes.job_event(KEY, "uid-1", "1", first=True)
+    worker = threading.Thread(target=step, args=(passes,))
+    worker.start()
+    assert inside.wait(10)
+    passes.gone(KEY)  # the DELETED event
+    release.set()
+    worker.join(10)
+    assert passes.records.get(KEY) is None
+    assert passes.queue.pending_after(KEY) is None and not step(passes)
+    assert KEY not in metrics._entered
+
+
+# ---- bug 2: on_delete holds the job ------------------------------------------------------------
+
+
+def test_bug2_cleanup_waits_for_a_running_pass_and_later_passes_create_nothing() -> None:
+    """A pass that read the job before deletion creates the PV: the cleanup must delete it."""
+    volumes: set[str] = set()
+    inside, release = threading.Event(), threading.Event()
+
+    def creates(ns: str, name: str, emit: Any, views: Views) -> Outcome:
+        inside.set()
+        assert release.wait(10)
+        volumes.add(name)  # the pass's create, after it read the job (not yet deleting)
+        return Outcome("Pending")
+
+    passes = runtime(creates)
+    passes.job_event(KEY, "uid-1", "1", first=True)
+    worker = threading.Thread(target=step, args=(passes,))
+    worker.start()
+    assert inside.wait(10)
+
+    def on_delete() -> None:
+        with passes.finalize(KEY, "uid-1"):
+            volumes.discard(KEY[1])  # the PV delete (404 if it came first)
+
+    cleanup = threading.Thread(target=on_delete)
+    cleanup.start()
+    cleanup.join(0.05)
+    assert cleanup.is_alive()  # held: the pass still runs
+    release.set()
+    worker.join(10)
+    cleanup.join(10)
+    assert volumes == set()
+    inside.clear()
+    passes.wake(KEY)  # a pass queued for the finalizing job
+    passes.queue.add_after(KEY, 0)
+    while step(passes):
+        pass
+    assert not inside.is_set() and volumes == set()
+
+
+def test_on_delete_holds_the_key_through_the_runtime(monkeypatch: pytest.MonkeyPatch) -> None:
+    deleted: list[str] = []
+    passes = runtime(Script())
+    monkeypatch.setattr(k8s, "delete_volume", lambda name: deleted.append(name))
+
+    class Memo:
+        pass
+
+    memo = Memo()
+    memo.passes = passes  # type: ignore[attr-defined]
+    handlers.on_delete(namespace="ns", name="job", meta={"uid": "u"}, memo=memo)
+    record = passes.records.get(KEY)
+    assert deleted and record is not None and record.finalizing
+
+
+# ---- bug 4: the parse caches under other workers -----------------------------------------------
+
+
+class ClearedByAnotherWorker(dict):  # type: ignore[type-arg]
+    """A cache another worker clears between any two of this worker's operations."""
+
+    def __contains__(self, key: object) -> bool:
+        found = super().__contains__(key)
+        self.clear()
+        return found
+
+    def __getitem__(self, key: Any) -> Any:
+        self.clear()
+        return super().__getitem__(key)
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        value = super().get(key, default)
+        self.clear()
+        return value
+
+
+def test_bug4_a_cache_cleared_by_another_worker_never_fails_a_pass(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from support import job
+
+    body = job("cached")
+    body["metadata"].update(uid="u-1", generation=1)
+    monkeypatch.setattr(reconcile, "_parsed", ClearedByAnotherWorker())
+    monkeypatch.setattr(reconcile, "_digests", ClearedByAnotherWorker())
+    assert reconcile.parse_cached(body).nodes >= 1
+    assert reconcile.digests_cached(body)
+
+
+# ---- bug 5 / issue 17 bug 2: the queue hierarchy as listed; a queue refusal waits --------------
+
+
+class Queues:
+    def get(self, kind: Kind, namespace: str, name: str) -> dict[str, Any] | None:
+        return {"metadata": {"name": name}, "status": {"state": "Open"}}
+
+
+def test_bug5_the_leaf_check_reads_the_queue_index() -> None:
+    views = Views(queue_children={"parent": ["child"]}, reader=Queues())  # type: ignore[arg-type]
+    blocker = queue_blocker("parent", views)
+    assert blocker is not None and blocker.reason == "QueueNotLeaf"
+    assert queue_blocker("child", views) is None
+
+
+def test_bug5_handlers_keep_no_queue_hierarchy_of_their_own() -> None:
+    assert not hasattr(handlers, "_queue_parents")
+    from trainium_operator import watches
+
+    body = {"metadata": {"name": "child"}, "spec": {"parent": "team"}}
+    assert asyncio.run(watches.queue_children(name="child", body=body)) == {"team": "child"}
+    assert asyncio.run(watches.queue_children(name="root", body={"spec": {}})) == {}
+
+
+@pytest.mark.parametrize(
+    ("message", "reason"),
+    [
+        ("admission webhook denied the request: can only submit job to leaf queue", "QueueNotLeaf"),
+        (" can only submit job to queue with state `Open`, queue `q` status is `Closed`;",
+         "QueueNotOpen"),
+        (' unable to find job queue: queues "q" not found;', "QueueNotFound"),
+    ],
+)  # fmt: skip
+def test_a_queue_refusal_waits_instead_of_failing_the_job(message: str, reason: str) -> None:
+    refusal = Rejection(Action.CREATE_TRAINING, 400, message)
+    assert not refusal.permanent and refusal.reason == reason
+    other = Rejection(Action.CREATE_TRAINING, 400, "spec.tasks[0]: invalid")
+    assert other.permanent and other.reason == "TrainingRejected"
+
+
+# ---- bug 3: kopf's pause reaches the queue -----------------------------------------------------
+
+
+def test_bug3_kopfs_pause_toggles_pause_and_resume_our_passes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from kopf._cogs.aiokits import aiotoggles
+    from kopf._core.reactor import orchestration
+
+    monkeypatch.setattr(kopfpause, "FOLLOWERS", kopfpause._Followers())
+    monkeypatch.setattr(orchestration, "orchestrator", orchestration.orchestrator)
+    script = Script()
+    passes = runtime(script)
+    seen: list[bool] = []
+
+    async def kopfs_orchestrator(*, operator_paused: Any, **_: Any) -> None:
+        await asyncio.sleep(0)
+        seen.append(passes.queue.paused)  # started paused (peering), mirrored: off -> resumed
+        toggle = await operator_paused.make_toggle(True, name="a higher-priority peer")
+        await asyncio.sleep(0)
+        seen.append(passes.queue.paused)
+        passes.wake(KEY)
+        seen.append(step(passes))  # queued, not run
+        await toggle.turn_to(False)
+        await asyncio.sleep(0)
+        seen.append(passes.queue.paused)
+
+    monkeypatch.setattr(orchestration, "orchestrator", kopfs_orchestrator)
+    assert kopfpause.install()
+    passes.start(follow_kopf_pause=True, start_paused=True)
+    assert passes.queue.paused
+    paused = aiotoggles.ToggleSet(any)
+    asyncio.run(orchestration.orchestrator(operator_paused=paused))
+    assert seen == [False, True, False, False]
+    assert step(passes) and len(script.views) == 1
+    passes.stop()
+
+
+def test_the_pause_hook_fits_the_pinned_kopf() -> None:
+    """kopf's internals this hook needs: fails on an upgrade that moves them, not in production."""
+    import inspect
+
+    from kopf._core.reactor import orchestration, running
+
+    assert "operator_paused" in inspect.signature(orchestration.orchestrator).parameters
+    assert "orchestration.orchestrator(" in inspect.getsource(running.spawn_tasks)
+
+
+def test_handlers_hold_no_module_level_mutable_state() -> None:
+    """handlers.py is registrations only: what passes remember lives in the runtime's records."""
+    import re
+    from pathlib import Path
+
+    source = Path(handlers.__file__).read_text()
+    assert not re.findall(r"^_[a-z_]+: (dict|set|defaultdict|list)", source, re.MULTILINE)
+    assert not re.findall(r"^[A-Za-z_]+ = (Scheduler|RankedPool|Passes)\(", source, re.MULTILINE)
+
+
+def test_the_operator_command_installs_the_pause_hook(monkeypatch: pytest.MonkeyPatch) -> None:
+    import kopf.cli
+
+    from trainium_operator import cli
+
+    installed: list[bool] = []
+    monkeypatch.setattr(kopfpause, "install", lambda: installed.append(True) or True)
+    monkeypatch.setattr(kopf.cli, "main", lambda **_: None)
+    assert cli.cmd_operator(["--standalone"]) == 0 and installed == [True]
+
+
+# ---- issue 17 bug 5: the failure's cause from the pod watch event, at once --------------------
+
+
+def test_17_bug5_the_cause_is_the_pod_event_even_when_volcano_deleted_the_pod(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Volcano deletes a failed pod ~60 ms after it fails: the list then shows only its peer."""
+    from test_failures import T0, T1, ended, pod
+
+    from trainium_operator import builders, observe
+    from trainium_operator.builders import Owner
+
+    stage = {builders.LABEL_STAGE: "train"}
+    oom, peer = pod("w-0", ended(137, "OOMKilled", at=T0)), pod("w-1", ended(137, at=T1))
+    for body in (oom, peer):
+        body["metadata"]["labels"] = stage
+    monkeypatch.setattr(k8s, "pod_log_tail", lambda *_: [])  # the logs are gone too (404)
+    owner = Owner("job", "ns", "u")
+    before = observe.gang_failure(owner, [peer])
+    assert before is not None and before.reason != "OOMKilled"  # the peer Volcano SIGKILLed
+    shown = observe.with_shown([peer], Views(failed_pods=(oom,)), "train")
+    cause = observe.gang_failure(owner, shown)
+    assert cause is not None and cause.reason == "OOMKilled" and "w-0" in cause.message
+    assert observe.with_shown([peer], Views(failed_pods=(oom,)), "precompile") == [peer]
+
+
+def test_17_bug5_the_pod_watch_keeps_the_failed_pod_until_a_pass_reads_it() -> None:
+    from test_failures import ended, pod
+
+    from trainium_operator import builders
+
+    script = Script(ApiException(status=503), Outcome("Training"), Outcome("Training"))
+    passes = runtime(script)
+    memo = type("Memo", (), {"passes": passes})()
+    failed = pod("w-0", ended(1))
+    meta = {"name": "w-0", "annotations": {builders.ANNOTATION_OWNER: "ns/job"}}
+    labels = {builders.LABEL_STAGE: "train"}
+    body = kopf.Body({"metadata": meta, "status": failed["status"]})
+    event = handlers.on_pod(
+        type="MODIFIED", meta=body.meta, status=body.status, labels=labels, memo=memo
+    )
+    asyncio.run(event)
+    for _ in range(3):
+        assert step(passes)
+        passes.wake(KEY)
+    shown = [[p["metadata"]["name"] for p in v.failed_pods] for v in script.views]
+    assert shown == [["w-0"], ["w-0"], []]  # kept through the failed pass, read by the next
+
+
+# ---- status is composed by one pure function ---------------------------------------------------
+
+
+def test_status_is_composed_purely_and_a_settled_status_is_returned_as_is(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from support import spec_of
+
+    from trainium_operator import budget, lifecycle
+    from trainium_operator.model import Observed
+
+    def no_io(*_: Any, **__: Any) -> Any:
+        raise AssertionError("compose made a request")
+
+    monkeypatch.setattr(k8s, "patch_trainiumjob_status", no_io)
+    obs = Observed(storage_ready=True)
+    decision = lifecycle.decide(obs)
+    counted = budget.Accounted(budget.read({}))
+    args = dict(name="job", generation=1, digests={"nodes": "d"}, checkpoint=None,
+                now="2026-11-22T06:40:00Z")  # fmt: skip
+    first = reconcile.compose({}, decision, spec_of(), obs, counted, **args)  # type: ignore[arg-type]
+    again = reconcile.compose({}, decision, spec_of(), obs, counted, **args)  # type: ignore[arg-type]
+    assert first == again and first["phase"] == decision.phase.value
+    assert first["specDigests"] == {"nodes": "d"}
+    same = reconcile.compose(first, decision, spec_of(), obs, counted, **args)  # type: ignore[arg-type]
+    assert same is first  # nothing changed: no patch
+
+
+def test_namespaced_peering_objects_are_created_where_the_chart_says(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from trainium_operator import peering
+
+    made: list[tuple[str, str]] = []
+
+    class Objects:
+        def __init__(self, _api: Any) -> None:
+            pass
+
+        def create_namespaced_custom_object(self, g: str, v: str, ns: str, plural: str,
+                                            body: Any) -> None:  # fmt: skip
+            made.append((ns, body["metadata"]["name"]))
+            if ns == "b":
+                raise ApiException(status=409)  # there already: fine
+
+    class Crds:
+        def __init__(self, _api: Any) -> None:
+            pass
+
+        def read_custom_resource_definition(self, name: str) -> None:
+            assert name == "kopfpeerings.kopf.dev"
+
+    monkeypatch.setattr(peering, "CustomObjectsApi", Objects)
+    monkeypatch.setattr(peering, "ApiextensionsV1Api", Crds)
+    monkeypatch.setattr(k8s, "api_client", lambda: None)
+    monkeypatch.setenv(peering.NAMESPACES_ENV, "a,b")
+    assert peering.ensure("trainium", clusterwide=False)
+    assert made == [("a", "trainium"), ("b", "trainium")]
