@@ -90,7 +90,7 @@ def test_env_ports_and_liveness_probe(helm_bin: Path) -> None:
 
 def test_resync_default_is_the_measured_code_default(helm_bin: Path) -> None:
     """BENCHMARKS.md measures the code's backstop; the chart must not ship a 90x busier one."""
-    from trainium_operator.scheduler import RESYNC
+    from trainium_operator.runtime.passes import RESYNC
 
     env = {e["name"]: e.get("value") for e in container()["env"]}
     assert float(env["TRAINIUM_RESYNC_SECONDS"]) == RESYNC
