@@ -83,9 +83,7 @@ def fsx_claim(cluster: Cluster, namespace: str, name: str = "fsx-claim") -> None
             },
         },
     )
-    wait_until(
-        lambda: phase(cluster, "pvc", name, namespace) == "Bound", 60, f"claim {name} Bound"
-    )
+    wait_until(lambda: phase(cluster, "pvc", name, namespace) == "Bound", 60, f"claim {name} Bound")
 
 
 def create(cluster: Cluster, body: Obj) -> None:

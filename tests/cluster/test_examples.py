@@ -34,5 +34,15 @@ def test_example_on_an_existing_claim_succeeds(
     create(cluster, example(name, ns))
     job = wait_condition(cluster, name, ns, "Succeeded", timeout=180)
     assert job["status"]["phase"] == "Succeeded"
-    listed = cluster.kubectl("get", TJ, "-n", ns).stdout
-    assert name in listed and "Succeeded" in listed
+    header, row = cluster.kubectl("get", TJ, "-n", ns).stdout.splitlines()
+    assert header.split() == [
+        "NAME",
+        "PHASE",
+        "INSTANCE",
+        "NODES",
+        "CACHE",
+        "RESTARTS",
+        "COST",
+        "AGE",
+    ]
+    assert row.split()[:4] == [name, "Succeeded", "trn1.32xlarge", "1"]
