@@ -31,7 +31,8 @@ def test_example_on_an_existing_claim_succeeds(
     cluster: Cluster, kubelet: FakeKubelet, running_operator: OperatorProcess, ns: str, name: str
 ) -> None:
     fsx_claim(cluster, ns)
-    create(cluster, example(name, ns))
+    body = example(name, ns)
+    create(cluster, body)
     job = wait_condition(cluster, name, ns, "Succeeded", timeout=180)
     assert job["status"]["phase"] == "Succeeded"
     header, row = cluster.kubectl("get", TJ, "-n", ns).stdout.splitlines()
@@ -45,4 +46,5 @@ def test_example_on_an_existing_claim_succeeds(
         "COST",
         "AGE",
     ]
-    assert row.split()[:4] == [name, "Succeeded", "trn1.32xlarge", "1"]
+    spec = body["spec"]
+    assert row.split()[:4] == [name, "Succeeded", spec["instanceType"], str(spec.get("nodes", 1))]
