@@ -133,6 +133,14 @@ def operator(cluster: Cluster, installed: str) -> Iterator[OperatorProcess]:
     command = [sys.executable, "-m", "trainium_operator", "operator", "--standalone",
                "--all-namespaces"]  # fmt: skip
     proc = OperatorProcess(command, cluster.root / "operator.log", env={"KUBECONFIG": installed})
+    # No AWS region or credentials from the host: FSx lookups fail the same way everywhere.
+    for name in ("AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE"):
+        proc.env.pop(name, None)
+    proc.env.update(
+        AWS_EC2_METADATA_DISABLED="true",
+        AWS_CONFIG_FILE=str(cluster.root / "no-aws-config"),
+        AWS_SHARED_CREDENTIALS_FILE=str(cluster.root / "no-aws-credentials"),
+    )
     proc.start(timeout=60)
     yield proc
     proc.stop()
