@@ -71,14 +71,14 @@ def test_missing_queue_blocks_and_still_does_after_an_operator_restart(
 
 
 @pytest.mark.xfail(
-    strict=True,
+    strict=False,  # a race: it reproduced in 2 of 3 tier runs here; strict once bug 2 is fixed
     reason="issue 17 bug 2: after a restart, jobs on a non-leaf queue are submitted before the "
     "queue watch listed; Volcano's webhook refuses (400) and they end Failed/TrainingRejected",
 )
 def test_non_leaf_queue_blocks_and_still_does_after_operator_restarts(
     cluster: Cluster, kubelet: FakeKubelet, running_operator: OperatorProcess, ns: str
 ) -> None:
-    """Four jobs on a parent queue, four operator restarts: blocked, never submitted/Failed."""
+    """Four jobs on a parent queue, six operator restarts: blocked, never submitted/Failed."""
     fsx_claim(cluster, ns)
     parent, child = f"{ns[:40]}-p", f"{ns[:40]}-c"
     cluster.ensure_queue(parent)
@@ -88,7 +88,7 @@ def test_non_leaf_queue_blocks_and_still_does_after_operator_restarts(
         create(cluster, small_job(name, ns, scheduling={"queue": parent}))
     for name in names:
         blocked(cluster, name, ns, "QueueNotLeaf")
-    for _ in range(4):
+    for _ in range(6):
         running_operator.kill()
         running_operator.start(timeout=60)
         wait_until(lambda: running_operator.passes() >= len(names), 60, "a pass per job")

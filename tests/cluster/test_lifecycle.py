@@ -142,7 +142,9 @@ def test_max_retries_spent_fails_max_retries_exceeded(
 ) -> None:
     """A retryable failure (Neuron runtime) on every run: restarts up to maxRetries, then Failed."""
     fsx_claim(cluster, ns)
-    logs = ("2026-Nov-25 04:00:00.0000 NRT:nrt_init  ERROR  NRT init failed",)
+    logs = (
+        "2026-Nov-25 04:00:00.0000 1234:1234 ERROR   NRT:nrt_init  Failed to initialize devices",
+    )
     kubelet.plan({}, Behavior(exit_code=1, logs=logs), namespace=ns)
     create(cluster, small_job("flaky", ns, runPolicy={"maxRetries": 1}))
     job = wait_condition(cluster, "flaky", ns, "Failed", timeout=180)
