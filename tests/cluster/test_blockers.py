@@ -71,7 +71,7 @@ def test_missing_queue_blocks_and_still_does_after_an_operator_restart(
 
 
 @pytest.mark.xfail(
-    strict=False,  # a race: it reproduced in 2 of 3 tier runs here; strict once bug 2 is fixed
+    strict=False,  # a race: reproduced in 1 of 3 runs here; make it strict with the fix
     reason="issue 17 bug 2: after a restart, jobs on a non-leaf queue are submitted before the "
     "queue watch listed; Volcano's webhook refuses (400) and they end Failed/TrainingRejected",
 )
