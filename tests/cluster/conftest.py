@@ -13,6 +13,8 @@ import hashlib
 import json
 import os
 import re
+import shlex
+import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -20,9 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from cluster import Cluster, kubeconfig, wait_until
+from cluster import Cluster, kubeconfig, kubectl_binary, wait_until
 from harness import OPERATORS, OperatorProcess
-from helmchart import CHART, ensure_helm, helm
+from helmchart import CHART, HELM, REPO, ensure_helm, helm
 from kubelet import TRN1_2XLARGE, TRN1_32XLARGE, FakeKubelet
 
 ASSETS_ENV = "TRAINIUM_CLUSTER_ASSETS"
@@ -75,10 +77,44 @@ def chart_manifests(cluster: Cluster) -> str:
     return helm("template", RELEASE, str(CHART), "-n", OPERATOR_NS).stdout
 
 
+def readme_commands() -> list[list[str]]:
+    """Each command of the README's bash blocks, continuation lines joined, no comments."""
+    text = (REPO / "README.md").read_text()
+    out = []
+    for block in re.findall(r"```bash\n(.*?)```", text, flags=re.S):
+        for line in block.replace("\\\n", " ").splitlines():
+            argv = shlex.split(line, comments=True)
+            if argv:
+                out.append(argv)
+    return out
+
+
 @pytest.fixture(scope="session")
-def installed(cluster: Cluster, kubelet: FakeKubelet, chart_manifests: str) -> str:
-    """The chart applied server-side as a user would; returns the kubeconfig of its SA."""
-    cluster.kubectl("create", "namespace", OPERATOR_NS)
+def readme_install(cluster: Cluster, chart_manifests: str) -> list[str]:
+    """README's install lines, run as written on the tier: `helm install` (then uninstalled)."""
+    [install] = [c for c in readme_commands() if c[:2] == ["helm", "install"]]
+    env = dict(os.environ, KUBECONFIG=str(cluster.kubeconfig))
+    env["PATH"] = f"{Path(HELM).parent}:{Path(kubectl_binary()).parent}:{env['PATH']}"
+    proc = subprocess.run(install, cwd=REPO, env=env, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, f"{shlex.join(install)}: {proc.stderr}"
+    status = helm("status", RELEASE, "-n", OPERATOR_NS, "-o", "json", "--kubeconfig",
+                  str(cluster.kubeconfig)).stdout  # fmt: skip
+    assert json.loads(status)["info"]["status"] == "deployed"
+    helm("uninstall", RELEASE, "-n", OPERATOR_NS, "--wait", "--kubeconfig", str(cluster.kubeconfig))
+    return install
+
+
+@pytest.fixture(scope="session")
+def installed(
+    cluster: Cluster, kubelet: FakeKubelet, chart_manifests: str, readme_install: list[str]
+) -> str:
+    """The chart applied server-side as a user would; returns the kubeconfig of its SA.
+
+    README's `helm install` ran first (readme_install) and was uninstalled; its namespace and
+    CRD stay, as they do for a user (the chart keeps the CRD on uninstall).
+    """
+    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OPERATOR_NS}}
+    cluster.apply(namespace)
     cluster.kubectl("apply", "--server-side", "-f", "-", stdin=chart_manifests)
     cluster.kubectl("wait", "--for=condition=Established", "crd/trainiumjobs.trainium.dev")
     # The Deployment's pod has no image here and no default scheduler runs: it stays Pending;
@@ -97,6 +133,14 @@ def operator(cluster: Cluster, installed: str) -> Iterator[OperatorProcess]:
     command = [sys.executable, "-m", "trainium_operator", "operator", "--standalone",
                "--all-namespaces"]  # fmt: skip
     proc = OperatorProcess(command, cluster.root / "operator.log", env={"KUBECONFIG": installed})
+    # No AWS region or credentials from the host: FSx lookups fail the same way everywhere.
+    for name in ("AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE"):
+        proc.env.pop(name, None)
+    proc.env.update(
+        AWS_EC2_METADATA_DISABLED="true",
+        AWS_CONFIG_FILE=str(cluster.root / "no-aws-config"),
+        AWS_SHARED_CREDENTIALS_FILE=str(cluster.root / "no-aws-credentials"),
+    )
     proc.start(timeout=60)
     yield proc
     proc.stop()

@@ -36,6 +36,7 @@ FSX_DRIVER = "fsx.csi.aws.com"
 ANNOTATION = "tier.trainium.dev/"
 #: Outcomes a pod can have: finish (Succeeded or Failed by exit code), OOMKilled, an image that
 #: cannot be pulled, never starting (stays Pending), or running until deleted.
+KUBELET_CONDITIONS = ("PodScheduled", "Initialized", "ContainersReady", "Ready")
 OUTCOMES = ("Exit", "OOMKilled", "ErrImagePull", "NeverStart", "RunForever")
 
 
@@ -197,6 +198,7 @@ class FakeKubelet:
         self.default = Behavior()
         self._logs: dict[tuple[str, str, str], str] = {}
         self._started: dict[str, str] = {}  # pod uid -> startedAt
+        self._running: dict[str, Obj] = {}  # pod uid -> pod, while its containers run
         self._ending: set[str] = set()
         self._seen: set[str] = set()
         self._ip = itertools.count(2)
@@ -228,6 +230,30 @@ class FakeKubelet:
         """Drop the plans of a namespace (a test's end)."""
         with self._lock:
             self.plans = [p for p in self.plans if p.namespace != namespace]
+
+    def finish(self, namespace: str, behavior: Behavior | None = None) -> int:
+        """End every running pod of namespace now (as behavior says; default exit 0)."""
+        with self._lock:
+            pods = [p for p in self._running.values() if p["metadata"]["namespace"] == namespace]
+        for pod in pods:
+            self._after(0, lambda pod=pod: self._finish(pod, behavior or Behavior()))
+        return len(pods)
+
+    def running(self, namespace: str) -> list[str]:
+        """Names of the pods of namespace this kubelet runs now."""
+        with self._lock:
+            pods = list(self._running.values())
+        return sorted(
+            p["metadata"]["name"] for p in pods if p["metadata"]["namespace"] == namespace
+        )
+
+    def running_uids(self, namespace: str) -> dict[str, str]:
+        """uid -> name of the pods of namespace this kubelet runs now (names repeat on restart)."""
+        with self._lock:
+            pods = list(self._running.items())
+        return {
+            uid: p["metadata"]["name"] for uid, p in pods if p["metadata"]["namespace"] == namespace
+        }
 
     def logs(self, namespace: str, pod: str, container: str) -> str | None:
         return self._logs.get((namespace, pod, container))
@@ -383,6 +409,10 @@ class FakeKubelet:
         pod_ip = status.get("podIP") or ip
         start = status.get("startTime") or _now()
         flag = "True" if ready else "False"
+        # Conditions the kubelet does not own (DisruptionTarget from the Eviction API) stay.
+        kept = [
+            c for c in status.get("conditions") or [] if c.get("type") not in KUBELET_CONDITIONS
+        ]
         return {
             "phase": phase,
             "hostIP": "127.0.0.1",
@@ -393,8 +423,9 @@ class FakeKubelet:
             "conditions": [
                 {"type": t, "status": "True" if t in ("PodScheduled", "Initialized") else flag,
                  "lastTransitionTime": _now()}
-                for t in ("PodScheduled", "Initialized", "ContainersReady", "Ready")
-            ],
+                for t in KUBELET_CONDITIONS
+            ]
+            + kept,
         }  # fmt: skip
 
     def _begin(self, pod: Obj, behavior: Behavior) -> None:
@@ -415,13 +446,15 @@ class FakeKubelet:
         running = {"running": {"startedAt": started}}
         status["containerStatuses"] = [container_status(c, running, True) for c in containers]
         self._patch_status(pod, status)
+        with self._lock:
+            self._running[pod["metadata"]["uid"]] = pod
         if behavior.outcome != "RunForever":
             self._after(behavior.run_seconds, lambda: self._finish(pod, behavior))
 
     def _finish(self, pod: Obj, behavior: Behavior) -> None:
         uid = pod["metadata"]["uid"]
         with self._lock:
-            if uid in self._ending:
+            if uid in self._ending or self._running.pop(uid, None) is None:
                 return
         oom = behavior.outcome == "OOMKilled"
         code = 137 if oom else behavior.exit_code
@@ -444,7 +477,9 @@ class FakeKubelet:
         if current is None or current["metadata"]["uid"] != meta["uid"]:
             return
         phase = (current.get("status") or {}).get("phase")
-        if phase not in ("Succeeded", "Failed") and meta["uid"] in self._started:
+        with self._lock:
+            was_running = self._running.pop(meta["uid"], None) is not None
+        if phase not in ("Succeeded", "Failed") and was_running:
             self._terminate(current, 137, "Error", "")
         body = {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0,
                 "preconditions": {"uid": meta["uid"]}}  # fmt: skip

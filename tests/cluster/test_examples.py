@@ -31,8 +31,20 @@ def test_example_on_an_existing_claim_succeeds(
     cluster: Cluster, kubelet: FakeKubelet, running_operator: OperatorProcess, ns: str, name: str
 ) -> None:
     fsx_claim(cluster, ns)
-    create(cluster, example(name, ns))
+    body = example(name, ns)
+    create(cluster, body)
     job = wait_condition(cluster, name, ns, "Succeeded", timeout=180)
     assert job["status"]["phase"] == "Succeeded"
-    listed = cluster.kubectl("get", TJ, "-n", ns).stdout
-    assert name in listed and "Succeeded" in listed
+    header, row = cluster.kubectl("get", TJ, "-n", ns).stdout.splitlines()
+    assert header.split() == [
+        "NAME",
+        "PHASE",
+        "INSTANCE",
+        "NODES",
+        "CACHE",
+        "RESTARTS",
+        "COST",
+        "AGE",
+    ]
+    spec = body["spec"]
+    assert row.split()[:4] == [name, "Succeeded", spec["instanceType"], str(spec.get("nodes", 1))]

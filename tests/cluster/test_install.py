@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from cluster import Cluster
 from conftest import get_json
+from jobs import REPO
 from kubelet import FakeKubelet
 
 
@@ -35,18 +36,6 @@ def test_kubectl_explain_documents_the_spec(cluster: Cluster, installed: str) ->
     assert "MaxRetriesExceeded" in deep
 
 
-def test_printer_columns_are_served(cluster: Cluster, installed: str) -> None:
-    crd = get_json(cluster, "crd", "trainiumjobs.trainium.dev")
-    served = [v for v in crd["spec"]["versions"] if v["served"]]
-    columns = [c["name"] for c in served[0].get("additionalPrinterColumns", [])]
-    header = (
-        cluster.kubectl("get", "trainiumjobs", "-A").stderr
-        + cluster.kubectl("get", "trainiumjobs", "-A").stdout
-    )
-    assert columns
-    assert "No resources found" in header or all(c.upper() in header for c in columns)
-
-
 def test_pods_logs_reach_the_fake_kubelet(cluster: Cluster, kubelet: FakeKubelet, ns: str) -> None:
     """The tier's own check: a pod bound to a fake node runs, succeeds and has logs."""
     pod = {
@@ -69,3 +58,17 @@ def test_pods_logs_reach_the_fake_kubelet(cluster: Cluster, kubelet: FakeKubelet
     assert cluster.kubectl("logs", "-n", ns, "hello").stdout == "hello\nworld\n"
     assert cluster.kubectl("logs", "-n", ns, "hello", "--tail=1").stdout == "world\n"
     cluster.kubectl("delete", "-n", ns, "pod/hello", "--timeout=30s")
+
+
+def test_readme_helm_install_line_works_on_the_tier(readme_install: list[str]) -> None:
+    """The fixture ran README's `helm install` as written (deployed, then uninstalled)."""
+    assert readme_install[:3] == ["helm", "install", "trainium-operator"]
+
+
+def test_readme_kubectl_apply_crds_line_works(cluster: Cluster, installed: str) -> None:
+    """README's path without Helm: `kubectl apply -f crds/` installs the CRDs."""
+    assert "`kubectl apply -f crds/`" in (REPO / "README.md").read_text()
+    proc = cluster.kubectl("apply", "-f", str(REPO / "crds"))
+    assert "trainiumjobs.trainium.dev" in proc.stdout
+    for crd in ("trainiumjobs.trainium.dev", "kopfpeerings.kopf.dev"):
+        cluster.kubectl("wait", "--for=condition=Established", f"crd/{crd}", "--timeout=30s")

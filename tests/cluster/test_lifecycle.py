@@ -1,0 +1,222 @@
+"""A user's view of a job's life on a real cluster: gang scheduling, failures, deletes, restarts."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from cluster import Cluster, wait_until
+from conftest import TRN1_32XLARGE_NODES
+from harness import OperatorProcess
+from jobs import (
+    TJ,
+    VCJOB,
+    children,
+    condition,
+    create,
+    fsx_claim,
+    get,
+    small_job,
+    wait_condition,
+)
+from kubelet import Behavior, FakeKubelet
+
+RUNNING = Behavior(outcome="RunForever")
+
+
+def pods(cluster: Cluster, namespace: str) -> list[dict]:
+    return list(
+        json.loads(cluster.kubectl("get", "pods", "-n", namespace, "-o", "json").stdout)["items"]
+    )
+
+
+def running_pods(cluster: Cluster, kubelet: FakeKubelet, namespace: str, count: int) -> list[str]:
+    """Wait until the kubelet runs `count` pods of namespace; their names."""
+    return list(
+        wait_until(
+            lambda: len(kubelet.running(namespace)) == count and kubelet.running(namespace),
+            120,
+            f"{count} running pods in {namespace}",
+        )
+    )
+
+
+def test_gang_larger_than_the_free_nodes_never_starts_partially(
+    cluster: Cluster, kubelet: FakeKubelet, running_operator: OperatorProcess, ns: str
+) -> None:
+    """Five trn1.32xlarge pods on four nodes: none binds; the deadline fails it Unschedulable."""
+    fsx_claim(cluster, ns)
+    nodes = TRN1_32XLARGE_NODES + 1
+    create(cluster, small_job("too-big", ns, nodes=nodes, runPolicy={"startupDeadlineSeconds": 60}))
+    deadline = time.monotonic() + 150
+    while True:
+        bound = [p["metadata"]["name"] for p in pods(cluster, ns) if p["spec"].get("nodeName")]
+        assert bound == [], f"a partial gang started: {bound}"
+        job = get(cluster, TJ, "too-big", ns) or {}
+        if (job.get("status") or {}).get("phase") == "Failed":
+            break
+        assert time.monotonic() < deadline, f"never Failed: {json.dumps(job.get('status'))}"
+        time.sleep(1)
+    failed = condition(job, "Failed")
+    assert failed.get("reason") == "Unschedulable", job["status"]
+    # Real Volcano's words, quoted: "pod group is not ready, 5 Pending, 5 minAvailable; Pending:
+    # 1 Unschedulable, 4 Schedulable". The issue wants the short resource named; main quotes
+    # the PodGroup's message instead (noted in issue 17's report, not one of bugs 2-9).
+    assert "cannot be scheduled" in failed["message"]
+
+
+def test_deleting_a_running_job_leaves_nothing(
+    cluster: Cluster, kubelet: FakeKubelet, running_operator: OperatorProcess, ns: str
+) -> None:
+    """The garbage collector removes the Volcano jobs, pods, PodGroups and the FSx claim."""
+    kubelet.plan({}, RUNNING, namespace=ns)
+    job = small_job("doomed", ns, nodes=2)
+    fsx = {"fileSystemId": "fs-0123456789abcdef0", "dnsName": "fs.example", "mountName": "abc"}
+    job["spec"]["storage"] = {"fsx": fsx}
+    create(cluster, job)
+    running_pods(cluster, kubelet, ns, 2)
+    cluster.kubectl("delete", TJ, "doomed", "-n", ns, "--timeout=60s")
+
+    def gone() -> bool:
+        left = [
+            f"{kind}: {len(items)}"
+            for kind in (VCJOB, "pods", "podgroups.scheduling.volcano.sh", "pvc")
+            if (
+                items := json.loads(cluster.kubectl("get", kind, "-n", ns, "-o", "json").stdout)[
+                    "items"
+                ]
+            )
+        ]
+        return not left
+
+    wait_until(gone, 90, f"everything of the job in {ns} to be deleted", every=1)
+    assert kubelet.running(ns) == []
+
+
+def test_operator_sigkill_mid_lifecycle_makes_no_duplicate(
+    cluster: Cluster, kubelet: FakeKubelet, running_operator: OperatorProcess, ns: str
+) -> None:
+    """SIGKILL right after the first Volcano job appears; the restarted operator adopts it."""
+    fsx_claim(cluster, ns)
+    kubelet.plan({}, RUNNING, namespace=ns)
+    create(cluster, small_job("survivor", ns, nodes=2))
+    wait_until(lambda: children(cluster, VCJOB, ns, "survivor"), 60, "the first Volcano job")
+    running_operator.kill()
+    running_operator.start(timeout=60)
+    running_pods(cluster, kubelet, ns, 2)
+    assert len(children(cluster, VCJOB, ns, "survivor")) == 1
+    assert len(pods(cluster, ns)) == 2
+    kubelet.finish(ns)
+    wait_condition(cluster, "survivor", ns, "Succeeded", timeout=120)
+    assert len(children(cluster, VCJOB, ns, "survivor")) == 1
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 17 bug 5: the log read races Volcano's delete of the failed pod (404), so the "
+    "tail is missing from lastFailure in about half the runs (repeated 5 times here)",
+)
+def test_oom_killed_fails_fast_with_the_log_tail(
+    cluster: Cluster, kubelet: FakeKubelet, running_operator: OperatorProcess, ns: str
+) -> None:
+    """OOMKilled is not retried, and lastFailure carries the log's tail (every time)."""
+    fsx_claim(cluster, ns)
+    lines = ("step 1 loss 9.1", "step 2 loss 8.7", "allocating 64 GiB host buffer")
+    kubelet.plan({}, Behavior(outcome="OOMKilled", logs=lines), namespace=ns)
+    missing = []
+    for attempt in range(5):
+        name = f"hungry-{attempt}"
+        create(cluster, small_job(name, ns, runPolicy={"maxRetries": 3}))
+        job = wait_condition(cluster, name, ns, "Failed", timeout=120)
+        assert condition(job, "Failed")["reason"] == "OOMKilled", job["status"]
+        assert job["status"].get("restarts", 0) == 0
+        if "allocating 64 GiB host buffer" not in json.dumps(job["status"].get("lastFailure")):
+            missing.append(f"{name}: {job['status'].get('lastFailure')}")
+    assert missing == []
+
+
+def test_max_retries_spent_fails_max_retries_exceeded(
+    cluster: Cluster, kubelet: FakeKubelet, running_operator: OperatorProcess, ns: str
+) -> None:
+    """A retryable failure (Neuron runtime) on every run: restarts up to maxRetries, then Failed."""
+    fsx_claim(cluster, ns)
+    logs = (
+        "2026-Nov-25 04:00:00.0000 1234:1234 ERROR   NRT:nrt_init  Failed to initialize devices",
+    )
+    kubelet.plan({}, Behavior(exit_code=1, logs=logs), namespace=ns)
+    create(cluster, small_job("flaky", ns, runPolicy={"maxRetries": 1}))
+    job = wait_condition(cluster, "flaky", ns, "Failed", timeout=180)
+    assert condition(job, "Failed")["reason"] == "MaxRetriesExceeded", job["status"]
+    assert job["status"]["restarts"] == 1
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 17 bug 5: the peer Volcano kills after an eviction is taken as the cause "
+    "(exit 137, Unknown) and spends a retry; bug 4 shows as b'' in its log tail",
+)
+def test_evictions_count_as_disruptions_never_restarts(
+    cluster: Cluster, kubelet: FakeKubelet, running_operator: OperatorProcess, ns: str
+) -> None:
+    """Evictions through the Eviction API (as a drain does), 8 in a row: disruptions only."""
+    fsx_claim(cluster, ns)
+    kubelet.plan({}, RUNNING, namespace=ns)
+    create(cluster, small_job("evicted", ns, nodes=2, runPolicy={"maxRetries": 0}))
+    evicted: set[str] = set()
+    for count in range(1, 9):
+
+        def new_gang() -> dict[str, str]:
+            live = {u: n for u, n in kubelet.running_uids(ns).items() if u not in evicted}
+            return live if len(live) == 2 else {}
+
+        gang = wait_until(new_gang, 120, f"a new gang of 2 before eviction {count}")
+        victim = sorted(gang.values())[count % 2]
+        eviction = {"apiVersion": "policy/v1", "kind": "Eviction",
+                    "metadata": {"name": victim, "namespace": ns}}  # fmt: skip
+        cluster.api.request("POST", f"/api/v1/namespaces/{ns}/pods/{victim}/eviction", eviction)
+        evicted.update(gang)
+
+        def counted(count: int = count) -> dict | None:
+            status = (get(cluster, TJ, "evicted", ns) or {}).get("status") or {}
+            done = status.get("disruptions", 0) >= count or status.get("phase") == "Failed"
+            return status if done else None
+
+        status = wait_until(counted, 120, f"eviction {count} to be counted", every=0.5)
+        why = condition({"status": status}, "Failed").get("message")
+        assert status["phase"] != "Failed", f"eviction {count}: {why}"
+        assert status.get("restarts", 0) == 0, f"eviction {count}: {status.get('lastFailure')}"
+    running_pods(cluster, kubelet, ns, 2)
+    kubelet.finish(ns)
+    job = wait_condition(cluster, "evicted", ns, "Succeeded", timeout=120)
+    assert job["status"]["disruptions"] == 8 and job["status"].get("restarts", 0) == 0
+
+
+def test_suspend_and_resume(
+    cluster: Cluster, kubelet: FakeKubelet, running_operator: OperatorProcess, ns: str
+) -> None:
+    fsx_claim(cluster, ns)
+    kubelet.plan({}, RUNNING, namespace=ns)
+    create(cluster, small_job("pausable", ns))
+    running_pods(cluster, kubelet, ns, 1)
+    cluster.kubectl("patch", TJ, "pausable", "-n", ns, "--type=merge",
+                    "-p", '{"spec":{"runPolicy":{"suspend":true}}}')  # fmt: skip
+    cluster.kubectl("wait", TJ, "pausable", "-n", ns, "--for=jsonpath={.status.phase}=Suspended",
+                    "--timeout=60s")  # fmt: skip
+    wait_until(lambda: not children(cluster, VCJOB, ns, "pausable"), 60, "Volcano jobs deleted")
+    wait_until(lambda: not pods(cluster, ns), 60, "pods deleted")
+    cluster.kubectl("patch", TJ, "pausable", "-n", ns, "--type=merge",
+                    "-p", '{"spec":{"runPolicy":{"suspend":false}}}')  # fmt: skip
+    running_pods(cluster, kubelet, ns, 1)
+    kubelet.finish(ns)
+    wait_condition(cluster, "pausable", ns, "Succeeded", timeout=120)
+
+
+def test_ttl_deletes_the_finished_job(
+    cluster: Cluster, kubelet: FakeKubelet, running_operator: OperatorProcess, ns: str
+) -> None:
+    fsx_claim(cluster, ns)
+    create(cluster, small_job("brief", ns, runPolicy={"ttlSecondsAfterFinished": 2}))
+    wait_until(lambda: get(cluster, TJ, "brief", ns) is None, 120, "the job deleted by its TTL")
+    wait_until(lambda: not children(cluster, VCJOB, ns, "brief"), 60, "its Volcano jobs deleted")
