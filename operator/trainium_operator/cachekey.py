@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from trainium_operator.crd import GROUP
 from trainium_operator.naming import short_hash
 from trainium_operator.spec import TrainiumJobSpec
+from trainium_trainer.config import without_flag
 
 KEY_VERSION = 1
 #: On a cache entry's record, lease and precompile Volcano jobs: the entry's record name.
@@ -21,16 +22,7 @@ LABEL_CACHE_ENTRY = f"{GROUP}/cache-entry"
 
 def strip_flag(args: tuple[str, ...], flag: str) -> list[str]:
     """args without `flag VALUE` / `flag=VALUE`: how long a run trains does not change graphs."""
-    out: list[str] = []
-    skip = False
-    for arg in args:
-        if skip:
-            skip = False
-        elif arg == flag:
-            skip = True
-        elif not arg.startswith(f"{flag}="):
-            out.append(arg)
-    return out
+    return without_flag(args, flag)
 
 
 def cache_key(spec: TrainiumJobSpec) -> str:

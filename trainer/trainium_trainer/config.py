@@ -191,7 +191,7 @@ def precompile_args(args: Sequence[str], steps: int) -> list[str]:
         if text is not None and not text.isdigit():
             continue  # the trainer refuses it, in the precompile as in training
         if value > 0:
-            out = [*_without_flag(out, flag), flag, str(min(value, steps - 1))]
+            out = [*without_flag(out, flag), flag, str(min(value, steps - 1))]
     return out
 
 
@@ -206,7 +206,7 @@ def _flag_text(args: Sequence[str], flag: str) -> str | None:
     return found
 
 
-def _without_flag(args: Sequence[str], flag: str) -> list[str]:
+def without_flag(args: Sequence[str], flag: str) -> list[str]:
     """args without any `flag V` / `flag=V`."""
     out: list[str] = []
     skip = False
