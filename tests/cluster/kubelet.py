@@ -11,6 +11,7 @@ advertises (status.daemonEndpoints), so `kubectl logs` works through the API ser
 from __future__ import annotations
 
 import datetime
+import functools
 import heapq
 import http.server
 import itertools
@@ -236,7 +237,7 @@ class FakeKubelet:
         with self._lock:
             pods = [p for p in self._running.values() if p["metadata"]["namespace"] == namespace]
         for pod in pods:
-            self._after(0, lambda pod=pod: self._finish(pod, behavior or Behavior()))
+            self._after(0, functools.partial(self._finish, pod, behavior or Behavior()))
         return len(pods)
 
     def running(self, namespace: str) -> list[str]:
