@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster import Cluster, kubeconfig, kubectl_binary, wait_until
+from cluster import Cluster, install_chart, kubectl_binary, wait_until
 from harness import OPERATORS, OperatorProcess
 from helmchart import CHART, HELM, REPO, ensure_helm, helm
 from kubelet import TRN1_2XLARGE, TRN1_32XLARGE, FakeKubelet
@@ -113,18 +113,7 @@ def installed(
     README's `helm install` ran first (readme_install) and was uninstalled; its namespace and
     CRD stay, as they do for a user (the chart keeps the CRD on uninstall).
     """
-    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OPERATOR_NS}}
-    cluster.apply(namespace)
-    cluster.kubectl("apply", "--server-side", "-f", "-", stdin=chart_manifests)
-    cluster.kubectl("wait", "--for=condition=Established", "crd/trainiumjobs.trainium.dev")
-    # The Deployment's pod has no image here and no default scheduler runs: it stays Pending;
-    # the operator runs as a process below with the Deployment's ServiceAccount.
-    token = cluster.kubectl(
-        "create", "token", RELEASE, "-n", OPERATOR_NS, "--duration=4h"
-    ).stdout.strip()
-    path = cluster.root / "operator.kubeconfig"
-    path.write_text(kubeconfig(cluster.server, cluster.pki.ca_file, token))
-    return str(path)
+    return str(install_chart(cluster, chart_manifests, RELEASE, OPERATOR_NS))
 
 
 @pytest.fixture(scope="session")
