@@ -67,6 +67,12 @@ class NodeType:
 
 TRN1_32XLARGE = NodeType("trn1.32xlarge", "128", "512Gi", 16, 32, 8)
 TRN1_2XLARGE = NodeType("trn1.2xlarge", "8", "32Gi", 1, 2, 0)
+#: Nodes of the tier: four trn1.32xlarge (gangs up to 4) and two trn1.2xlarge.
+NODES = {
+    **{f"trn1-32xl-{i}": TRN1_32XLARGE for i in range(4)},
+    **{f"trn1-2xl-{i}": TRN1_2XLARGE for i in range(2)},
+}
+TRN1_32XLARGE_NODES = sum(1 for kind in NODES.values() if kind is TRN1_32XLARGE)
 
 
 @dataclass(frozen=True)
