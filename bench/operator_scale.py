@@ -4,6 +4,7 @@ Both run as real processes against the same emulator code in the same run (a fre
 each, with the same Volcano stand-in), and the claims are their ratios. Usage:
 
     python bench/operator_scale.py --jobs 100 500 1000 [--waiting-seconds 60]
+    python bench/operator_scale.py --cluster DIR --jobs 100   # the real API server (no waiting)
 """
 
 from __future__ import annotations
@@ -150,7 +151,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--operator-env", nargs="*", default=[], metavar="KEY=VALUE",
                    help="extra environment of the operator processes (A/B runs: MALLOC_ARENA_MAX,"
                         " PYTHONPATH of another checkout)")  # fmt: skip
+    p.add_argument("--cluster", type=Path, metavar="DIR",
+                   help="run on a real control plane from DIR (TRAINIUM_CLUSTER_ASSETS layout; "
+                        "bench/real_cluster.py) instead of the emulator")  # fmt: skip
     args = p.parse_args(argv)
+    if args.cluster:
+        import real_cluster
+
+        with tempfile.TemporaryDirectory(prefix="bench-cluster-") as tmp:
+            # The minimal operator is not wired for the real cluster yet: product only.
+            print(real_cluster.run(args.jobs, ["product"], args.cluster.resolve(), Path(tmp)))
+        return 0
     env = dict(kv.split("=", 1) for kv in args.operator_env)
     results = []
     with tempfile.TemporaryDirectory(prefix="bench-scale-") as tmp:

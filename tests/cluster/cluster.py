@@ -510,3 +510,18 @@ class Cluster:
             return []
         lines = self.audit_log.read_text(errors="replace").splitlines()
         return [json.loads(line) for line in lines if line.startswith("{")]
+
+
+def install_chart(cluster: Cluster, manifests: str, release: str, namespace: str) -> Path:
+    """Apply `helm template` output server-side as a user would; a kubeconfig for its SA."""
+    cluster.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+    cluster.kubectl("apply", "--server-side", "-f", "-", stdin=manifests)
+    cluster.kubectl("wait", "--for=condition=Established", "crd/trainiumjobs.trainium.dev")
+    # The Deployment's pod has no image here and no default scheduler runs: it stays Pending;
+    # the operator runs as a process with the Deployment's ServiceAccount instead.
+    token = cluster.kubectl(
+        "create", "token", release, "-n", namespace, "--duration=4h"
+    ).stdout.strip()
+    path = cluster.root / f"{release}.kubeconfig"
+    path.write_text(kubeconfig(cluster.server, cluster.pki.ca_file, token))
+    return path

@@ -22,19 +22,13 @@ from pathlib import Path
 
 import pytest
 
-from cluster import Cluster, kubeconfig, kubectl_binary, wait_until
+from cluster import Cluster, install_chart, kubectl_binary
 from harness import OPERATORS, OperatorProcess
 from helmchart import CHART, HELM, REPO, ensure_helm, helm
-from kubelet import TRN1_2XLARGE, TRN1_32XLARGE, FakeKubelet
+from kubelet import NODES, FakeKubelet
 
 ASSETS_ENV = "TRAINIUM_CLUSTER_ASSETS"
 RELEASE, OPERATOR_NS = "trainium-operator", "trainium-system"
-#: Nodes of the tier: four trn1.32xlarge (gangs up to 4) and two trn1.2xlarge.
-NODES = {
-    **{f"trn1-32xl-{i}": TRN1_32XLARGE for i in range(4)},
-    **{f"trn1-2xl-{i}": TRN1_2XLARGE for i in range(2)},
-}
-TRN1_32XLARGE_NODES = sum(1 for kind in NODES.values() if kind is TRN1_32XLARGE)
 
 
 @pytest.fixture(scope="session")
@@ -113,18 +107,7 @@ def installed(
     README's `helm install` ran first (readme_install) and was uninstalled; its namespace and
     CRD stay, as they do for a user (the chart keeps the CRD on uninstall).
     """
-    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OPERATOR_NS}}
-    cluster.apply(namespace)
-    cluster.kubectl("apply", "--server-side", "-f", "-", stdin=chart_manifests)
-    cluster.kubectl("wait", "--for=condition=Established", "crd/trainiumjobs.trainium.dev")
-    # The Deployment's pod has no image here and no default scheduler runs: it stays Pending;
-    # the operator runs as a process below with the Deployment's ServiceAccount.
-    token = cluster.kubectl(
-        "create", "token", RELEASE, "-n", OPERATOR_NS, "--duration=4h"
-    ).stdout.strip()
-    path = cluster.root / "operator.kubeconfig"
-    path.write_text(kubeconfig(cluster.server, cluster.pki.ca_file, token))
-    return str(path)
+    return str(install_chart(cluster, chart_manifests, RELEASE, OPERATOR_NS))
 
 
 @pytest.fixture(scope="session")
@@ -165,11 +148,3 @@ def ns(cluster: Cluster, kubelet: FakeKubelet, request: pytest.FixtureRequest) -
     yield name
     cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
     kubelet.forget(name)
-
-
-def get_json(cluster: Cluster, *args: str) -> dict:
-    """`kubectl get ... -o json` as the admin, parsed."""
-    return json.loads(cluster.kubectl("get", *args, "-o", "json").stdout)
-
-
-__all__ = ["TRN1_32XLARGE_NODES", "get_json", "wait_until"]

@@ -139,3 +139,9 @@ def events(cluster: Cluster, namespace: str, name: str) -> list[Obj]:
         "-o", "json",
     )  # fmt: skip
     return list(json.loads(proc.stdout)["items"])
+
+
+def get_json(cluster: Cluster, *args: str) -> Obj:
+    """`kubectl get ... -o json` as the admin, parsed."""
+    result: Obj = json.loads(cluster.kubectl("get", *args, "-o", "json").stdout)
+    return result

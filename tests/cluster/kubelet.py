@@ -11,6 +11,7 @@ advertises (status.daemonEndpoints), so `kubectl logs` works through the API ser
 from __future__ import annotations
 
 import datetime
+import functools
 import heapq
 import http.server
 import itertools
@@ -66,6 +67,12 @@ class NodeType:
 
 TRN1_32XLARGE = NodeType("trn1.32xlarge", "128", "512Gi", 16, 32, 8)
 TRN1_2XLARGE = NodeType("trn1.2xlarge", "8", "32Gi", 1, 2, 0)
+#: Nodes of the tier: four trn1.32xlarge (gangs up to 4) and two trn1.2xlarge.
+NODES = {
+    **{f"trn1-32xl-{i}": TRN1_32XLARGE for i in range(4)},
+    **{f"trn1-2xl-{i}": TRN1_2XLARGE for i in range(2)},
+}
+TRN1_32XLARGE_NODES = sum(1 for kind in NODES.values() if kind is TRN1_32XLARGE)
 
 
 @dataclass(frozen=True)
@@ -236,7 +243,7 @@ class FakeKubelet:
         with self._lock:
             pods = [p for p in self._running.values() if p["metadata"]["namespace"] == namespace]
         for pod in pods:
-            self._after(0, lambda pod=pod: self._finish(pod, behavior or Behavior()))
+            self._after(0, functools.partial(self._finish, pod, behavior or Behavior()))
         return len(pods)
 
     def running(self, namespace: str) -> list[str]:

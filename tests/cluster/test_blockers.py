@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 
@@ -150,13 +151,12 @@ def test_a_failed_job_does_not_run_again_on_resume(
         cluster.kubectl("patch", TJ, "oom", "-n", ns, "--type=merge",
                         "-p", f'{{"spec":{{"runPolicy":{{"suspend":{suspend}}}}}}}')  # fmt: skip
         generation = get(cluster, TJ, "oom", ns)["metadata"]["generation"]  # type: ignore[index]
-        wait_until(
-            lambda g=generation: (
-                (get(cluster, TJ, "oom", ns) or {}).get("status", {}).get("observedGeneration") == g
-            ),
-            60,
-            "the operator to observe the change",
-        )
+
+        def observed(g: int = generation) -> bool:
+            status = (get(cluster, TJ, "oom", ns) or {}).get("status", {})
+            return bool(status.get("observedGeneration") == g)
+
+        wait_until(observed, 60, "the operator to observe the change")
     job = get(cluster, TJ, "oom", ns) or {}
     assert job["status"]["phase"] == "Failed"
     assert len(children(cluster, VCJOB, ns, "oom")) <= before
@@ -224,7 +224,7 @@ def test_render_output_is_accepted_by_the_api_server_and_volcano(
 
 
 #: What pod validation refuses, which the CRD should refuse before anything is submitted.
-POD_INVALID = {
+POD_INVALID: dict[str, dict[str, Any]] = {
     "toleration-exists-with-value": {"scheduling": {"tolerations": [
         {"key": "k", "operator": "Exists", "value": "v"}]}},
     "toleration-seconds-without-noexecute": {"scheduling": {"tolerations": [

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from cluster import Cluster, wait_until
 from harness import OperatorProcess
 from jobs import TJ, VCJOB, create, fsx_claim, get, small_job, wait_condition
@@ -19,7 +21,7 @@ def test_identical_jobs_compile_once_and_later_ones_hit_the_cache(
     cluster: Cluster, kubelet: FakeKubelet, running_operator: OperatorProcess, ns: str
 ) -> None:
     fsx_claim(cluster, ns)
-    spec = {"precompile": {"policy": "IfNotCached"}, "cache": {"name": "shared"}}
+    spec: dict[str, Any] = {"precompile": {"policy": "IfNotCached"}, "cache": {"name": "shared"}}
     for name in ("twin-a", "twin-b"):
         create(cluster, small_job(name, ns, **spec))
     outcomes = {}

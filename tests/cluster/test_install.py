@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from cluster import Cluster
-from conftest import get_json
-from jobs import REPO
+from jobs import REPO, get_json
 from kubelet import FakeKubelet
 
 

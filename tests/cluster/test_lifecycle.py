@@ -8,7 +8,6 @@ import time
 import pytest
 
 from cluster import Cluster, wait_until
-from conftest import TRN1_32XLARGE_NODES
 from harness import OperatorProcess
 from jobs import (
     TJ,
@@ -21,7 +20,7 @@ from jobs import (
     small_job,
     wait_condition,
 )
-from kubelet import Behavior, FakeKubelet
+from kubelet import TRN1_32XLARGE_NODES, Behavior, FakeKubelet
 
 RUNNING = Behavior(outcome="RunForever")
 
