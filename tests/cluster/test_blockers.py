@@ -1,7 +1,6 @@
 """What stops a job before it runs, and what ends it on a real cluster: queues, deadlines, specs.
 
-Scenarios that main fails are strict xfails naming the issue 17 bug; the helper fixing the bug
-removes the mark.
+Each issue 17 bug these scenarios showed (2, 3, 6, 7, 8, 9) was a strict xfail here until fixed.
 """
 
 from __future__ import annotations
@@ -9,6 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -71,11 +71,6 @@ def test_missing_queue_blocks_and_still_does_after_an_operator_restart(
     assert_waiting(cluster, "lost", ns)
 
 
-@pytest.mark.xfail(
-    strict=False,  # a race: reproduced in 1 of 3 runs here; make it strict with the fix
-    reason="issue 17 bug 2: after a restart, jobs on a non-leaf queue are submitted before the "
-    "queue watch listed; Volcano's webhook refuses (400) and they end Failed/TrainingRejected",
-)
 def test_non_leaf_queue_blocks_and_still_does_after_operator_restarts(
     cluster: Cluster, kubelet: FakeKubelet, running_operator: OperatorProcess, ns: str
 ) -> None:
@@ -109,10 +104,6 @@ def test_active_deadline_stops_the_gang(
     wait_until(lambda: kubelet.running(ns) == [], 60, "the gang stopped")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 17 bug 3: suspend on a finished job shows Suspended with Succeeded=False",
-)
 def test_a_succeeded_job_ignores_suspend(
     cluster: Cluster, kubelet: FakeKubelet, running_operator: OperatorProcess, ns: str
 ) -> None:
@@ -135,10 +126,6 @@ def test_a_succeeded_job_ignores_suspend(
     assert condition(job, "Succeeded").get("status") == "True"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 17 bug 3: a Failed (OOMKilled) job runs again on resume",
-)
 def test_a_failed_job_does_not_run_again_on_resume(
     cluster: Cluster, kubelet: FakeKubelet, running_operator: OperatorProcess, ns: str
 ) -> None:
@@ -163,11 +150,6 @@ def test_a_failed_job_does_not_run_again_on_resume(
     assert kubelet.running(ns) == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 17 bug 6: a missing PriorityClass leaves the job GangPending forever "
-    "(Volcano's FailedCreate is not surfaced)",
-)
 def test_missing_priority_class_is_named(
     cluster: Cluster, kubelet: FakeKubelet, running_operator: OperatorProcess, ns: str
 ) -> None:
@@ -184,11 +166,6 @@ def test_missing_priority_class_is_named(
     wait_until(named, 45, "a condition naming the missing PriorityClass gold", every=1)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 17 bug 7: FSx by fileSystemId without a region: no status, a traceback "
-    "per backoff (boto3.client outside the try)",
-)
 def test_fsx_lookup_without_region_fails_with_a_reason(
     cluster: Cluster, kubelet: FakeKubelet, running_operator: OperatorProcess, ns: str
 ) -> None:
@@ -213,12 +190,10 @@ RENDERABLE = ["bert-large-pretrain.yaml", "bert-claim.yaml", "aws-bert-script.ya
 
 @pytest.mark.parametrize("example", RENDERABLE)
 def test_render_output_is_accepted_by_the_api_server_and_volcano(
-    cluster: Cluster, kubelet: FakeKubelet, example: str, request: pytest.FixtureRequest
+    cluster: Cluster, kubelet: FakeKubelet, example: str
 ) -> None:
     """`trainium render | kubectl create --dry-run=server -f -` (Go YAML, the real webhook)."""
-    manifests = render(example)
-    if "- 4e-4" in manifests:
-        request.applymarker(pytest.mark.xfail(strict=True, reason="issue 17 bug 8: `- 4e-4`"))
+    manifests = render(example)  # issue 17 bug 8: `- 4e-4` was written plain, read as a float
     proc = cluster.kubectl("create", "--dry-run=server", "-f", "-", stdin=manifests, check=False)
     assert proc.returncode == 0, proc.stderr
 
@@ -233,11 +208,9 @@ POD_INVALID: dict[str, dict[str, Any]] = {
     "node-selector-bad-key": {"scheduling": {"nodeSelector": {"bad key!": "x"}}},
     "node-selector-bad-value": {"scheduling": {"nodeSelector": {"team": "not a label value"}}},
     "priority-class-bad-name": {"scheduling": {"priorityClassName": "Not_A_Name"}},
-    "env-value-null": {"env": [{"name": "A", "value": None}]},
 }  # fmt: skip
 
 
-@pytest.mark.xfail(strict=True, reason="issue 17 bug 9: the CRD accepts what pods refuse")
 @pytest.mark.parametrize("case", sorted(POD_INVALID))
 def test_the_crd_refuses_what_pod_validation_refuses(
     cluster: Cluster, installed: str, case: str
@@ -247,3 +220,26 @@ def test_the_crd_refuses_what_pod_validation_refuses(
         "create", "--dry-run=server", "-f", "-", stdin=json.dumps(body), check=False
     )
     assert proc.returncode != 0, f"{case} accepted"
+
+
+def test_env_value_null_is_refused_by_server_side_apply_and_render(
+    cluster: Cluster, installed: str, tmp_path: Path
+) -> None:
+    """A create prunes `value: null` (the pod gets an empty value); server-side apply refuses it.
+
+    `trainium render` refuses it too, so a file that renders is one `kubectl apply
+    --server-side` accepts (issue 17 bug 9).
+    """
+    body = small_job("nulled", "default", env=[{"name": "A", "value": None}])
+    proc = cluster.kubectl(
+        "apply", "--server-side", "--dry-run=server", "-f", "-", stdin=json.dumps(body),
+        check=False,
+    )  # fmt: skip
+    assert proc.returncode != 0 and "null" in proc.stderr.lower(), proc.stderr
+    path = tmp_path / "nulled.json"
+    path.write_text(json.dumps(body))
+    out = subprocess.run(
+        [sys.executable, "-m", "trainium_operator", "render", "-f", str(path)],
+        capture_output=True, text=True, cwd=REPO, timeout=120, check=False,
+    )  # fmt: skip
+    assert out.returncode != 0 and "null" in out.stderr, out.stderr

@@ -43,6 +43,8 @@ def test_example_on_an_existing_claim_succeeds(
         "NODES",
         "CACHE",
         "RESTARTS",
+        "PROGRESS",
+        "ETA",
         "COST",
         "AGE",
     ]
