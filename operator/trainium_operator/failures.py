@@ -329,9 +329,10 @@ def unschedulable(pods: Sequence[Json]) -> Failure | None:
         return None
     # Volcano marks the gang's other pods with a gang summary; a pod with a node reason says more.
     pod, msg = next(((p, m) for p, m in stuck if short_resource(m)), stuck[0])
-    text = msg or "no message from the scheduler"
+    text, short = msg or "no message from the scheduler", short_resource(msg)
+    said = f", short of {short}" if short else ""
     return make_failure(
-        "Unschedulable", f"pod {_name(pod)} cannot be scheduled: {text}", (), short_resource(msg)
+        "Unschedulable", f"pod {_name(pod)} cannot be scheduled{said}: {text}", (), short
     )
 
 
@@ -346,6 +347,10 @@ def short_resource(message: str) -> str | None:
     nodes = _NODES.match(head)
     items = [(int(n), t.strip()) for n, t in _ITEM.findall(nodes.group("items") if nodes else "")]
     if not items:
+        if gang := _GANG.search(head):
+            return (
+                f"free nodes for the whole gang ({gang['stuck']} of {gang['size']} pods fit none)"
+            )
         return next((label for rx, label in _WHOLE if rx.search(head)), None)
     short = [
         m.group(1) for _, t in sorted(items, key=lambda i: -i[0]) if (m := _INSUFFICIENT.match(t))
@@ -372,6 +377,9 @@ _LABELS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"Too many pods|pod number exceeded"), "pods"),
     (re.compile(r"were unschedulable"), "schedulable (uncordoned) nodes"),
 )
+#: Volcano's gang summary (every pod of a gang that does not fit at once carries it):
+#: "pod group is not ready, 5 Pending, 5 minAvailable; Pending: 1 Unschedulable, 4 Schedulable".
+_GANG = re.compile(r"(?P<size>\d+) minAvailable; Pending: (?P<stuck>\d+) Unschedulable")
 _WHOLE: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"unbound immediate PersistentVolumeClaims"), "bound PersistentVolumeClaim"),
     (re.compile(r"no nodes available"), "nodes"),

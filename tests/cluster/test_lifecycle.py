@@ -60,10 +60,9 @@ def test_gang_larger_than_the_free_nodes_never_starts_partially(
         time.sleep(1)
     failed = condition(job, "Failed")
     assert failed.get("reason") == "Unschedulable", job["status"]
-    # Real Volcano's words, quoted: "pod group is not ready, 5 Pending, 5 minAvailable; Pending:
-    # 1 Unschedulable, 4 Schedulable". The issue wants the short resource named; main quotes
-    # the PodGroup's message instead (noted in issue 17's report, not one of bugs 2-9).
-    assert "cannot be scheduled" in failed["message"]
+    # Real Volcano's words: "pod group is not ready, 5 Pending, 5 minAvailable; Pending: 1
+    # Unschedulable, 4 Schedulable": what is short is room for the whole gang at once.
+    assert "short of free nodes for the whole gang (1 of 5 pods fit none)" in failed["message"]
 
 
 def test_deleting_a_running_job_leaves_nothing(

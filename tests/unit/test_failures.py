@@ -305,6 +305,11 @@ TAINT_AND_NEURON = (
     "3 No preemption victims found for incoming pod."
 )
 SCHEDULER_MESSAGES = [
+    (  # real Volcano v1.16 on the tier: a gang of 5 trn1.32xlarge pods on 4 such nodes
+        "pod group is not ready, 5 Pending, 5 minAvailable; "
+        "Pending: 1 Unschedulable, 4 Schedulable",
+        "free nodes for the whole gang (1 of 5 pods fit none)",
+    ),
     ("0/4 nodes are available: 4 Insufficient aws.amazon.com/neuron.", "aws.amazon.com/neuron"),
     (TAINT_AND_NEURON, "aws.amazon.com/neuron"),
     ("0/5 nodes are available: 1 Insufficient vpc.amazonaws.com/efa, 3 Insufficient memory, 1 "
@@ -350,7 +355,10 @@ def test_unschedulable_gang_names_what_is_short() -> None:
     assert (got.reason, got.short, got.retry, got.counts_against_budget) == (
         "Unschedulable", "aws.amazon.com/neuron", False, False,
     )  # fmt: skip
-    assert got.message == f"pod w-1 cannot be scheduled: {TAINT_AND_NEURON}"
+    assert (
+        got.message
+        == f"pod w-1 cannot be scheduled, short of aws.amazon.com/neuron: {TAINT_AND_NEURON}"
+    )
 
 
 def test_unschedulable_without_a_message() -> None:
