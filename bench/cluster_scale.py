@@ -153,11 +153,13 @@ class VolcanoStandIn:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
     def added(self, job: Obj) -> None:
-        name, now = job["metadata"]["name"], time.monotonic()
+        self._after(job["metadata"]["name"], "Running")
+
+    def _after(self, name: str, phase: str) -> None:
+        """Patch phase in a step (Completed only once Running is stored: never out of order)."""
         with self._lock:
-            for i, phase in enumerate(("Running", "Completed"), start=1):
-                self._seq += 1
-                heapq.heappush(self._due, (now + i * self.step, self._seq, name, phase))
+            self._seq += 1
+            heapq.heappush(self._due, (time.monotonic() + self.step, self._seq, name, phase))
             self._lock.notify()
 
     def _run(self) -> None:
@@ -176,6 +178,9 @@ class VolcanoStandIn:
             self.api.merge_patch(path, {"status": {"state": {"phase": phase}}})
         except Exception as exc:  # deleted meanwhile: keep a note
             self.errors.append(f"{name} {phase}: {exc}")
+            return
+        if phase == "Running":
+            self._after(name, "Completed")
 
 
 def _start(
