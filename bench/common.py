@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-for path in (REPO / "tests", REPO / "operator", REPO / "trainer"):
+for path in (REPO / "tests", REPO / "tests" / "cluster", REPO / "operator", REPO / "trainer"):
     if str(path) not in sys.path:
         sys.path.insert(0, str(path))
 

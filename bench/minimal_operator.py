@@ -16,6 +16,12 @@ import kubernetes
 from trainium_operator import naming
 
 GROUP = "trainium.dev"
+TASK = {
+    "name": "compile",
+    "replicas": 1,
+    "template": {"spec": {"restartPolicy": "Never",
+                          "containers": [{"name": "compile", "image": "registry.example/t:1"}]}},
+}  # fmt: skip
 
 
 @kopf.on.startup()
@@ -51,7 +57,8 @@ def create(namespace: str, name: str, uid: str, patch: kopf.Patch, **_: Any) -> 
             "ownerReferences": [owner],
             "labels": {f"{GROUP}/job-name": name},
         },
-        "spec": {"queue": "default", "minAvailable": 1, "tasks": []},
+        # One task: a real API server's Volcano CRD wants at least one (bench --cluster).
+        "spec": {"queue": "default", "minAvailable": 1, "tasks": [TASK]},
     }
     try:
         _api().create_namespaced_custom_object(

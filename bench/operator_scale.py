@@ -4,12 +4,18 @@ Both run as real processes against the same emulator code in the same run (a fre
 each, with the same Volcano stand-in), and the claims are their ratios. Usage:
 
     python bench/operator_scale.py --jobs 100 500 1000 [--waiting-seconds 60]
-    python bench/operator_scale.py --cluster DIR --jobs 100   # the real API server (no waiting)
+    python bench/operator_scale.py --cluster ASSETS --jobs 100 500   # a real API server
+
+--cluster takes the real-cluster tier's binaries (TRAINIUM_CLUSTER_ASSETS, see
+bench/cluster_scale.py): a fresh etcd + kube-apiserver + kube-controller-manager per run, the
+same Volcano stand-in, requests counted from the audit log, the waiting job at the chart's
+settings.
 """
 
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import tempfile
 import time
@@ -118,6 +124,16 @@ def waiting(seconds: float, workdir: Path) -> dict[str, Any]:
     return {"seconds": seconds, "requests": len(requests), "per_hour": per_hour}
 
 
+def on_cluster(
+    kind: str, n: int, assets: Path, workdir: Path, env: dict[str, str]
+) -> dict[str, Any]:
+    """burst() on a real API server (bench/cluster_scale.py)."""
+    import cluster_scale
+
+    command = OPERATOR_COMMAND if kind == "product" else MINIMAL
+    return cluster_scale.burst(kind, command, FINAL_PHASE[kind], n, assets, workdir, env)
+
+
 COLUMNS = ["operator", "jobs", "p50_s", "p99_s", "drain_s", "lifecycle_s", "writes", "min_writes",
            "reads", "watches", "404s", "cpu_ms_per_job", "rss_start_mb", "rss_end_mb",
            "rss_peak_mb", "rss_kb_per_job"]  # fmt: skip
@@ -139,6 +155,7 @@ def report(results: list[dict[str, Any]], wait: dict[str, Any] | None) -> str:
         out.append(
             f"Waiting job (missing queue), {wait['seconds']:.0f} s observed: "
             f"{wait['requests']} requests = {wait['per_hour']:.0f} requests per hour"
+            + (f" ({wait['settings']}, the chart's)" if "settings" in wait else "")
         )
     return "\n".join(out)
 
@@ -151,26 +168,35 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--operator-env", nargs="*", default=[], metavar="KEY=VALUE",
                    help="extra environment of the operator processes (A/B runs: MALLOC_ARENA_MAX,"
                         " PYTHONPATH of another checkout)")  # fmt: skip
-    p.add_argument("--cluster", type=Path, metavar="DIR",
-                   help="run on a real control plane from DIR (TRAINIUM_CLUSTER_ASSETS layout; "
-                        "bench/real_cluster.py) instead of the emulator")  # fmt: skip
+    p.add_argument(
+        "--cluster",
+        metavar="ASSETS",
+        type=Path,
+        help="a real API server from these binaries (the tier's), not the emulator",
+    )
     args = p.parse_args(argv)
-    if args.cluster:
-        import real_cluster
-
-        with tempfile.TemporaryDirectory(prefix="bench-cluster-") as tmp:
-            # The minimal operator is not wired for the real cluster yet: product only.
-            print(real_cluster.run(args.jobs, ["product"], args.cluster.resolve(), Path(tmp)))
-        return 0
+    if args.cluster:  # a timeout's SIGTERM still stops the control plane (finally blocks)
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     env = dict(kv.split("=", 1) for kv in args.operator_env)
     results = []
     with tempfile.TemporaryDirectory(prefix="bench-scale-") as tmp:
         for n in args.jobs:
             for kind in args.operators:
-                results.append(burst(kind, n, Path(tmp) / f"{kind}-{n}", env))
+                workdir = Path(tmp) / f"{kind}-{n}"
+                if args.cluster:
+                    results.append(on_cluster(kind, n, args.cluster.resolve(), workdir, env))
+                else:
+                    results.append(burst(kind, n, workdir, env))
                 print(f"# {kind} {n}: {results[-1]}", file=sys.stderr, flush=True)
         seconds = args.waiting_seconds
-        wait = waiting(seconds, Path(tmp) / "waiting") if seconds else None
+        wait = None
+        if seconds and args.cluster:
+            import cluster_scale
+
+            wait = cluster_scale.waiting(OPERATOR_COMMAND, seconds, args.cluster.resolve(),
+                                         Path(tmp) / "waiting", env)  # fmt: skip
+        elif seconds:
+            wait = waiting(seconds, Path(tmp) / "waiting")
     print(report(results, wait))
     return 0
 

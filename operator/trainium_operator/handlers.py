@@ -86,6 +86,7 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any) -
     logging.getLogger("kopf.objects").addFilter(_quiet_events)
     if settings.peering.mandatory:
         settings.peering.priority = peering.distinct_priority(settings.peering.priority)
+        settings.peering.lifetime = peering.lifetime()
         log.warning("peering %r with priority %d: the highest-priority peer acts, the others "
                     "stand by", settings.peering.name, settings.peering.priority)  # fmt: skip
         peering.ensure(settings.peering.name, clusterwide=settings.peering.clusterwide)

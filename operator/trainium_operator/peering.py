@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import partial
 
 from kubernetes.client import ApiextensionsV1Api, CustomObjectsApi
@@ -23,12 +23,23 @@ GROUP, VERSION = "kopf.dev", "v1"
 #: Namespaces (comma-separated) whose KopfPeering objects the operator creates (the chart sets
 #: it from watchNamespaces): namespaced peering has no object until someone creates it.
 NAMESPACES_ENV = "TRAINIUM_PEERING_NAMESPACES"
+#: Seconds a replica's keep-alive counts (env; the chart sets it): a SIGKILLed active replica is
+#: taken over at most this long after its last keep-alive. kopf's own default, 60, would miss
+#: the 30 s hand-over; kopf renews every LIFETIME - 5..10 s, so below 15 it would renew as often
+#: as every second.
+LIFETIME_ENV, LIFETIME = "TRAINIUM_PEERING_LIFETIME_SECONDS", 20
 log = logging.getLogger(__name__)
 
 
 def distinct_priority(priority: int) -> int:
     """The given priority, or a random one: equal priorities make kopf pause every peer."""
     return priority or random.randint(1, 2**31 - 1)
+
+
+def lifetime(environ: Mapping[str, str] = os.environ) -> int:
+    """This replica's peering lifetime: the env's (at least 15 s), else LIFETIME."""
+    text = environ.get(LIFETIME_ENV, "").strip()
+    return max(15, int(text)) if text else LIFETIME
 
 
 def ensure(name: str, *, clusterwide: bool) -> bool:

@@ -76,7 +76,8 @@ def test_env_ports_and_liveness_probe(helm_bin: Path) -> None:
     c = container("operator.awsRegion=eu-west-1", "env[0].name=X,env[0].value=y")
     env = {e["name"]: e.get("value") for e in c["env"]}
     assert env == {
-        "POD_NAME": None, "POD_NAMESPACE": None, "TRAINIUM_METRICS_PORT": "9090",
+        "POD_NAME": None, "POD_ID": None, "TRAINIUM_PEERING_LIFETIME_SECONDS": "20",
+        "POD_NAMESPACE": None, "TRAINIUM_METRICS_PORT": "9090",
         "TRAINIUM_RESYNC_SECONDS": "1800", "TRAINIUM_PROGRESS_INTERVAL_SECONDS": "30",
         "AWS_REGION": "eu-west-1", "X": "y",
     }  # fmt: skip
@@ -86,6 +87,18 @@ def test_env_ports_and_liveness_probe(helm_bin: Path) -> None:
     assert {p["name"]: p["containerPort"] for p in c["ports"]} == {"health": 8080, "metrics": 9090}
     assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
     assert "AWS_REGION" not in {e["name"] for e in container()["env"]}
+    alone = {e["name"] for e in container("peering.enabled=false", "replicaCount=1")["env"]}
+    assert not alone & {"POD_ID", "TRAINIUM_PEERING_LIFETIME_SECONDS"}
+
+
+def test_peering_lifetime_lets_a_standby_take_over_within_30s(helm_bin: Path) -> None:
+    """A dead peer counts as alive for its lifetime: kopf's 60 s default misses the 30 s."""
+    from trainium_operator import peering
+
+    env = {e["name"]: e.get("value") for e in container()["env"]}
+    assert peering.lifetime(env) <= 25
+    pod_id = next(e for e in container()["env"] if e["name"] == "POD_ID")  # kopf's identity
+    assert pod_id["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
 
 
 def test_resync_default_is_the_measured_code_default(helm_bin: Path) -> None:
