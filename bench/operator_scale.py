@@ -4,6 +4,12 @@ Both run as real processes against the same emulator code in the same run (a fre
 each, with the same Volcano stand-in), and the claims are their ratios. Usage:
 
     python bench/operator_scale.py --jobs 100 500 1000 [--waiting-seconds 60]
+
+A/B runs of the product in one session, alternating (e.g. a flag on and off, or another
+checkout on PYTHONPATH), each variant a name and its operator environment:
+
+    python bench/operator_scale.py --jobs 200 --operators product --rounds 2 \
+        --variant on TRAINIUM_LIBRARY_SHORTCUTS=all --variant off TRAINIUM_LIBRARY_SHORTCUTS=none
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import common
-from kmock._internal import references
+import kmock
 
 from emulator import K8sEmulator
 from fleet import DRIVER_AGENT, TJS, VCJOBS, Cluster, count_by_verb, good_spec
@@ -36,7 +42,7 @@ class TimedEmulator(K8sEmulator):
         self.added_at: dict[tuple[str, str | None, str], float] = {}
 
     async def _store(self, key: Any, obj: dict[str, Any], event: str) -> dict[str, Any]:
-        res: references.resource = key[0]
+        res: kmock.resource = key[0]
         path = f"{res.group}/{res.version}/{res.plural}".lstrip("/")
         self.added_at.setdefault((path, key[1], key[2]), time.monotonic())
         return await super()._store(key, obj, event)
@@ -101,9 +107,9 @@ def burst(kind: str, n: int, workdir: Path, env: dict[str, str] | None = None) -
     }  # fmt: skip
 
 
-def waiting(seconds: float, workdir: Path) -> dict[str, Any]:
-    """Requests per hour that one job waiting for a missing queue costs, at default settings."""
-    cluster, op = start("product", workdir)
+def waiting(seconds: float, workdir: Path, env: dict[str, str] | None = None) -> dict[str, Any]:
+    """Requests per hour that one job waiting for a missing queue costs (env: the settings)."""
+    cluster, op = start("product", workdir, env)
     try:
         cluster.create_job("waiting", good_spec("no-such-queue", "w"))
         cluster.wait(lambda: cluster.phases().get("waiting") == "Pending", 60, "Pending")
@@ -117,27 +123,27 @@ def waiting(seconds: float, workdir: Path) -> dict[str, Any]:
     return {"seconds": seconds, "requests": len(requests), "per_hour": per_hour}
 
 
-COLUMNS = ["operator", "jobs", "p50_s", "p99_s", "drain_s", "lifecycle_s", "writes", "min_writes",
-           "reads", "watches", "404s", "cpu_ms_per_job", "rss_start_mb", "rss_end_mb",
+COLUMNS = ["variant", "operator", "jobs", "p50_s", "p99_s", "drain_s", "lifecycle_s", "writes",
+           "min_writes", "reads", "watches", "404s", "cpu_ms_per_job", "rss_start_mb", "rss_end_mb",
            "rss_peak_mb", "rss_kb_per_job"]  # fmt: skip
 
 
-def report(results: list[dict[str, Any]], wait: dict[str, Any] | None) -> str:
+def report(results: list[dict[str, Any]], wait: dict[str, dict[str, Any]] | None) -> str:
     rows = [[r[c] for c in COLUMNS] for r in results]
     out = [common.table(COLUMNS, rows), ""]
     ratio_cols = ["p50_s", "p99_s", "drain_s", "writes", "reads", "cpu_ms_per_job"]
     ratios = []
     for n in sorted({r["jobs"] for r in results}):
-        pair = {r["operator"]: r for r in results if r["jobs"] == n}
+        pair = {r["operator"]: r for r in results if r["jobs"] == n and r["variant"] == "-"}
         if {"product", "minimal"} <= pair.keys():
             p, m = pair["product"], pair["minimal"]
             ratios.append([n, *(p[c] / m[c] if m[c] else float("inf") for c in ratio_cols)])
     if ratios:
         out += ["Ratios product / minimal:", "", common.table(["jobs", *ratio_cols], ratios), ""]
-    if wait:
+    for name, w in (wait or {}).items():
         out.append(
-            f"Waiting job (missing queue), {wait['seconds']:.0f} s observed: "
-            f"{wait['requests']} requests = {wait['per_hour']:.0f} requests per hour"
+            f"Waiting job (missing queue), variant {name}, {w['seconds']:.0f} s observed: "
+            f"{w['requests']} requests = {w['per_hour']:.0f} requests per hour"
         )
     return "\n".join(out)
 
@@ -150,16 +156,28 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--operator-env", nargs="*", default=[], metavar="KEY=VALUE",
                    help="extra environment of the operator processes (A/B runs: MALLOC_ARENA_MAX,"
                         " PYTHONPATH of another checkout)")  # fmt: skip
+    p.add_argument("--variant", nargs="+", action="append", default=[],
+                   metavar="NAME [KEY=VALUE ...]",
+                   help="a named operator environment; with several, the product runs once per"
+                        " variant, alternating (A/B in one session)")  # fmt: skip
+    p.add_argument("--rounds", type=int, default=1, help="repeat the alternation")
     args = p.parse_args(argv)
     env = dict(kv.split("=", 1) for kv in args.operator_env)
+    variants = {v[0]: {**env, **dict(kv.split("=", 1) for kv in v[1:])} for v in args.variant}
     results = []
     with tempfile.TemporaryDirectory(prefix="bench-scale-") as tmp:
-        for n in args.jobs:
-            for kind in args.operators:
-                results.append(burst(kind, n, Path(tmp) / f"{kind}-{n}", env))
-                print(f"# {kind} {n}: {results[-1]}", file=sys.stderr, flush=True)
-        seconds = args.waiting_seconds
-        wait = waiting(seconds, Path(tmp) / "waiting") if seconds else None
+        for r in range(args.rounds):
+            for n in args.jobs:
+                for kind in args.operators:
+                    runs = variants.items() if variants and kind == "product" else [("-", env)]
+                    for name, venv in runs:
+                        out = Path(tmp) / f"{kind}-{n}-{name}-{r}"
+                        results.append({"variant": name, **burst(kind, n, out, venv)})
+                        print(f"# {name} {kind} {n}: {results[-1]}", file=sys.stderr, flush=True)
+        seconds, wait = args.waiting_seconds, {}
+        for name, venv in (variants or {"-": env}).items() if seconds else ():
+            wait[name] = waiting(seconds, Path(tmp) / f"waiting-{name}", venv)
+            print(f"# waiting {name}: {wait[name]}", file=sys.stderr, flush=True)
     print(report(results, wait))
     return 0
 
