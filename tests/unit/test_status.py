@@ -150,7 +150,6 @@ def test_conditions_have_metav1_conditions_shape() -> None:
     import jsonschema
     import yaml
     from support import CRD_FILE
-
     from test_lifecycle import CASES
 
     crd = yaml.safe_load(CRD_FILE.read_text(encoding="utf-8"))
