@@ -10,6 +10,12 @@ each, with the same Volcano stand-in), and the claims are their ratios. Usage:
 bench/cluster_scale.py): a fresh etcd + kube-apiserver + kube-controller-manager per run, the
 same Volcano stand-in, requests counted from the audit log, the waiting job at the chart's
 settings.
+
+A/B runs of the product in one session, alternating (e.g. a flag on and off, or another
+checkout on PYTHONPATH), each variant a name and its operator environment:
+
+    python bench/operator_scale.py --jobs 200 --operators product --rounds 2 \
+        --variant on TRAINIUM_LIBRARY_SHORTCUTS=all --variant off TRAINIUM_LIBRARY_SHORTCUTS=none
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import common
-from kmock._internal import references
+import kmock
 
 from emulator import K8sEmulator
 from fleet import DRIVER_AGENT, TJS, VCJOBS, Cluster, count_by_verb, good_spec
@@ -43,7 +49,7 @@ class TimedEmulator(K8sEmulator):
         self.added_at: dict[tuple[str, str | None, str], float] = {}
 
     async def _store(self, key: Any, obj: dict[str, Any], event: str) -> dict[str, Any]:
-        res: references.resource = key[0]
+        res: kmock.resource = key[0]
         path = f"{res.group}/{res.version}/{res.plural}".lstrip("/")
         self.added_at.setdefault((path, key[1], key[2]), time.monotonic())
         return await super()._store(key, obj, event)
@@ -108,9 +114,9 @@ def burst(kind: str, n: int, workdir: Path, env: dict[str, str] | None = None) -
     }  # fmt: skip
 
 
-def waiting(seconds: float, workdir: Path) -> dict[str, Any]:
-    """Requests per hour that one job waiting for a missing queue costs, at default settings."""
-    cluster, op = start("product", workdir)
+def waiting(seconds: float, workdir: Path, env: dict[str, str] | None = None) -> dict[str, Any]:
+    """Requests per hour that one job waiting for a missing queue costs (env: the settings)."""
+    cluster, op = start("product", workdir, env)
     try:
         cluster.create_job("waiting", good_spec("no-such-queue", "w"))
         cluster.wait(lambda: cluster.phases().get("waiting") == "Pending", 60, "Pending")
@@ -134,28 +140,28 @@ def on_cluster(
     return cluster_scale.burst(kind, command, FINAL_PHASE[kind], n, assets, workdir, env)
 
 
-COLUMNS = ["operator", "jobs", "p50_s", "p99_s", "drain_s", "lifecycle_s", "writes", "min_writes",
-           "reads", "watches", "404s", "cpu_ms_per_job", "rss_start_mb", "rss_end_mb",
+COLUMNS = ["variant", "operator", "jobs", "p50_s", "p99_s", "drain_s", "lifecycle_s", "writes",
+           "min_writes", "reads", "watches", "404s", "cpu_ms_per_job", "rss_start_mb", "rss_end_mb",
            "rss_peak_mb", "rss_kb_per_job"]  # fmt: skip
 
 
-def report(results: list[dict[str, Any]], wait: dict[str, Any] | None) -> str:
+def report(results: list[dict[str, Any]], wait: dict[str, dict[str, Any]] | None) -> str:
     rows = [[r[c] for c in COLUMNS] for r in results]
     out = [common.table(COLUMNS, rows), ""]
     ratio_cols = ["p50_s", "p99_s", "drain_s", "writes", "reads", "cpu_ms_per_job"]
     ratios = []
     for n in sorted({r["jobs"] for r in results}):
-        pair = {r["operator"]: r for r in results if r["jobs"] == n}
+        pair = {r["operator"]: r for r in results if r["jobs"] == n and r["variant"] == "-"}
         if {"product", "minimal"} <= pair.keys():
             p, m = pair["product"], pair["minimal"]
             ratios.append([n, *(p[c] / m[c] if m[c] else float("inf") for c in ratio_cols)])
     if ratios:
         out += ["Ratios product / minimal:", "", common.table(["jobs", *ratio_cols], ratios), ""]
-    if wait:
+    for name, w in (wait or {}).items():
         out.append(
-            f"Waiting job (missing queue), {wait['seconds']:.0f} s observed: "
-            f"{wait['requests']} requests = {wait['per_hour']:.0f} requests per hour"
-            + (f" ({wait['settings']}, the chart's)" if "settings" in wait else "")
+            f"Waiting job (missing queue), variant {name}, {w['seconds']:.0f} s observed: "
+            f"{w['requests']} requests = {w['per_hour']:.0f} requests per hour"
+            + (f" ({w['settings']}, the chart's)" if "settings" in w else "")
         )
     return "\n".join(out)
 
@@ -174,29 +180,41 @@ def main(argv: list[str] | None = None) -> int:
         type=Path,
         help="a real API server from these binaries (the tier's), not the emulator",
     )
+    p.add_argument("--variant", nargs="+", action="append", default=[],
+                   metavar="NAME [KEY=VALUE ...]",
+                   help="a named operator environment; with several, the product runs once per"
+                        " variant, alternating (A/B in one session)")  # fmt: skip
+    p.add_argument("--rounds", type=int, default=1, help="repeat the alternation")
     args = p.parse_args(argv)
     if args.cluster:  # a timeout's SIGTERM still stops the control plane (finally blocks)
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     env = dict(kv.split("=", 1) for kv in args.operator_env)
+    variants = {v[0]: {**env, **dict(kv.split("=", 1) for kv in v[1:])} for v in args.variant}
     results = []
     with tempfile.TemporaryDirectory(prefix="bench-scale-") as tmp:
-        for n in args.jobs:
-            for kind in args.operators:
-                workdir = Path(tmp) / f"{kind}-{n}"
-                if args.cluster:
-                    results.append(on_cluster(kind, n, args.cluster.resolve(), workdir, env))
-                else:
-                    results.append(burst(kind, n, workdir, env))
-                print(f"# {kind} {n}: {results[-1]}", file=sys.stderr, flush=True)
-        seconds = args.waiting_seconds
-        wait = None
-        if seconds and args.cluster:
-            import cluster_scale
+        for r in range(args.rounds):
+            for n in args.jobs:
+                for kind in args.operators:
+                    runs = variants.items() if variants and kind == "product" else [("-", env)]
+                    for name, venv in runs:
+                        out = Path(tmp) / f"{kind}-{n}-{name}-{r}"
+                        if args.cluster:
+                            got = on_cluster(kind, n, args.cluster.resolve(), out, venv)
+                        else:
+                            got = burst(kind, n, out, venv)
+                        results.append({"variant": name, **got})
+                        print(f"# {name} {kind} {n}: {results[-1]}", file=sys.stderr, flush=True)
+        seconds, wait = args.waiting_seconds, {}
+        for name, venv in (variants or {"-": env}).items() if seconds else ():
+            if args.cluster:
+                import cluster_scale
 
-            wait = cluster_scale.waiting(OPERATOR_COMMAND, seconds, args.cluster.resolve(),
-                                         Path(tmp) / "waiting", env)  # fmt: skip
-        elif seconds:
-            wait = waiting(seconds, Path(tmp) / "waiting")
+                where = Path(tmp) / f"waiting-{name}"
+                assets = args.cluster.resolve()
+                wait[name] = cluster_scale.waiting(OPERATOR_COMMAND, seconds, assets, where, venv)
+            else:
+                wait[name] = waiting(seconds, Path(tmp) / f"waiting-{name}", venv)
+            print(f"# waiting {name}: {wait[name]}", file=sys.stderr, flush=True)
     print(report(results, wait))
     return 0
 

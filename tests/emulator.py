@@ -3,7 +3,26 @@
 kmock stores objects and speaks the URL scheme, discovery and watch framing; this subclass takes
 over the state changes (create/patch/replace/delete) so that metadata, status isolation,
 selectors, resourceVersion-aware watches and ownerReference garbage collection behave like a
-real API server. Pinned to kmock==0.8: it uses kmock's private hooks (`_handle`, `_serve_*`).
+real API server.
+
+Pinned to kmock==0.8, which has no public hooks for any of this: every kmock private the test
+tree uses is here, in this module only, and `KMOCK_PRIVATES` lists them for
+`tests/test_kmock_privates.py`, which fails loudly (naming the private) when kmock changes one:
+
+- `kmock._internal.parsing.parse_path` / `ParsedPath`: replaced module-wide, so that Namespace
+  URLs route to the Namespace resource (kmock raises on /api/v1/namespaces).
+- `KubernetesEmulator._handle` (overridden): the request entry; we record, inject faults, apply
+  the change ourselves and answer. `RawHandler._handle` (called): kmock's routing and rendering,
+  without the emulator's own naive state change.
+- `KubernetesEmulator._serve_fetch`, `_serve_list`, `_serve_watch`, `KubernetesScaffold
+  ._serve_version`, `_render_error` (overridden): selectors, resourceVersions, watch replay from
+  a version, our kinds in discovery, Status bodies with reasons.
+- `KubernetesEmulator._objects`, `_lock`, `_buses` (read and written): kmock's store, its lock
+  and its watch buses, which our state changes keep.
+- `Root._requests`, `Root._payloads` (trimmed): kmock keeps every request it served and scans
+  them all to route the next one (O(n^2) over a session, `_forget`).
+- `Request._raw_request` (read): the aiohttp request under kmock's, whose socket a fault resets
+  (`aiohttp_request`).
 """
 
 from __future__ import annotations
@@ -22,7 +41,7 @@ import aiohttp.web
 import jsonpatch
 import kmock
 import yaml
-from kmock._internal import apps, enums, parsing, references, rendering
+from kmock._internal import parsing
 
 import controllers
 from k8s_semantics import (
@@ -38,7 +57,7 @@ if TYPE_CHECKING:
     from faults import FaultInjector
 
 Obj = dict[str, Any]
-Key = tuple[references.resource, str | None, str]
+Key = tuple[kmock.resource, str | None, str]
 VERBS = {"create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"}
 
 # kmock's URL parser raises ValueError on /api/v1/namespaces (a 500 for `kubectl get ns`) and reads
@@ -55,6 +74,31 @@ def _parse_path(path: str) -> parsing.ParsedPath:
 
 
 parsing.parse_path = _parse_path
+
+
+#: (kmock class or module, private name) for every private above: tests/test_kmock_privates.py.
+KMOCK_PRIVATES: tuple[tuple[object, str], ...] = (
+    (parsing, "parse_path"),
+    (parsing, "ParsedPath"),
+    (kmock.KubernetesEmulator, "_handle"),
+    (kmock.RawHandler, "_handle"),
+    (kmock.KubernetesEmulator, "_serve_fetch"),
+    (kmock.KubernetesEmulator, "_serve_list"),
+    (kmock.KubernetesEmulator, "_serve_watch"),
+    (kmock.KubernetesScaffold, "_serve_version"),
+    (kmock.KubernetesScaffold, "_render_error"),
+    (kmock.KubernetesEmulator, "_objects"),
+    (kmock.KubernetesEmulator, "_lock"),
+    (kmock.KubernetesEmulator, "_buses"),
+    (kmock.Root, "_requests"),
+    (kmock.Root, "_payloads"),
+    (kmock.Request, "_raw_request"),
+)
+
+
+def aiohttp_request(request: kmock.Request) -> aiohttp.web.BaseRequest | None:
+    """The aiohttp request under kmock's (kmock 0.8 keeps it private): faults reset its socket."""
+    return request._raw_request
 
 
 def _error(code: int, reason: str, message: str, **details: Any) -> kmock.KubernetesError:
@@ -80,28 +124,28 @@ class K8sEmulator(kmock.KubernetesEmulator):
         self.keep_requests = False  # True: kmock keeps every request (`list(emulator)`), O(n^2)
         self.faults: FaultInjector | None = None  # tests/faults.py, for the reliability suite
         self._rv = 0
-        self._log: list[tuple[int, references.resource, Obj]] = []  # every event, for watch replay
-        self._outcomes: dict[rendering.Request, Obj] = {}
+        self._log: list[tuple[int, kmock.resource, Obj]] = []  # every event, for watch replay
+        self._outcomes: dict[kmock.Request, Obj] = {}
         #: Admission refusals tests inject (webhooks, quota, pod validation): see controllers.py.
         self.refusals: list[controllers.Refusal] = []
         #: Container logs by (namespace, pod), served at pods/NAME/log as the kubelet would.
         self.pod_logs: dict[tuple[str, str], str] = {}
         fallback = self.fallback**1  # outranks kmock's own fallbacks
         # POST answers 201: the python client's CustomObjectsApi returns None on a 200.
-        fallback[enums.action.CREATE] << 201 << self._serve_outcome
-        fallback[enums.action.UPDATE] << self._serve_outcome
-        fallback[enums.action.DELETE] << self._serve_outcome
-        fallback[enums.method.PUT] << self._serve_outcome  # kmock 0.8 has no PUT (kubectl replace)
+        fallback[kmock.action.CREATE] << 201 << self._serve_outcome
+        fallback[kmock.action.UPDATE] << self._serve_outcome
+        fallback[kmock.action.DELETE] << self._serve_outcome
+        fallback[kmock.method.PUT] << self._serve_outcome  # kmock 0.8 has no PUT (kubectl replace)
         # client-go refuses watch streams served as application/octet-stream.
         (
-            fallback[enums.action.WATCH]
+            fallback[kmock.action.WATCH]
             << kmock.headers({"Content-Type": "application/json"})
             << (self._serve_watch)
         )
 
     # ---- request entry: record, change state, answer -------------------------------------------
 
-    async def _handle(self, request: rendering.Request) -> aiohttp.web.StreamResponse:
+    async def _handle(self, request: kmock.Request) -> aiohttp.web.StreamResponse:
         record = self._record(request)
         try:
             fault = self.faults.pick(record) if self.faults and record else None
@@ -119,7 +163,7 @@ class K8sEmulator(kmock.KubernetesEmulator):
             record.code = response.status
         return response
 
-    async def _answer(self, request: rendering.Request) -> aiohttp.web.StreamResponse:
+    async def _answer(self, request: kmock.Request) -> aiohttp.web.StreamResponse:
         """Change state (under the lock) and answer, as the API server would."""
         try:
             if request.resource is not None and request.resource.plural:
@@ -128,7 +172,7 @@ class K8sEmulator(kmock.KubernetesEmulator):
                         self._outcomes[request] = outcome
                         await self._run_controllers()
             # Skip kmock's own _handle: it would apply the change a second time, naively.
-            response = await apps.RawHandler._handle(self, request)
+            response = await kmock.RawHandler._handle(self, request)
             if request.subresource == "log" and response.status == 200 and not response.prepared:
                 # As the API server answers pods/log: plain text (kmock says octet-stream).
                 response.content_type, response.charset = "text/plain", "utf-8"
@@ -138,7 +182,7 @@ class K8sEmulator(kmock.KubernetesEmulator):
         except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as e:
             return await self._render_error(_error(422, "Invalid", str(e)))  # k8s: not a 500
 
-    def _forget(self, request: rendering.Request) -> None:
+    def _forget(self, request: kmock.Request) -> None:
         """Drop an answered request from kmock's records, unless a test asked to keep them.
 
         kmock 0.8 keeps every request it served and, to route each new one, scans them all
@@ -152,14 +196,18 @@ class K8sEmulator(kmock.KubernetesEmulator):
                     del served[i]
                     break
 
-    def _record(self, request: rendering.Request) -> ApiRequest | None:
+    def retained_requests(self) -> int:
+        """How many served requests kmock still holds (it scans them all to route a new one)."""
+        return len(self._requests)
+
+    def _record(self, request: kmock.Request) -> ApiRequest | None:
         res = request.resource
         if res is None or not res.plural:
             return None  # discovery (/api, /apis/G/V): allowed to everyone by system:discovery
         verb = {"POST": "create", "PATCH": "patch", "PUT": "update", "GET": "get"}.get(
             request.method.value, "delete"
         )
-        if request.action == enums.action.WATCH:
+        if request.action == kmock.action.WATCH:
             verb = "watch"
         elif request.name is None:
             verb = {"get": "list", "delete": "deletecollection"}.get(verb, verb)
@@ -180,18 +228,18 @@ class K8sEmulator(kmock.KubernetesEmulator):
 
     # ---- state changes, under self._lock -------------------------------------------------------
 
-    async def _change(self, request: rendering.Request) -> Obj | None:
+    async def _change(self, request: kmock.Request) -> Obj | None:
         """Apply a create/patch/replace/delete to the store; return the object to answer with."""
         res, method, sub = request.resource, request.method, request.subresource
         assert res is not None
         info = self._info(res)
         key: Key = (res, request.namespace if info.namespaced else None, request.name or "")
-        if method == enums.method.POST and request.name is None:
+        if method == kmock.method.POST and request.name is None:
             return await self._create(res, request.namespace, self._body(request))
-        if request.name is None or sub not in (None, "status") or method == enums.method.GET:
+        if request.name is None or sub not in (None, "status") or method == kmock.method.GET:
             return None
         old = self._live(key)
-        if method == enums.method.DELETE:
+        if method == kmock.method.DELETE:
             if old is None:
                 raise self._not_found(key)
             options = request.data if isinstance(request.data, dict) else {}
@@ -204,7 +252,7 @@ class K8sEmulator(kmock.KubernetesEmulator):
             return await self._create(res, request.namespace, body)
         if old is None:
             raise self._not_found(key)
-        if method == enums.method.PUT:
+        if method == kmock.method.PUT:
             new = copy.deepcopy(body)
         elif isinstance(body, list):
             new = jsonpatch.apply_patch(old, body)
@@ -212,7 +260,7 @@ class K8sEmulator(kmock.KubernetesEmulator):
             new = merge_patch(old, body)
         return await self._update(key, old, new, status_only=sub == "status")
 
-    async def _create(self, res: references.resource, ns: str | None, body: Any) -> Obj:
+    async def _create(self, res: kmock.resource, ns: str | None, body: Any) -> Obj:
         info = self._info(res)
         obj: Obj = copy.deepcopy(body) if isinstance(body, dict) else {}
         md = obj.setdefault("metadata", {})
@@ -240,7 +288,7 @@ class K8sEmulator(kmock.KubernetesEmulator):
             self._register_crd(obj)
         return await self._store(key, obj, "ADDED")
 
-    def _generate_name(self, res: references.resource, ns: str | None, prefix: str) -> str:
+    def _generate_name(self, res: kmock.resource, ns: str | None, prefix: str) -> str:
         """A free name for generateName: retried on collision, as the API server does (k8s 1.32+).
 
         A 5-hex-character suffix alone collided within a few thousand Events and dropped them.
@@ -317,7 +365,7 @@ class K8sEmulator(kmock.KubernetesEmulator):
                 return
         raise RuntimeError("the emulated controllers did not settle")
 
-    async def store_new(self, res: references.resource, ns: str | None, obj: Obj) -> Obj:
+    async def store_new(self, res: kmock.resource, ns: str | None, obj: Obj) -> Obj:
         """Create an object as a controller would (admission included)."""
         return await self._create(res, ns, obj)
 
@@ -360,7 +408,7 @@ class K8sEmulator(kmock.KubernetesEmulator):
 
     # ---- reads ---------------------------------------------------------------------------------
 
-    async def _serve_version(self, request: rendering.Request) -> rendering.Payload:
+    async def _serve_version(self, request: kmock.Request) -> kmock.Payload:
         result = await super()._serve_version(request)
         assert isinstance(result, dict)
         result["groupVersion"] = result["groupVersion"].lstrip("/")  # kmock: "/v1" for the core
@@ -369,12 +417,12 @@ class K8sEmulator(kmock.KubernetesEmulator):
                 r.update(shortNames=[], categories=[], verbs=["get", "patch", "update"])
         return result
 
-    async def _serve_outcome(self, request: rendering.Request) -> Obj:
+    async def _serve_outcome(self, request: kmock.Request) -> Obj:
         if request not in self._outcomes:
             raise _error(405, "MethodNotAllowed", f"{request.method.value} is not supported here")
         return self._outcomes[request]
 
-    async def _serve_fetch(self, request: rendering.Request) -> Obj:
+    async def _serve_fetch(self, request: kmock.Request) -> Obj:
         assert request.resource is not None
         ns = request.namespace if self._info(request.resource).namespaced else None
         key: Key = (request.resource, ns, request.name or "")
@@ -387,7 +435,7 @@ class K8sEmulator(kmock.KubernetesEmulator):
             return "".join(f"{line}\n" for line in lines).encode()  # type: ignore[return-value]
         return obj
 
-    async def _serve_list(self, request: rendering.Request) -> Obj:
+    async def _serve_list(self, request: kmock.Request) -> Obj:
         assert request.resource is not None
         res, info = request.resource, self._info(request.resource)
         async with self._lock:
@@ -399,7 +447,7 @@ class K8sEmulator(kmock.KubernetesEmulator):
             "items": items,
         }
 
-    async def _serve_watch(self, request: rendering.Request) -> AsyncIterator[Any]:
+    async def _serve_watch(self, request: kmock.Request) -> AsyncIterator[Any]:
         # Replay events newer than ?resourceVersion (kmock replays everything, so kopf ran create
         # handlers twice); subscribe under the lock so no event falls between replay and live.
         assert request.resource is not None
@@ -438,7 +486,7 @@ class K8sEmulator(kmock.KubernetesEmulator):
         finally:
             await bus.unmark(mark)
 
-    def _bookmark(self, res: references.resource) -> Obj:
+    def _bookmark(self, res: kmock.resource) -> Obj:
         annotations = {"k8s.io/initial-events-end": "true"}
         md = {"resourceVersion": str(self._rv), "annotations": annotations}
         kind = self._info(res).kind
@@ -448,7 +496,7 @@ class K8sEmulator(kmock.KubernetesEmulator):
             "object": {"kind": kind, "apiVersion": api_version, "metadata": md},
         }
 
-    def _select(self, request: rendering.Request) -> list[Obj]:
+    def _select(self, request: kmock.Request) -> list[Obj]:
         """Live objects of the request's resource that match its namespace and selectors."""
         found = [
             o.raw
@@ -459,7 +507,7 @@ class K8sEmulator(kmock.KubernetesEmulator):
             found, key=lambda o: (o["metadata"].get("namespace", ""), o["metadata"]["name"])
         )
 
-    def _matches(self, request: rendering.Request, obj: Obj) -> bool:
+    def _matches(self, request: kmock.Request, obj: Obj) -> bool:
         md = obj.get("metadata", {})
         if request.namespace is not None and md.get("namespace") != request.namespace:
             return False
@@ -475,7 +523,7 @@ class K8sEmulator(kmock.KubernetesEmulator):
 
     # ---- small helpers -------------------------------------------------------------------------
 
-    def _info(self, res: references.resource) -> references.ResourceInfo:
+    def _info(self, res: kmock.resource) -> kmock.ResourceInfo:
         if res not in self.resources:
             raise _error(404, "NotFound", f"the server could not find the resource {res.plural}")
         return self.resources[res]
@@ -484,18 +532,18 @@ class K8sEmulator(kmock.KubernetesEmulator):
         obj = self._objects[key] if key in self._objects else None  # noqa: SIM401 (no .get)
         return None if obj is None or obj.deleted else copy.deepcopy(obj.raw)
 
-    def _what(self, res: references.resource) -> str:
+    def _what(self, res: kmock.resource) -> str:
         return f"{res.plural}.{res.group}" if res.group else str(res.plural)
 
     def _not_found(self, key: Key) -> kmock.KubernetesError:
         return _error(404, "NotFound", f'{self._what(key[0])} "{key[2]}" not found', name=key[2])
 
     @staticmethod
-    def _header(request: rendering.Request, name: str) -> str:
+    def _header(request: kmock.Request, name: str) -> str:
         return next((v for k, v in request.headers.items() if k.lower() == name), "")
 
     @classmethod
-    def _body(cls, request: rendering.Request) -> Any:
+    def _body(cls, request: kmock.Request) -> Any:
         if "protobuf" in cls._header(request, "content-type"):  # kubectl's generators send it
             raise _error(
                 415, "UnsupportedMediaType",

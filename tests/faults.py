@@ -17,12 +17,12 @@ from collections.abc import Awaitable, Callable
 
 import aiohttp.web
 import kmock
-from kmock._internal import rendering
 
+from emulator import aiohttp_request
 from k8s_semantics import ApiRequest
 
 KINDS = ("500", "429", "409", "reset")
-Answer = Callable[[rendering.Request], Awaitable[aiohttp.web.StreamResponse]]
+Answer = Callable[[kmock.Request], Awaitable[aiohttp.web.StreamResponse]]
 Render = Callable[[Exception], Awaitable[aiohttp.web.StreamResponse]]
 
 
@@ -79,7 +79,7 @@ class FaultInjector:
     async def respond(
         self,
         kind: str,
-        request: rendering.Request,
+        request: kmock.Request,
         record: ApiRequest,
         answer: Answer,
         render: Render,
@@ -105,7 +105,7 @@ class FaultInjector:
             return await render(_status(409, "Conflict", "injected: the object has been modified"))
         return await render(_status(500, "InternalError", "injected: internal error"))
 
-    def watch_lifetime(self, request: rendering.Request, timeout: float | None) -> float | None:
+    def watch_lifetime(self, request: kmock.Request, timeout: float | None) -> float | None:
         """The watch's timeout, shortened to a seeded few seconds for faulted clients."""
         every = self.plan.watch_drop_seconds
         agent = next((v for k, v in request.headers.items() if k.lower() == "user-agent"), "")
@@ -118,7 +118,7 @@ class FaultInjector:
         self._short_watches.add(id(request))
         return lifetime
 
-    def drop_watch(self, request: rendering.Request) -> None:
+    def drop_watch(self, request: kmock.Request) -> None:
         """End a shortened watch abruptly (a reset), not as a clean end of stream."""
         if id(request) in self._short_watches:
             self._short_watches.discard(id(request))
@@ -130,9 +130,9 @@ def _status(code: int, reason: str, message: str) -> kmock.KubernetesError:
     return kmock.KubernetesError(status=code, reason=reason, message=message, details={})
 
 
-def _reset(request: rendering.Request) -> None:
+def _reset(request: kmock.Request) -> None:
     """Close the connection with a TCP RST (SO_LINGER 0): the client sees 'connection reset'."""
-    raw = request._raw_request  # kmock 0.8 keeps aiohttp's request privately
+    raw = aiohttp_request(request)
     transport = None if raw is None else raw.transport
     if transport is None:
         return
@@ -173,7 +173,7 @@ class KillSwitch(FaultInjector):
     async def respond(
         self,
         kind: str,
-        request: rendering.Request,
+        request: kmock.Request,
         record: ApiRequest,
         answer: Answer,
         render: Render,

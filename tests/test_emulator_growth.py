@@ -31,7 +31,7 @@ def _get_many(server: EmulatorServer, n: int) -> None:
 
 def retained(server: EmulatorServer) -> int:
     """How many requests kmock still holds (each new request is routed by scanning them)."""
-    return server.call(lambda: len(server.emulator._requests))
+    return server.call(server.emulator.retained_requests)
 
 
 def test_answered_requests_are_forgotten(private: EmulatorServer) -> None:

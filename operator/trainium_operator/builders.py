@@ -20,7 +20,7 @@ from torchx.schedulers.kubernetes_scheduler import PLACEHOLDER_FIELD_PATH, Kuber
 from torchx.specs import AppDef, runopts
 from torchx.specs.overlays import set_overlay
 
-from trainium_operator import appdef, naming, nodes
+from trainium_operator import appdef, naming, nodes, shortcuts
 from trainium_operator.appdef import StageContext
 from trainium_operator.cachekey import LABEL_CACHE_ENTRY, cache_key, cache_name, identity
 from trainium_operator.crd import GROUP, KIND, VERSION
@@ -219,7 +219,8 @@ def _one_model_configuration() -> Iterator[None]:
     A model built without one deep-copies the default Configuration, whose setters re-level the
     client's loggers (walking every logger): ~60 models per Volcano job made that more than half
     of a build's CPU (kubernetes-client/python#1921). Models only read its validation flag; the
-    client's own requests pass their Configuration explicitly and are unaffected.
+    client's own requests pass their Configuration explicitly and are unaffected. A shortcut
+    (`shortcuts.py`, "model-configuration"): it swaps a classmethod of the client's, process-wide.
     """
     shared = Configuration.get_default_copy()
     original = Configuration.__dict__["get_default_copy"]
@@ -232,7 +233,9 @@ def _one_model_configuration() -> Iterator[None]:
 
 def _submit_dryrun(app: AppDef, cfg: dict[str, Any]) -> Any:
     """One dry run at a time: catch_warnings swaps process-global state, unsafe across threads."""
-    with _DRY_RUN_LOCK, warnings.catch_warnings(), _one_model_configuration():
+    shared = shortcuts.enabled("model-configuration")
+    configuration = _one_model_configuration() if shared else contextlib.nullcontext()
+    with _DRY_RUN_LOCK, warnings.catch_warnings(), configuration:
         # TorchX warns on every build that Volcano < 1.4 mishandles retries; we need Volcano >= 1.6.
         warnings.simplefilter("ignore", UserWarning)
         if not _dry_run:

@@ -4,7 +4,8 @@ For every event of every watched kind, kopf builds the object's "essence" (to di
 the last handled one) by deep-copying the whole body, then drops status and metadata. Only
 TrainiumJobs have a changing handler here (the FSx on.delete); for every other kind the essence
 is never read. Deep-copying Volcano jobs (a pod template each) and job statuses made this a
-third of the event loop's CPU; the essences kopf stores and compares are unchanged.
+third of the event loop's CPU; the essences kopf stores and compares are unchanged. A shortcut
+(`shortcuts.py`, "essence"): it overrides the storage's `build`, which kopf calls per event.
 """
 
 from __future__ import annotations
@@ -14,7 +15,14 @@ from typing import Any, cast
 
 import kopf
 
+from trainium_operator import shortcuts
 from trainium_operator.crd import KIND
+
+
+def diffbase(prefix: str, key: str) -> kopf.AnnotationsDiffBaseStorage:
+    """The lean diff-base when the "essence" shortcut is on, kopf's own otherwise."""
+    lean = shortcuts.enabled("essence")
+    return (LeanDiffBase if lean else kopf.AnnotationsDiffBaseStorage)(prefix=prefix, key=key)
 
 
 class LeanDiffBase(kopf.AnnotationsDiffBaseStorage):

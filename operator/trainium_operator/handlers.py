@@ -21,6 +21,7 @@ import kopf
 
 from trainium_operator import (
     checkpoints,
+    essence,
     events,
     footprint,
     k8s,
@@ -39,7 +40,6 @@ from trainium_operator.builders import (
 )
 from trainium_operator.cache import LABEL_CACHE_ENTRY
 from trainium_operator.crd import GROUP, PLURAL, VERSION
-from trainium_operator.essence import LeanDiffBase
 from trainium_operator.reconcile import reconcile
 from trainium_operator.runtime import standalone
 from trainium_operator.runtime.passes import WORKERS, Passes
@@ -72,9 +72,7 @@ def _wake(memo: Any, key: Key) -> None:
 def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any) -> None:
     """Our annotations, our Event source, retries that cover resets; start the passes."""
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=PREFIX)
-    settings.persistence.diffbase_storage = LeanDiffBase(
-        prefix=PREFIX, key="last-handled-configuration"
-    )
+    settings.persistence.diffbase_storage = essence.diffbase(PREFIX, "last-handled-configuration")
     settings.persistence.finalizer = f"{PREFIX}/finalizer"
     settings.posting.level = logging.WARNING
     settings.posting.reporting_component = "trainium-operator"

@@ -115,13 +115,11 @@ def reconcile(
     rejections = actions.perform(decision.actions, spec, owner, seen, read)
     if rejections:  # what the API server refused is observed, and decided on, in this pass
         decision = lifecycle.decide(replace(observed, rejections=rejections))
-    elif _CREATES.intersection(decision.actions):
-        # Read our own writes back (free: the reader keeps them) so the status says what now
-        # exists; a pass woken by their echo then has nothing to change.
-        again = _look(body, spec, owner, replace(views, pods_changed=False), lookup, deadline_in)
-        settled_now = lifecycle.decide(again[1])
-        if not settled_now.actions:
-            (seen, observed, counted), decision = again, settled_now
+    elif _ECHOED.intersection(decision.actions):
+        # The child just created wakes this job when its watch event arrives: that pass sees
+        # it and reports. A status written now would say what existed before, and be redone.
+        soonest = _soonest(deadline_in, seen.startup_left, seen.events_look, seen.progress_in)
+        return Outcome(decision.phase.value, deadline_in=soonest)
     new, transition, rv = _report(
         body, decision, spec, emit, read, observed, counted, seen.checkpoint, seen.progress
     )
@@ -142,11 +140,10 @@ def _waiting(decision: Decision, rejections: tuple[Rejection, ...]) -> bool:
     return blocker is not None and (blocker.reason not in WATCHED or bool(rejections))
 
 
-#: Actions that bring something into being (what a second look would see).
-_CREATES = frozenset(
-    {Action.CREATE_STORAGE, Action.CREATE_PRECOMPILE, Action.CREATE_TRAINING,
-     Action.ACQUIRE_CACHE, Action.RECORD_CACHE}
-)  # fmt: skip
+#: Creates whose child's watch event wakes the job (handlers.on_vcjob, on_volume): the pass
+#: that creates leaves the status to that pass, so `decide` runs once per pass (twice only in a
+#: pass whose writes the API server refused) and a lifecycle writes no status twice.
+_ECHOED = frozenset({Action.CREATE_STORAGE, Action.CREATE_PRECOMPILE, Action.CREATE_TRAINING})
 
 
 def _look(

@@ -12,7 +12,7 @@ import kopf
 import pytest
 from support import job
 
-from trainium_operator import cache, k8s, naming, reads, watches
+from trainium_operator import cache, k8s, lifecycle, naming, reads, watches
 from trainium_operator.builders import Owner
 from trainium_operator.observe import Views, observe
 from trainium_operator.reads import ApiReader, Kind, Overlay, WatchReader, slim
@@ -399,22 +399,34 @@ def test_passes_before_the_watch_catches_up_create_nothing_twice_and_announce_on
     assert j.events.count("Precompiling") == 1 and len(j.overlay) == 0
 
 
-def test_the_pass_that_creates_a_stage_reports_it_and_its_echo_changes_nothing(
+def test_the_pass_that_creates_a_stage_leaves_the_report_to_its_echo_and_decides_once(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     j = Job(monkeypatch)
-    j.one_pass()
+    decides = []
+    real_decide = lifecycle.decide
+
+    def counting_decide(observed: Any) -> Any:
+        decides.append(1)
+        return real_decide(observed)
+
+    monkeypatch.setattr(lifecycle, "decide", counting_decide)
+    j.one_pass()  # creates the lease and the precompile job
+    assert j.api.patches == 0, "the status is the pass its ADDED wakes to write"
+    assert j.one_pass() == "Precompiling" and j.api.patches == 1
     pre = naming.vcjob_name("j", "precompile")
     j.api.objects[(Kind.VCJOB, pre)]["status"] = {"state": {"phase": "Completed"}}
     j.api.deliver(j.idx)  # the precompile job completed; the watches are up to date
     patches = j.api.patches
     assert j.one_pass() == "Training"
     assert j.api.creates[-1] == f"vcjobs/{naming.vcjob_name('j', 'train')}"
+    assert j.api.patches == patches
+    j.one_pass()  # woken by the training job's ADDED, before any watch delivered it
     running = {c["type"]: c["reason"] for c in j.status()["conditions"]}["Running"]
     assert running == "GangPending"  # what exists now, not "about to be created"
-    assert j.status()["cache"]["compileSeconds"] is not None  # the record written in this pass
+    assert j.status()["cache"]["compileSeconds"] is not None  # the record written before
     assert j.api.patches == patches + 1
-    j.one_pass()  # woken by the training job's ADDED, before any watch delivered it
     j.api.deliver(j.idx)
     j.one_pass()  # and after
     assert j.api.patches == patches + 1 and j.events.count("Training") == 1
+    assert len(decides) == 5  # one per pass
