@@ -78,6 +78,7 @@ def test_env_ports_and_liveness_probe(helm_bin: Path) -> None:
     assert env == {
         "POD_NAME": None, "POD_NAMESPACE": None, "TRAINIUM_METRICS_PORT": "9090",
         "TRAINIUM_RESYNC_SECONDS": "1800", "TRAINIUM_PROGRESS_INTERVAL_SECONDS": "30",
+        "TRAINIUM_PROGRESS_WRITE_SECONDS": "60", "TRAINIUM_FIRST_STEP_ALLOWANCE_SECONDS": "900",
         "AWS_REGION": "eu-west-1", "X": "y",
     }  # fmt: skip
     assert c["env"][0]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
