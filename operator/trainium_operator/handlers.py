@@ -232,7 +232,13 @@ async def on_pod(
         return
     if _troubled(dict(status)):
         pod = {
-            "metadata": {"name": meta.get("name"), "labels": dict(labels)},
+            "metadata": {
+                "name": meta.get("name"),
+                "labels": dict(labels),
+                # Which Volcano job instance the pod was of: a replaced gang's pods are not
+                # the next gang's failures (observe.of_instance).
+                "ownerReferences": list(meta.get("ownerReferences") or []),
+            },
             "status": dict(status),
         }
         passes.pod_event(key, pod, context=contextvars.copy_context())
