@@ -18,7 +18,7 @@ from helmchart import CHART, NON_DEFAULT, by_kind, one, render, render_text
 KUBE_VERSION = "1.33.0"  # the oldest Kubernetes we support
 KUBERNETES_VALIDATE = str(Path(sys.executable).parent / "kubernetes-validate")
 # Kinds kubernetes-validate has no schema for; checked structurally below instead.
-CUSTOM_KINDS = {"ServiceMonitor", "PrometheusRule"}
+CUSTOM_KINDS = {"ServiceMonitor", "PodMonitor", "PrometheusRule"}
 Obj = dict[str, Any]
 
 
@@ -172,6 +172,23 @@ def test_service_monitor_scrapes_the_metrics_service(helm_bin: Path) -> None:
     assert sm["metadata"]["namespace"] == "ops"
     pod_labels = one(docs, "Deployment")["spec"]["template"]["metadata"]["labels"]
     assert svc["spec"]["selector"].items() <= pod_labels.items()
+
+
+def test_pod_monitor_scrapes_the_trainers_named_port(helm_bin: Path) -> None:
+    """Off by default; on, it selects training pods by the port the builders declare."""
+    from trainium_operator import builders
+    from trainium_trainer import contract
+
+    assert not by_kind(render(), "PodMonitor")
+    pm = one(render(*NON_DEFAULT), "PodMonitor")
+    assert pm["apiVersion"] == "monitoring.coreos.com/v1"
+    assert pm["spec"]["selector"] == {"matchLabels": {builders.LABEL_STAGE: contract.STAGE_TRAIN}}
+    assert pm["spec"]["namespaceSelector"] == {"matchNames": ["team-a", "team-b"]}
+    [endpoint] = pm["spec"]["podMetricsEndpoints"]
+    assert (endpoint["port"], endpoint["path"]) == (contract.METRICS_PORT_NAME, "/metrics")
+    assert endpoint["relabelings"][0]["targetLabel"] == "trainiumjob"
+    anywhere = one(render("metrics.podMonitor.enabled=true"), "PodMonitor")
+    assert anywhere["spec"]["namespaceSelector"] == {"any": True}
 
 
 def test_prometheus_rules_use_exported_metrics(helm_bin: Path) -> None:
