@@ -217,6 +217,20 @@ def test_dashboard_configmap_is_grafana_json_over_exported_metrics(helm_bin: Pat
     used = set().union(*(metric_names(e) for e in exprs))
     assert used <= exported_series()
     assert {"trainium_operator_jobs", "trainium_operator_job_failures_total"} <= used
+    assert "trainium_operator_estimated_cost_usd_total" in used  # the cost panels
+    # Per-job panels over the trainers' own gauges (the PodMonitor scrapes them).
+    from trainium_trainer import contract
+
+    served = {v for k, v in vars(contract).items() if k.startswith("METRIC_")}
+    trainer = set().union(*(set(re.findall(r"trainium_trainer_[a-z_]+", e)) for e in exprs))
+    assert trainer <= served
+    assert {
+        contract.METRIC_SAMPLES_PER_SECOND,
+        contract.METRIC_LOSS,
+        contract.METRIC_STEP,
+    } <= trainer
+    per_job = [e for e in exprs if "trainium_trainer_" in e]
+    assert all("trainiumjob" in e for e in per_job), per_job
 
 
 def test_optional_parts_are_off_by_default(helm_bin: Path) -> None:
