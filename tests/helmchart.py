@@ -23,6 +23,7 @@ Obj = dict[str, Any]
 NON_DEFAULT = (
     "watchNamespaces={team-a,team-b}",
     "metrics.serviceMonitor.enabled=true",
+    "metrics.podMonitor.enabled=true",
     "metrics.prometheusRule.enabled=true",
     "metrics.dashboard.enabled=true",
     "crds.enabled=false",

@@ -128,11 +128,16 @@ def cmd_logs(args: argparse.Namespace) -> int:
     if body is None:
         raise UsageError([f"TrainiumJob {args.job!r} not found in namespace {ns!r}"])
     target = logs.Target(args.stage, args.node, args.rank, _nprocs(body))
-    chosen = logs.select(k8s.list_pods(ns, _stage_selector(args.job, args.stage)), target)
+    pods = k8s.list_pods(ns, _stage_selector(args.job, args.stage))
+    chosen = logs.select(pods, target)
     note = logs.ended_note(args.job, body.get("status") or {})
     if not chosen:
         print(f"no {args.stage} pods of job {args.job} match in namespace {ns}", file=sys.stderr)
-    streams = [(node, name, _log_lines(ns, name, args.follow)) for node, name in chosen]
+    # Each pod's trainer container by name (TorchX names it per replica: node-0, node-1...).
+    container = {str(p["metadata"]["name"]): logs.container_of(p) for p in pods}
+    streams = [
+        (node, name, _log_lines(ns, name, container[name], args.follow)) for node, name in chosen
+    ]
     try:
         _print_labelled(streams, target, parallel=args.follow)
     except KeyboardInterrupt:
@@ -171,15 +176,14 @@ def _current_namespace() -> str:
     return str((current or {}).get("context", {}).get("namespace") or "default")
 
 
-def _log_lines(namespace: str, pod: str, follow: bool) -> Any:
+def _log_lines(namespace: str, pod: str, container: str, follow: bool) -> Any:
     """The trainer container's log lines of one pod (followed: as they come)."""
     from trainium_operator import k8s
-    from trainium_operator.naming import ROLE
 
     # Raw bytes: the client's deserializer turns JSON-looking lines (the trainer's metric records)
     # into Python reprs (kubernetes-client/python#1199).
     resp = k8s.core().read_namespaced_pod_log(
-        pod, namespace, container=ROLE, follow=follow, _preload_content=False
+        pod, namespace, container=container, follow=follow, _preload_content=False
     )
     if not follow:
         return iter(resp.data.decode("utf-8", "replace").splitlines())

@@ -212,6 +212,7 @@ async def on_vcjob(type: str, namespace: str | None, meta: kopf.Meta, memo: Any,
 async def on_pod(
     type: str,
     meta: kopf.Meta,
+    spec: kopf.Spec,
     status: kopf.Status,
     labels: Mapping[str, str],
     memo: Any,
@@ -231,7 +232,16 @@ async def on_pod(
         return
     if _troubled(dict(status)):
         pod = {
-            "metadata": {"name": meta.get("name"), "labels": dict(labels)},
+            "metadata": {
+                "name": meta.get("name"),
+                "labels": dict(labels),
+                # Which Volcano job instance the pod was of: a replaced gang's pods are not
+                # the next gang's failures (observe.of_instance).
+                "ownerReferences": list(meta.get("ownerReferences") or []),
+            },
+            # The node a Neuron/EFA/preflight failure points at (status.excludedNodes), also
+            # when Volcano deleted the pod before the pass could list it.
+            "spec": {"nodeName": spec.get("nodeName")},
             "status": dict(status),
         }
         passes.pod_event(key, pod, context=contextvars.copy_context())

@@ -104,7 +104,7 @@ def observe(
     left = startup_left(job, spec.runPolicy.startupDeadlineSeconds, views.now)
     stuck = left is not None and left <= 0
     pods = [] if stuck else with_shown(stage_pods(owner, stage, _child(job), views), views, stage)
-    failure = stuck_failure(owner, stage) if stuck else gang_failure(owner, pods)
+    failure = stuck_failure(owner, stage) if stuck else gang_failure(owner, of_instance(pods, job))
     reported = [checkpoints.from_pod(p) for p in pods] if stage == "train" else []
     admission = None if train is not None else queue_blocker(spec.scheduling.queue, views)
     if admission is None and train is None and _child(pre) in (Child.ABSENT, Child.SUCCEEDED):
@@ -225,6 +225,27 @@ def with_shown(pods: list[Json], views: Views, stage: str) -> list[Json]:
         and not listed_failed.get(p["metadata"]["name"], False)
     ]  # fmt: skip
     return pods + shown
+
+
+def of_instance(pods: list[Json], job: Json | None) -> list[Json]:
+    """The pods of this Volcano job instance (a replaced gang's ended pods are not its failures).
+
+    A gang the operator replaces (a hang, a bad node) ends its pods with exit 137 under the
+    names the next instance's pods take; the pod watch still shows them.
+    """
+    meta = (job or {}).get("metadata") or {}
+    if meta.get("deletionTimestamp"):
+        return []  # being replaced: its pods end because the operator ends them
+    uid = meta.get("uid")
+    if not uid:
+        return pods
+    return [p for p in pods if _owned_by(p, str(uid))]
+
+
+def _owned_by(pod: Json, uid: str) -> bool:
+    """Whether the pod belongs to the job instance uid (a pod that names no owner is kept)."""
+    owners = (pod.get("metadata") or {}).get("ownerReferences") or []
+    return not owners or any(o.get("uid") == uid for o in owners)
 
 
 def gang_failure(owner: Owner, pods: list[Json]) -> failures.Failure | None:

@@ -18,9 +18,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from trainium_trainer import contract
 
 Json = dict[str, Any]
-#: At most one status write a minute per job for progress alone.
+#: At most one status write a minute per job for progress alone (the chart's progressWriteSeconds).
 WRITE_EVERY_SECONDS = 60.0
-#: Extra time before the first step counts as hung: graphs load (and a cache miss compiles).
+#: Extra time before the first step counts as hung: graphs load (and a cache miss compiles);
+#: the chart's firstStepAllowanceSeconds.
 FIRST_STEP_ALLOWANCE_SECONDS = 900
 #: The read interval when the chart sets none (TRAINIUM_PROGRESS_INTERVAL_SECONDS).
 DEFAULT_INTERVAL_SECONDS = 30.0
@@ -141,17 +142,27 @@ def eta_text(seconds: Any) -> str:
     return f"{minutes}m" if minutes else f"{secs}s"
 
 
-def write_due(previous: Mapping[str, Any] | None, new: Mapping[str, Any], now: str) -> bool:
-    """Whether this reading goes on status: a new gang at once, else at most once a minute."""
+def write_due(
+    previous: Mapping[str, Any] | None,
+    new: Mapping[str, Any],
+    now: str,
+    every: float = WRITE_EVERY_SECONDS,
+) -> bool:
+    """Whether this reading goes on status: a new gang at once, else at most once per `every`."""
     if new == previous:
         return False
     if not previous or previous.get("gang") != new.get("gang") or "step" not in previous:
         return True
     last = previous.get("observedAt")
-    return not isinstance(last, str) or seconds_between(last, now) >= WRITE_EVERY_SECONDS
+    return not isinstance(last, str) or seconds_between(last, now) >= every
 
 
-def hung(progress: Mapping[str, Any] | None, deadline: int | None, now: str) -> str | None:
+def hung(
+    progress: Mapping[str, Any] | None,
+    deadline: int | None,
+    now: str,
+    first_step: int = FIRST_STEP_ALLOWANCE_SECONDS,
+) -> str | None:
     """Why the gang counts as hung (runPolicy.progressDeadlineSeconds), or None.
 
     Only a gang whose trainer answered once is judged: the trainer serves its start step before
@@ -163,14 +174,14 @@ def hung(progress: Mapping[str, Any] | None, deadline: int | None, now: str) -> 
     if not isinstance(step, int):
         return None
     moved = step > progress.get("firstStep", step)
-    allowance = 0 if moved else FIRST_STEP_ALLOWANCE_SECONDS
+    allowance = 0 if moved else first_step
     still = seconds_between(progress["advancedAt"], now)
     if still <= deadline + allowance:
         return None
     where = f"step {display(progress)}"
     extra = [f"{k} {progress[k]}" for k in ("loss", "samplesPerSecond") if k in progress]
     last = f" (last: {', '.join(extra)})" if extra else ""
-    first = "" if moved else f" plus {FIRST_STEP_ALLOWANCE_SECONDS}s for the first step"
+    first = "" if moved else f" plus {first_step}s for the first step"
     return (
         f"the training gang made no progress for {still:.0f}s, past "
         f"runPolicy.progressDeadlineSeconds ({deadline}s{first}): {where}{last}"

@@ -24,6 +24,10 @@ from trainium_trainer import contract
 Json = dict[str, Any]
 #: The chart's progressIntervalSeconds.
 INTERVAL_ENV = "TRAINIUM_PROGRESS_INTERVAL_SECONDS"
+#: The chart's progressWriteSeconds: the least time between two progress writes of one job.
+WRITE_ENV = "TRAINIUM_PROGRESS_WRITE_SECONDS"
+#: The chart's firstStepAllowanceSeconds: a hang's extra time before the first step.
+ALLOWANCE_ENV = "TRAINIUM_FIRST_STEP_ALLOWANCE_SECONDS"
 #: One read may take this long; a pass must not hang on a trainer that does not answer.
 TIMEOUT_SECONDS = 5.0
 #: Lines of rank 0's log a Hung failure carries.
@@ -46,10 +50,25 @@ class Reading:
 
 def interval() -> float:
     """Seconds between two reads of one job (the chart's progressIntervalSeconds)."""
+    return max(1.0, _seconds(INTERVAL_ENV, progress.DEFAULT_INTERVAL_SECONDS))
+
+
+def write_every() -> float:
+    """Seconds between two progress writes of one job (the chart's progressWriteSeconds)."""
+    return max(1.0, _seconds(WRITE_ENV, progress.WRITE_EVERY_SECONDS))
+
+
+def first_step_allowance() -> int:
+    """A hang's extra seconds before the first step (the chart's firstStepAllowanceSeconds)."""
+    return max(0, int(_seconds(ALLOWANCE_ENV, progress.FIRST_STEP_ALLOWANCE_SECONDS)))
+
+
+def _seconds(name: str, default: float) -> float:
+    """A number of seconds from the environment; the default when unset or not a number."""
     try:
-        return max(1.0, float(os.environ.get(INTERVAL_ENV) or progress.DEFAULT_INTERVAL_SECONDS))
+        return float(os.environ.get(name) or default)
     except ValueError:
-        return progress.DEFAULT_INTERVAL_SECONDS
+        return float(default)
 
 
 def look(
@@ -73,9 +92,10 @@ def look(
     pod = _rank0_pod(owner)
     sample = progress.parse(read_metrics(*address)) if pod and (address := _address(pod)) else None
     new = progress.advance(previous, sample, gang_uid, now)
-    why = progress.hung(new, spec.runPolicy.progressDeadlineSeconds, now)
+    deadline = spec.runPolicy.progressDeadlineSeconds
+    why = progress.hung(new, deadline, now, first_step_allowance())
     hung = failures.make_failure("Hung", why, _log_tail(owner, pod)) if why else None
-    write = new if progress.write_due(previous, new, now) or hung else None
+    write = new if progress.write_due(previous, new, now, write_every()) or hung else None
     return Reading(write=write, hung=hung, next_read_in=interval())
 
 

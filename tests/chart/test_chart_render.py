@@ -18,7 +18,7 @@ from helmchart import CHART, NON_DEFAULT, by_kind, one, render, render_text
 KUBE_VERSION = "1.33.0"  # the oldest Kubernetes we support
 KUBERNETES_VALIDATE = str(Path(sys.executable).parent / "kubernetes-validate")
 # Kinds kubernetes-validate has no schema for; checked structurally below instead.
-CUSTOM_KINDS = {"ServiceMonitor", "PrometheusRule"}
+CUSTOM_KINDS = {"ServiceMonitor", "PodMonitor", "PrometheusRule"}
 Obj = dict[str, Any]
 
 
@@ -79,6 +79,7 @@ def test_env_ports_and_liveness_probe(helm_bin: Path) -> None:
         "POD_NAME": None, "POD_ID": None, "TRAINIUM_PEERING_LIFETIME_SECONDS": "20",
         "POD_NAMESPACE": None, "TRAINIUM_METRICS_PORT": "9090",
         "TRAINIUM_RESYNC_SECONDS": "1800", "TRAINIUM_PROGRESS_INTERVAL_SECONDS": "30",
+        "TRAINIUM_PROGRESS_WRITE_SECONDS": "60", "TRAINIUM_FIRST_STEP_ALLOWANCE_SECONDS": "900",
         "AWS_REGION": "eu-west-1", "X": "y",
     }  # fmt: skip
     assert c["env"][0]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
@@ -186,6 +187,23 @@ def test_service_monitor_scrapes_the_metrics_service(helm_bin: Path) -> None:
     assert svc["spec"]["selector"].items() <= pod_labels.items()
 
 
+def test_pod_monitor_scrapes_the_trainers_named_port(helm_bin: Path) -> None:
+    """Off by default; on, it selects training pods by the port the builders declare."""
+    from trainium_operator import builders
+    from trainium_trainer import contract
+
+    assert not by_kind(render(), "PodMonitor")
+    pm = one(render(*NON_DEFAULT), "PodMonitor")
+    assert pm["apiVersion"] == "monitoring.coreos.com/v1"
+    assert pm["spec"]["selector"] == {"matchLabels": {builders.LABEL_STAGE: contract.STAGE_TRAIN}}
+    assert pm["spec"]["namespaceSelector"] == {"matchNames": ["team-a", "team-b"]}
+    [endpoint] = pm["spec"]["podMetricsEndpoints"]
+    assert (endpoint["port"], endpoint["path"]) == (contract.METRICS_PORT_NAME, "/metrics")
+    assert endpoint["relabelings"][0]["targetLabel"] == "trainiumjob"
+    anywhere = one(render("metrics.podMonitor.enabled=true"), "PodMonitor")
+    assert anywhere["spec"]["namespaceSelector"] == {"any": True}
+
+
 def test_prometheus_rules_use_exported_metrics(helm_bin: Path) -> None:
     rule = one(render(*NON_DEFAULT), "PrometheusRule")
     assert rule["apiVersion"] == "monitoring.coreos.com/v1"
@@ -212,6 +230,20 @@ def test_dashboard_configmap_is_grafana_json_over_exported_metrics(helm_bin: Pat
     used = set().union(*(metric_names(e) for e in exprs))
     assert used <= exported_series()
     assert {"trainium_operator_jobs", "trainium_operator_job_failures_total"} <= used
+    assert "trainium_operator_estimated_cost_usd_total" in used  # the cost panels
+    # Per-job panels over the trainers' own gauges (the PodMonitor scrapes them).
+    from trainium_trainer import contract
+
+    served = {v for k, v in vars(contract).items() if k.startswith("METRIC_")}
+    trainer = set().union(*(set(re.findall(r"trainium_trainer_[a-z_]+", e)) for e in exprs))
+    assert trainer <= served
+    assert {
+        contract.METRIC_SAMPLES_PER_SECOND,
+        contract.METRIC_LOSS,
+        contract.METRIC_STEP,
+    } <= trainer
+    per_job = [e for e in exprs if "trainium_trainer_" in e]
+    assert all("trainiumjob" in e for e in per_job), per_job
 
 
 def test_optional_parts_are_off_by_default(helm_bin: Path) -> None:

@@ -29,6 +29,12 @@ from kubelet import NODES, FakeKubelet
 
 ASSETS_ENV = "TRAINIUM_CLUSTER_ASSETS"
 RELEASE, OPERATOR_NS = "trainium-operator", "trainium-system"
+#: The operator reads and writes progress often here (the defaults are 30 s and 60 s).
+PROGRESS_ENV = {
+    "TRAINIUM_PROGRESS_INTERVAL_SECONDS": "2",
+    "TRAINIUM_PROGRESS_WRITE_SECONDS": "4",
+    "TRAINIUM_FIRST_STEP_ALLOWANCE_SECONDS": "0",
+}
 
 
 @pytest.fixture(scope="session")
@@ -124,6 +130,9 @@ def operator(cluster: Cluster, installed: str) -> Iterator[OperatorProcess]:
         AWS_CONFIG_FILE=str(cluster.root / "no-aws-config"),
         AWS_SHARED_CREDENTIALS_FILE=str(cluster.root / "no-aws-credentials"),
     )
+    # Issue 19 in seconds, not minutes (the chart's progressIntervalSeconds, progressWriteSeconds
+    # and firstStepAllowanceSeconds): rank 0 read every 2 s, progress written every 4 s at most.
+    proc.env.update(PROGRESS_ENV)
     proc.start(timeout=60)
     yield proc
     proc.stop()

@@ -6,6 +6,12 @@ labels) or by pod annotations (`tier.trainium.dev/outcome` ...). Deleted pods en
 ends them: containers terminated (exit 137 if they were running), phase terminal, then a delete
 with grace 0. Container logs are served over HTTPS at the node's InternalIP on the port the Node
 advertises (status.daemonEndpoints), so `kubectl logs` works through the API server.
+
+Pods get distinct loopback IPs (127.N.x.y), so a pod whose behavior has `metrics` serves rank
+0's live figures (Prometheus text, the trainer's gauge names) on its IP and its containerPort named
+`metrics`, where the operator reads them; `stall(namespace)` stops their steps. A behavior with
+`init_exit_code` fails the pod's first init container (the trainer's preflight) as the kubelet
+reports it, and `fail_node(node, behavior)` fails the pods running on one node now.
 """
 
 from __future__ import annotations
@@ -17,17 +23,21 @@ import http.server
 import itertools
 import json
 import logging
+import random
 import ssl
 import threading
 import time
 import urllib.error
 import urllib.parse
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from prometheus_client import CollectorRegistry, Gauge, generate_latest
+
 from cluster import Api, free_port
+from trainium_trainer import contract
 
 Obj = dict[str, Any]
 log = logging.getLogger("tier.kubelet")
@@ -76,6 +86,64 @@ TRN1_32XLARGE_NODES = sum(1 for kind in NODES.values() if kind is TRN1_32XLARGE)
 
 
 @dataclass(frozen=True)
+class Metrics:
+    """Rank 0's live figures a pod serves: the step goes from `start` at `rate` steps a second."""
+
+    total_steps: int = 1000
+    rate: float = 5.0
+    start: int = 0
+    loss: float = 2.5
+    samples_per_second: float = 512.0
+    checkpoint_step: int = 0
+
+
+class Feed:
+    """One pod's metrics endpoint: the step advances with the clock until stalled."""
+
+    def __init__(self, metrics: Metrics, namespace: str) -> None:
+        self.metrics = metrics
+        self.namespace = namespace
+        self.began = time.monotonic()
+        self.frozen: int | None = None
+        self.server: http.server.ThreadingHTTPServer | None = None
+
+    def step(self) -> int:
+        m = self.metrics
+        if self.frozen is not None:
+            return self.frozen
+        return min(m.total_steps, m.start + int(m.rate * (time.monotonic() - self.began)))
+
+    def stall(self) -> None:
+        """The step stands still from now on (a gang hung in a collective)."""
+        self.frozen = self.step()
+
+    def text(self) -> bytes:
+        """The gauges as the trainer's prometheus-client registry renders them."""
+        m, registry = self.metrics, CollectorRegistry()
+        values = {
+            contract.METRIC_STEP: self.step(),
+            contract.METRIC_TOTAL_STEPS: m.total_steps,
+            contract.METRIC_LOSS: m.loss,
+            contract.METRIC_SAMPLES_PER_SECOND: m.samples_per_second,
+            contract.METRIC_TOKENS_PER_SECOND: m.samples_per_second * 512,
+            contract.METRIC_LR: 1e-4,
+            contract.METRIC_CHECKPOINT_STEP: m.checkpoint_step,
+        }
+        for name, value in values.items():
+            Gauge(name, name, registry=registry).set(value)
+        return generate_latest(registry)
+
+
+def metrics_port(pod: Obj) -> int | None:
+    """The pod's containerPort named `metrics` (where the operator reads rank 0)."""
+    for container in pod["spec"]["containers"]:
+        for port in container.get("ports") or []:
+            if port.get("name") == contract.METRICS_PORT_NAME:
+                return int(port["containerPort"])
+    return None
+
+
+@dataclass(frozen=True)
 class Behavior:
     """What the fake kubelet does with a pod: how long it runs, how it ends, what it logs."""
 
@@ -85,6 +153,12 @@ class Behavior:
     message: str = ""
     logs: tuple[str, ...] = ()
     run_seconds: float = 1.0
+    #: Serve rank 0's live metrics on the pod's IP and named port while it runs.
+    metrics: Metrics | None = None
+    #: Non-zero: the pod's first init container (the preflight) fails with this exit code and
+    #: `init_message` as its termination message and log; the pod is Failed, nothing else runs.
+    init_exit_code: int = 0
+    init_message: str = ""
 
     def __post_init__(self) -> None:
         if self.outcome not in OUTCOMES:
@@ -119,10 +193,16 @@ class Plan:
     namespace: str | None = None
     times: int | None = None
     used: int = 0
+    #: Only pods bound to this node.
+    node: str | None = None
+    #: (pod name, node) of each pod the plan was used for.
+    pods: list[tuple[str, str]] = field(default_factory=list)
 
     def matches(self, pod: Obj) -> bool:
         meta = pod["metadata"]
         if self.namespace and meta.get("namespace") != self.namespace:
+            return False
+        if self.node and pod["spec"].get("nodeName") != self.node:
             return False
         if self.times is not None and self.used >= self.times:
             return False
@@ -209,6 +289,11 @@ class FakeKubelet:
         self._ending: set[str] = set()
         self._seen: set[str] = set()
         self._ip = itertools.count(2)
+        # Loopback pod IPs (reachable without setup); a random second octet keeps two tiers on
+        # one machine apart (a taken address:port is skipped anyway).
+        self._net = random.randrange(16, 250)
+        self._feeds: dict[str, Feed] = {}  # pod uid -> its metrics endpoint
+        self._pod_ips: dict[str, str] = {}  # pod uid -> its IP (one for the pod's life)
         self._timers: list[tuple[float, int, Callable[[], None]]] = []
         self._seq = itertools.count()
         self._lock = threading.Condition()
@@ -226,9 +311,10 @@ class FakeKubelet:
         behavior: Behavior,
         namespace: str | None = None,
         times: int | None = None,
+        node: str | None = None,
     ) -> Plan:
-        """Pods matching labels (in namespace) get behavior, the first `times` of them."""
-        rule = Plan(labels, behavior, namespace, times)
+        """Pods matching labels (in namespace, on node) get behavior, the first `times` of them."""
+        rule = Plan(labels, behavior, namespace, times, node=node)
         with self._lock:
             self.plans.insert(0, rule)
         return rule
@@ -245,6 +331,35 @@ class FakeKubelet:
         for pod in pods:
             self._after(0, functools.partial(self._finish, pod, behavior or Behavior()))
         return len(pods)
+
+    def fail_node(self, node: str, behavior: Behavior) -> list[str]:
+        """End the pods running on node now as behavior says (its logs become theirs)."""
+        with self._lock:
+            pods = [p for p in self._running.values() if p["spec"].get("nodeName") == node]
+        for pod in pods:
+            meta = pod["metadata"]
+            for container in pod["spec"]["containers"]:
+                key = (meta["namespace"], meta["name"], container["name"])
+                self._logs[key] = "".join(f"{line}\n" for line in behavior.logs)
+            self._after(0, lambda pod=pod: self._finish(pod, behavior))
+        return sorted(p["metadata"]["name"] for p in pods)
+
+    def stall(self, namespace: str) -> int:
+        """Stop the steps of every metrics endpoint of namespace (how many there are)."""
+        with self._lock:
+            feeds = [f for f in self._feeds.values() if f.namespace == namespace]
+        for feed in feeds:
+            feed.stall()
+        return len(feeds)
+
+    def serving(self, namespace: str) -> dict[str, str]:
+        """uid -> pod IP of the pods of namespace that serve metrics now."""
+        with self._lock:
+            return {
+                uid: f.server.server_address[0]
+                for uid, f in self._feeds.items()
+                if f.namespace == namespace and f.server is not None
+            }
 
     def running(self, namespace: str) -> list[str]:
         """Names of the pods of namespace this kubelet runs now."""
@@ -300,6 +415,8 @@ class FakeKubelet:
         with self._lock:
             self._lock.notify_all()
         self._server.shutdown()
+        for uid in list(self._feeds):
+            self._stop_feed(uid)
         for thread in self._threads:
             thread.join(5)
 
@@ -376,6 +493,7 @@ class FakeKubelet:
         for rule in self.plans:
             if rule.matches(pod):
                 rule.used += 1
+                rule.pods.append((pod["metadata"]["name"], pod["spec"]["nodeName"]))
                 base = rule.behavior
                 break
         return Behavior.from_annotations(pod["metadata"].get("annotations") or {}, base)
@@ -399,6 +517,10 @@ class FakeKubelet:
         for container in spec["containers"]:
             key = (meta["namespace"], meta["name"], container["name"])
             self._logs[key] = "".join(f"{line}\n" for line in behavior.logs)
+        for i, container in enumerate(spec.get("initContainers") or []):
+            failing = i == 0 and behavior.init_exit_code
+            text = f"{behavior.init_message}\n" if failing and behavior.init_message else ""
+            self._logs[(meta["namespace"], meta["name"], container["name"])] = text
         self._after(0.1, lambda: self._begin(pod, behavior))
 
     def _path(self, pod: Obj) -> str:
@@ -409,11 +531,15 @@ class FakeKubelet:
         patch = {"metadata": {"uid": pod["metadata"]["uid"]}, "status": status}
         self.api.merge_patch(self._path(pod), patch)
 
-    def _base_status(self, pod: Obj, phase: str, ready: bool) -> Obj:
+    def _next_ip(self) -> str:
         n = next(self._ip)
-        ip = f"10.244.{n // 250}.{n % 250 + 2}"
+        return f"127.{self._net}.{n // 250 % 250}.{n % 250 + 2}"
+
+    def _base_status(self, pod: Obj, phase: str, ready: bool, ip: str | None = None) -> Obj:
         status = pod.get("status") or {}
-        pod_ip = status.get("podIP") or ip
+        pod_ip = status.get("podIP") or self._pod_ips.get(pod["metadata"]["uid"]) or ip
+        pod_ip = pod_ip or self._next_ip()
+        self._pod_ips[pod["metadata"]["uid"]] = pod_ip
         start = status.get("startTime") or _now()
         flag = "True" if ready else "False"
         # Conditions the kubelet does not own (DisruptionTarget from the Eviction API) stay.
@@ -439,6 +565,9 @@ class FakeKubelet:
         containers = pod["spec"]["containers"]
         if behavior.outcome == "NeverStart":
             return
+        if behavior.init_exit_code:
+            self._fail_init(pod, behavior)
+            return
         if behavior.outcome == "ErrImagePull":
             waiting = {"waiting": {"reason": "ErrImagePull",
                                    "message": f"failed to pull image {containers[0].get('image')}"
@@ -449,9 +578,13 @@ class FakeKubelet:
             return
         started = _now()
         self._started[pod["metadata"]["uid"]] = started
-        status = self._base_status(pod, "Running", ready=True)
+        ip = self._serve_metrics(pod, behavior.metrics) if behavior.metrics else None
+        status = self._base_status(pod, "Running", ready=True, ip=ip)
         running = {"running": {"startedAt": started}}
         status["containerStatuses"] = [container_status(c, running, True) for c in containers]
+        inits = pod["spec"].get("initContainers") or []
+        done = terminated(0, "Completed", "", started)
+        status["initContainerStatuses"] = [container_status(c, done, False) for c in inits]
         self._patch_status(pod, status)
         with self._lock:
             self._running[pod["metadata"]["uid"]] = pod
@@ -468,7 +601,75 @@ class FakeKubelet:
         reason = "OOMKilled" if oom else ("Completed" if code == 0 else "Error")
         self._terminate(pod, code, reason, behavior.message)
 
+    def _fail_init(self, pod: Obj, behavior: Behavior) -> None:
+        """The first init container exits non-zero: the pod (restartPolicy Never) is Failed."""
+        inits, started = pod["spec"].get("initContainers") or [], _now()
+        if not inits:
+            raise ValueError(f"pod {pod['metadata']['name']} has no init container to fail")
+        status = self._base_status(pod, "Failed", ready=False)
+        for cond in status["conditions"]:
+            if cond["type"] == "Initialized":
+                cond.update(
+                    status="False",
+                    reason="ContainersNotInitialized",
+                    message=f"containers with incomplete status: [{inits[0]['name']}]",
+                )
+        code = behavior.init_exit_code
+        failed = terminated(code, "Error", behavior.init_message, started)
+        waiting = {"waiting": {"reason": "PodInitializing"}}
+        status["initContainerStatuses"] = [
+            container_status(c, failed if i == 0 else waiting, i == 0) for i, c in enumerate(inits)
+        ]
+        containers = pod["spec"]["containers"]
+        status["containerStatuses"] = [container_status(c, waiting, False) for c in containers]
+        self._patch_status(pod, status)
+
+    def _serve_metrics(self, pod: Obj, metrics: Metrics) -> str | None:
+        """Serve the pod's metrics on a free loopback IP and its named port; that IP."""
+        port = metrics_port(pod)
+        if port is None:
+            return None
+        feed = Feed(metrics, pod["metadata"]["namespace"])
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                body = feed.text() if self.path.split("?")[0] == "/metrics" else b"not found\n"
+                self.send_response(200 if body != b"not found\n" else 404)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                log.debug(format, *args)
+
+        for _ in range(50):  # an address another tier on this machine holds is skipped
+            ip = self._next_ip()
+            try:
+                feed.server = http.server.ThreadingHTTPServer((ip, port), Handler)
+                break
+            except OSError:
+                continue
+        else:
+            raise RuntimeError(f"no free loopback address for port {port}")
+        server = feed.server
+        thread = threading.Thread(
+            target=lambda: server.serve_forever(poll_interval=0.5), daemon=True, name=f"m-{ip}"
+        )
+        thread.start()
+        with self._lock:
+            self._feeds[pod["metadata"]["uid"]] = feed
+        return ip
+
+    def _stop_feed(self, uid: str) -> None:
+        with self._lock:
+            feed = self._feeds.pop(uid, None)
+        if feed is not None and feed.server is not None:
+            feed.server.shutdown()
+            feed.server.server_close()
+
     def _terminate(self, pod: Obj, code: int, reason: str, message: str) -> None:
+        self._stop_feed(pod["metadata"]["uid"])
         started = self._started.get(pod["metadata"]["uid"], _now())
         phase = "Succeeded" if code == 0 else "Failed"
         status = self._base_status(pod, phase, ready=False)
@@ -486,6 +687,7 @@ class FakeKubelet:
         phase = (current.get("status") or {}).get("phase")
         with self._lock:
             was_running = self._running.pop(meta["uid"], None) is not None
+        self._stop_feed(meta["uid"])
         if phase not in ("Succeeded", "Failed") and was_running:
             self._terminate(current, 137, "Error", "")
         body = {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0,

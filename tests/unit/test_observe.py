@@ -244,3 +244,22 @@ def test_a_running_compile_is_found_from_the_volcano_jobs_without_a_lease(
 ) -> None:
     verdict = cache_verdict("Always", None, vcjobs=jobs, monkeypatch=monkeypatch)
     assert verdict[1:] == (holder, holder_job)
+
+
+def test_a_replaced_gangs_pods_are_no_failures_of_the_next_instance() -> None:
+    def pod(name: str, owner: str | None) -> dict:
+        refs = [{"kind": "Job", "name": "j-train", "uid": owner}] if owner else []
+        return {"metadata": {"name": name, "ownerReferences": refs}, "status": {}}
+
+    old, new, plain = (
+        pod("j-train-node-0-0", "uid-1"),
+        pod("j-train-node-0-0", "uid-2"),
+        pod("x", None),
+    )
+    job = {"metadata": {"name": "j-train", "uid": "uid-2"}}
+    assert observe.of_instance([old, new, plain], job) == [new, plain]
+    assert observe.of_instance([old, new], None) == [old, new]
+    deleting = {
+        "metadata": {"name": "j-train", "uid": "uid-1", "deletionTimestamp": "2026-11-25T06:00:00Z"}
+    }
+    assert observe.of_instance([old], deleting) == []

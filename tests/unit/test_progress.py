@@ -65,6 +65,14 @@ def test_writes_wait_a_minute_per_job() -> None:
     assert not progress.write_due(first, soon, "2026-11-22T10:00:30Z")
 
 
+def test_the_write_budget_and_the_first_step_allowance_are_settings() -> None:
+    first = progress.advance(None, Sample(0, 1000), "uid-1", T0)
+    soon = progress.advance(first, Sample(30, 1000), "uid-1", "2026-11-22T10:00:05Z")
+    assert progress.write_due(first, soon, "2026-11-22T10:00:05Z", every=5)
+    assert progress.hung(first, 60, "2026-11-22T10:01:01Z", first_step=0) is not None
+    assert progress.hung(first, 60, "2026-11-22T10:01:01Z") is None  # the default: 900 s more
+
+
 def test_a_new_gang_starts_afresh() -> None:
     old = progress.advance(None, Sample(500, 1000), "uid-1", T0)
     new = progress.advance(old, Sample(400, 1000), "uid-2", T1)

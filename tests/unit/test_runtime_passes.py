@@ -451,7 +451,6 @@ def test_17_bug5_the_cause_is_the_pod_event_even_when_volcano_deleted_the_pod(
 ) -> None:
     """Volcano deletes a failed pod ~60 ms after it fails: the list then shows only its peer."""
     from test_failures import T0, T1, ended, pod
-
     from trainium_operator import builders, observe
     from trainium_operator.builders import Owner
 
@@ -471,7 +470,6 @@ def test_17_bug5_the_cause_is_the_pod_event_even_when_volcano_deleted_the_pod(
 
 def test_17_bug5_the_pod_watch_keeps_the_failed_pod_until_a_pass_reads_it() -> None:
     from test_failures import ended, pod
-
     from trainium_operator import builders
 
     script = Script(ApiException(status=503), Outcome("Training"), Outcome("Training"))
@@ -480,9 +478,14 @@ def test_17_bug5_the_pod_watch_keeps_the_failed_pod_until_a_pass_reads_it() -> N
     failed = pod("w-0", ended(1))
     meta = {"name": "w-0", "annotations": {builders.ANNOTATION_OWNER: "ns/job"}}
     labels = {builders.LABEL_STAGE: "train"}
-    body = kopf.Body({"metadata": meta, "status": failed["status"]})
+    body = kopf.Body({"metadata": meta, "spec": {"nodeName": "n-3"}, "status": failed["status"]})
     event = handlers.on_pod(
-        type="MODIFIED", meta=body.meta, status=body.status, labels=labels, memo=memo
+        type="MODIFIED",
+        meta=body.meta,
+        spec=body.spec,
+        status=body.status,
+        labels=labels,
+        memo=memo,
     )
     asyncio.run(event)
     for _ in range(3):
@@ -490,6 +493,8 @@ def test_17_bug5_the_pod_watch_keeps_the_failed_pod_until_a_pass_reads_it() -> N
         passes.wake(KEY)
     shown = [[p["metadata"]["name"] for p in v.failed_pods] for v in script.views]
     assert shown == [["w-0"], ["w-0"], []]  # kept through the failed pass, read by the next
+    # The node it ran on comes along (a node fault keeps that node out of the next gang).
+    assert script.views[0].failed_pods[0]["spec"] == {"nodeName": "n-3"}
 
 
 # ---- status is composed by one pure function ---------------------------------------------------

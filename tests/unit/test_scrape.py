@@ -82,6 +82,10 @@ def test_the_interval_comes_from_the_chart(monkeypatch: pytest.MonkeyPatch) -> N
     assert scrape.interval() == 45.0
     monkeypatch.setenv(scrape.INTERVAL_ENV, "soon")
     assert scrape.interval() == 30.0
+    assert (scrape.write_every(), scrape.first_step_allowance()) == (60.0, 900)
+    monkeypatch.setenv(scrape.WRITE_ENV, "5")
+    monkeypatch.setenv(scrape.ALLOWANCE_ENV, "0")
+    assert (scrape.write_every(), scrape.first_step_allowance()) == (5.0, 0)
 
 
 def test_a_trainer_that_does_not_answer_is_no_reading(monkeypatch: pytest.MonkeyPatch) -> None:
