@@ -10,6 +10,7 @@ with them.
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import logging
 import os
@@ -22,6 +23,7 @@ import kopf
 from trainium_operator import (
     checkpoints,
     events,
+    failures,
     footprint,
     k8s,
     metrics,
@@ -216,10 +218,13 @@ async def on_pod(
     status: kopf.Status,
     labels: Mapping[str, str],
     memo: Any,
+    spec: Mapping[str, Any] | None = None,
     **_: Any,
 ) -> None:
     """A gang pod failed or cannot start: keep what its event shows (the cause, at once), wake.
 
+    The failed container's log tail is read here, before the wake: Volcano deletes a failed
+    pod ~60 ms after it fails, and its log with it, long before a pass would read it.
     A training pod whose container ended with a newer checkpoint report wakes its job too (the
     initial listing only remembers it, so a restarted operator keeps what the pods say).
     """
@@ -231,13 +236,40 @@ async def on_pod(
     if type is None:
         return
     if _troubled(dict(status)):
-        pod = {
-            "metadata": {"name": meta.get("name"), "labels": dict(labels)},
-            "status": dict(status),
-        }
-        passes.pod_event(key, pod, context=contextvars.copy_context())
+        pod = _as_shown(meta, labels, spec or {}, status)
+        log = await _log_tail(passes, key, pod)
+        passes.pod_event(key, pod, context=contextvars.copy_context(), log=log)
     elif newer:
         _wake(memo, key)
+
+
+def _as_shown(
+    meta: kopf.Meta, labels: Mapping[str, str], spec: Mapping[str, Any], status: kopf.Status
+) -> Json:
+    """What the pod watch event says of a pod that classification weighs (failures.py)."""
+    kept = ("name", "namespace", "uid", "deletionTimestamp", "deletionGracePeriodSeconds")
+    metadata = {k: meta.get(k) for k in kept if meta.get(k) is not None}
+    return {
+        "metadata": {**metadata, "labels": dict(labels)},
+        "spec": {"nodeName": spec.get("nodeName")} if spec.get("nodeName") else {},
+        "status": dict(status),
+    }
+
+
+async def _log_tail(passes: Passes, key: Key, pod: Json) -> tuple[str, ...]:
+    """The failed container's log tail, read once per pod; () when gone or unreadable."""
+    md = pod["metadata"]
+    container = failures.failed_container(pod)
+    if not container or not md.get("uid") or passes.records.has_log(key, md["uid"]):
+        return ()
+    try:
+        lines = await asyncio.to_thread(
+            k8s.pod_log_tail, key[0], md["name"], container, failures.LOG_TAIL_LINES
+        )
+    except Exception as exc:  # evidence only: the pass still classifies by the pod's state
+        log.debug("log of pod %s/%s not read: %s", key[0], md["name"], exc)
+        return ()
+    return tuple(lines)
 
 
 def _remember_checkpoint(

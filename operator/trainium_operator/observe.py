@@ -6,7 +6,7 @@ what its watches already stream; GETs elsewhere. The queue hierarchy comes in th
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,6 +48,8 @@ class Views:
     #: Troubled pods as the pod watch showed them ({metadata, status}): the cause even when
     #: Volcano deleted the pod before this pass could list it.
     failed_pods: tuple[Json, ...] = ()
+    #: Failed containers' log tails read when their pod's watch event came (pod uid -> lines).
+    pod_logs: Mapping[str, Sequence[str]] = field(default_factory=dict)
 
     def has_children(self, queue: str) -> bool:
         """Whether any listed queue names this one as its parent (a non-leaf queue)."""
@@ -104,7 +106,7 @@ def observe(
     left = startup_left(job, spec.runPolicy.startupDeadlineSeconds, views.now)
     stuck = left is not None and left <= 0
     pods = [] if stuck else with_shown(stage_pods(owner, stage, _child(job), views), views, stage)
-    failure = stuck_failure(owner, stage) if stuck else gang_failure(owner, pods)
+    failure = stuck_failure(owner, stage) if stuck else gang_failure(owner, pods, views.pod_logs)
     reported = [checkpoints.from_pod(p) for p in pods] if stage == "train" else []
     admission = None if train is not None else queue_blocker(spec.scheduling.queue, views)
     if admission is None and train is None and _child(pre) in (Child.ABSENT, Child.SUCCEEDED):
@@ -227,15 +229,22 @@ def with_shown(pods: list[Json], views: Views, stage: str) -> list[Json]:
     return pods + shown
 
 
-def gang_failure(owner: Owner, pods: list[Json]) -> failures.Failure | None:
-    """Why the gang failed, from its pods and their log tails, if it did."""
-    logs: dict[str, list[str]] = {}
+def gang_failure(
+    owner: Owner, pods: list[Json], known: Mapping[str, Sequence[str]] | None = None
+) -> failures.Failure | None:
+    """Why the gang failed, from its pods and their log tails, if it did.
+
+    `known`: tails read when the pod watch showed the failure (pod uid -> lines); only the
+    others are read now (Volcano deletes a failed pod, and its log, within ~60 ms).
+    """
+    logs: dict[str, Sequence[str]] = {}
     for pod in pods:
         container = failures.failed_container(pod)
-        if container and len(logs) < MAX_LOGS and pod["metadata"]["name"] not in logs:
-            name = pod["metadata"]["name"]
+        name = pod["metadata"]["name"]
+        if container and len(logs) < MAX_LOGS and name not in logs:
+            read = (known or {}).get(pod["metadata"].get("uid") or "")
             tail = failures.LOG_TAIL_LINES
-            logs[name] = k8s.pod_log_tail(owner.namespace, name, container, tail)
+            logs[name] = read or k8s.pod_log_tail(owner.namespace, name, container, tail)
     return failures.classify_gang(pods, logs)
 
 
