@@ -262,6 +262,9 @@ async def _log_tail(passes: Passes, key: Key, pod: Json) -> tuple[str, ...]:
     container = failures.failed_container(pod)
     if not container or not md.get("uid") or passes.records.has_log(key, md["uid"]):
         return ()
+    shown = failures.classify_pod(pod)
+    if shown is not None and shown.reason in failures.GANG_DISRUPTIONS:
+        return ()  # the disruption explains it: no log read delays telling the pass
     try:
         lines = await asyncio.to_thread(
             k8s.pod_log_tail, key[0], md["name"], container, failures.LOG_TAIL_LINES
@@ -288,9 +291,16 @@ def _owner_key(meta: kopf.Meta) -> Key | None:
 
 
 def _troubled(status: Json) -> bool:
-    """A container terminated non-zero or stuck waiting on an error; or the pod failed."""
+    """A container terminated non-zero or stuck waiting on an error; or the pod failed.
+
+    Or it is being disrupted (DisruptionTarget): evicted pods go within milliseconds, and
+    Volcano restarts the gang on the deletion's first event, before the pod has failed.
+    """
     if status.get("phase") == "Failed" or status.get("reason") == "Evicted":
         return True
+    for cond in status.get("conditions") or []:
+        if cond.get("type") == "DisruptionTarget" and cond.get("status") == "True":
+            return True
     for cs in status.get("containerStatuses") or []:
         for key in ("state", "lastState"):
             term = (cs.get(key) or {}).get("terminated") or {}

@@ -97,6 +97,9 @@ def observe(
     storage = _storage(spec, owner, lookup or fsx.describe, read)
     pre = read.get(Kind.VCJOB, owner.namespace, naming.vcjob_name(owner.name, "precompile"))
     train = read.get(Kind.VCJOB, owner.namespace, naming.vcjob_name(owner.name, "train"))
+    stopping = train is not None and bool(train["metadata"].get("deletionTimestamp"))
+    if stopping:
+        train = None  # a replaced gang still stopping: its successor waits (gang_stopping)
     ident = cache.identity(spec)
     entry, lease, holder, holder_job = _cache(ident, owner, spec.precompile.policy, read)
     about_to_compile = pre is None and train is None and storage.ready
@@ -109,6 +112,8 @@ def observe(
     failure = stuck_failure(owner, stage) if stuck else gang_failure(owner, pods, views.pod_logs)
     reported = [checkpoints.from_pod(p) for p in pods] if stage == "train" else []
     admission = None if train is not None else queue_blocker(spec.scheduling.queue, views)
+    if stopping and admission is None:
+        admission = gang_stopping(owner)
     if admission is None and train is None and _child(pre) in (Child.ABSENT, Child.SUCCEEDED):
         admission = priority_blocker(spec.scheduling.priorityClassName)  # a stage is next
     observed = Observed(
@@ -281,6 +286,13 @@ def queue_blocker(name: str, views: Views) -> Blocker | None:
         msg = f"{field_} has child queues; Volcano only admits jobs into leaf queues"
         return Blocker("QueueNotLeaf", msg)
     return None
+
+
+def gang_stopping(owner: Owner) -> Blocker:
+    """The replaced training gang is still being deleted: its successor (same name) waits."""
+    name = naming.vcjob_name(owner.name, "train")
+    msg = f"waiting for the replaced training gang {name} to stop before starting a new one"
+    return Blocker("GangStopping", msg, warn=False)
 
 
 def priority_blocker(name: str | None) -> Blocker | None:
