@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from trainium_operator.failures import NOT_CHARGED, POLICIES, Failure
+from trainium_operator.failures import NODE_FAULTS, NOT_CHARGED, POLICIES, Failure
 
 #: The CRD's maximum of runPolicy.maxRetries (a drift test keeps them equal).
 MAX_RETRIES_LIMIT = 100
@@ -240,6 +240,11 @@ def replaced(counted: Accounted, reason: str, max_retries: int) -> Accounted:
     failure still pending on the cursor is counted here instead (the cursor dies with the job).
     """
     if reason in counted.restarted or reason in counted.disrupted:
+        return counted
+    cursor = counted.tally.cursor
+    if reason in NODE_FAULTS and cursor and cursor.retry_count and cursor.pending != reason:
+        # A pod's failure: Volcano restarted this gang for it too, and an earlier pass counted
+        # that restart (a failure seen before Volcano restarts stays pending until counted).
         return counted
     restarted, disrupted = list(counted.restarted), list(counted.disrupted)
     tally, spent = _count(counted.tally, reason, max_retries, restarted, disrupted)

@@ -18,11 +18,6 @@ LINES = {
 }
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 17 bugs 4 and 5: the log tail arrives as a bytes repr and races Volcano's "
-    "delete, and the peer Volcano kills is taken as the cause: the class is Unknown",
-)
 @pytest.mark.parametrize("cause", sorted(LINES))
 def test_a_failing_pod_restarts_the_gang_once_with_its_class(
     cluster: Cluster, kubelet: FakeKubelet, running_operator: OperatorProcess, ns: str, cause: str
