@@ -62,8 +62,14 @@ def _one(action: Action, spec: TrainiumJobSpec, owner: Owner, seen: Seen, read: 
     elif action in (Action.STOP_TRAINING, Action.STOP_PRECOMPILE):
         stage = "train" if action is Action.STOP_TRAINING else "precompile"
         name = naming.vcjob_name(owner.name, stage)
-        k8s.delete_vcjob(ns, name)
-        read.deleted(Kind.VCJOB, ns, name)
+        if seen.observed.replace_gang and action is Action.STOP_TRAINING:
+            # Its successor has the same name: Volcano's controller loses a job created while
+            # it still cleans up the old one's pods, so the old one goes first, pods and all
+            # (observe waits for it: a job with a deletionTimestamp is still stopping).
+            k8s.delete_vcjob(ns, name, foreground=True)
+        else:
+            k8s.delete_vcjob(ns, name)
+            read.deleted(Kind.VCJOB, ns, name)
         if action is Action.STOP_PRECOMPILE:
             _release(seen, read)  # another job may compile these graphs meanwhile
 

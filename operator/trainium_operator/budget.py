@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from trainium_operator.failures import NOT_CHARGED, Failure
+from trainium_operator.failures import NODE_FAULTS, NOT_CHARGED, POLICIES, Failure
 
 #: The CRD's maximum of runPolicy.maxRetries (a drift test keeps them equal).
 MAX_RETRIES_LIMIT = 100
@@ -168,7 +168,13 @@ def account(
 def _count(
     tally: Tally, reason: str, max_retries: int, restarted: list[str], disrupted: list[str]
 ) -> tuple[Tally, Exhausted | None]:
-    """Count one restart of this class, unless its limit is already spent."""
+    """Count one restart of this class, unless its limit is already spent.
+
+    A failure no restart fixes (OOMKilled, a bad image) fails the job: the restart Volcano
+    began for it before a pass saw it is stopped, so it is neither a restart nor a disruption.
+    """
+    if _fatal(reason):
+        return tally, None
     spent = _spent(tally, reason, max_retries)
     if spent is not None:
         return tally, spent
@@ -181,6 +187,8 @@ def _count(
 
 def _spent(tally: Tally, reason: str, max_retries: int) -> Exhausted | None:
     """Whether one more restart of this class is past its limit."""
+    if _fatal(reason):
+        return None  # the job fails with its own reason, not a spent budget
     if reason in NOT_CHARGED:
         if tally.disruptions < MAX_DISRUPTIONS:
             return None
@@ -197,6 +205,12 @@ def _spent(tally: Tally, reason: str, max_retries: int) -> Exhausted | None:
         f"runPolicy.maxRetries ({max_retries}) is spent"
     )
     return Exhausted(MAX_RETRIES_EXCEEDED, reason, msg)
+
+
+def _fatal(reason: str) -> bool:
+    """A class no restart can fix (the lifecycle fails the job with it at once)."""
+    policy = POLICIES.get(reason)
+    return policy is not None and not policy.retry
 
 
 def events(counted: Accounted, max_retries: int) -> list[tuple[str, str]]:
@@ -226,6 +240,11 @@ def replaced(counted: Accounted, reason: str, max_retries: int) -> Accounted:
     failure still pending on the cursor is counted here instead (the cursor dies with the job).
     """
     if reason in counted.restarted or reason in counted.disrupted:
+        return counted
+    cursor = counted.tally.cursor
+    if reason in NODE_FAULTS and cursor and cursor.retry_count and cursor.pending != reason:
+        # A pod's failure: Volcano restarted this gang for it too, and an earlier pass counted
+        # that restart (a failure seen before Volcano restarts stays pending until counted).
         return counted
     restarted, disrupted = list(counted.restarted), list(counted.disrupted)
     tally, spent = _count(counted.tally, reason, max_retries, restarted, disrupted)

@@ -296,6 +296,7 @@ def _overlay_pod(pod: Json, spec: TrainiumJobSpec, owner: Owner, stage: str, vcj
     annotations.update(owner_annotations(owner))  # pod events find the job
     for container in pod["spec"]["containers"]:
         _restore_field_path_env(container)
+        container["terminationMessagePolicy"] = LOGS_ON_ERROR
         res = container.setdefault("resources", {})
         for kind in ("requests", "limits"):
             wanted = getattr(spec.resources, kind)
@@ -303,6 +304,12 @@ def _overlay_pod(pod: Json, spec: TrainiumJobSpec, owner: Owner, stage: str, vcj
                 res.setdefault(kind, {}).update({k: str(v) for k, v in wanted.items()})
     if stage == appdef.TRAIN and spec.preflight:
         pod["spec"]["initContainers"] = [preflight_container(spec, pod["spec"]["containers"][0])]
+
+
+#: A container that fails without writing its termination message gets its log's tail there
+#: (the kubelet's last 80 lines, 2 KiB): the pod's watch event carries the evidence even when
+#: Volcano deletes the pod, and its log, within milliseconds (issue 17, bug 5).
+LOGS_ON_ERROR = "FallbackToLogsOnError"
 
 
 def preflight_container(spec: TrainiumJobSpec, trainer: Json) -> Json:
@@ -334,6 +341,7 @@ def preflight_container(spec: TrainiumJobSpec, trainer: Json) -> Json:
         ],
         "resources": copy.deepcopy(trainer.get("resources") or {}),
         "volumeMounts": copy.deepcopy(shm),
+        "terminationMessagePolicy": LOGS_ON_ERROR,
     }
     if trainer.get("securityContext"):
         container["securityContext"] = copy.deepcopy(trainer["securityContext"])

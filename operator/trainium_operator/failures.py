@@ -313,13 +313,37 @@ def _weigh(pod: Json, log_tail: Sequence[str]) -> _Found | None:
     term = _failed_container(status)
     if term is not None:
         container, state = term
-        return _Found(
-            _from_container(name, container, state, log_tail), _time(state.get("finishedAt"))
-        )
+        failure = _from_container(name, container, state, log_tail)
+        if failure.reason in _NOT_A_CAUSE and _killed_by_deletion(pod, state):
+            return None  # a peer stopped because the gang is being stopped, not a cause
+        return _Found(failure, _time(state.get("finishedAt")))
     if status.get("phase") == "Failed":
         detail = status.get("message") or status.get("reason") or "phase Failed"
         return _Found(_from_log(f"pod {name}", log_tail, f"failed: {detail}"), None)
     return None
+
+
+#: Exit codes of a container killed by a signal: 128 + SIGKILL, 128 + SIGTERM.
+_KILLED = frozenset({137, EXIT_SIGTERM})
+#: What a container killed by its pod's deletion shows when nothing more telling was logged.
+_NOT_A_CAUSE = SECONDARY | {"Interrupted"}
+
+
+def _killed_by_deletion(pod: Json, term: Json) -> bool:
+    """Killed by a signal once its pod was being deleted, not on its own.
+
+    Volcano deletes every pod of a gang whose pod failed or was evicted, and the kubelet then
+    kills the peers (exit 137/143): such a peer says nothing of why the gang stopped, and seen
+    after Volcano's restart it would look like a new failure of the restarted gang.
+    """
+    meta = pod.get("metadata") or {}
+    deleted = _time(meta.get("deletionTimestamp"))
+    if deleted is None or term.get("exitCode") not in _KILLED or term.get("reason") == "OOMKilled":
+        return False
+    grace = meta.get("deletionGracePeriodSeconds")
+    since = deleted - datetime.timedelta(seconds=grace if isinstance(grace, int) else 0)
+    finished = _time(term.get("finishedAt"))
+    return finished is None or finished >= since - datetime.timedelta(seconds=1)
 
 
 def unschedulable(pods: Sequence[Json]) -> Failure | None:

@@ -10,6 +10,7 @@ with them.
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import logging
 import os
@@ -23,6 +24,7 @@ from trainium_operator import (
     checkpoints,
     essence,
     events,
+    failures,
     footprint,
     k8s,
     metrics,
@@ -220,6 +222,8 @@ async def on_pod(
 ) -> None:
     """A gang pod failed or cannot start: keep what its event shows (the cause, at once), wake.
 
+    The failed container's log tail is read here, before the wake: Volcano deletes a failed
+    pod ~60 ms after it fails, and its log with it, long before a pass would read it.
     A training pod whose container ended with a newer checkpoint report wakes its job too (the
     initial listing only remembers it, so a restarted operator keeps what the pods say).
     """
@@ -231,22 +235,45 @@ async def on_pod(
     if type is None:
         return
     if _troubled(dict(status)):
-        pod = {
-            "metadata": {
-                "name": meta.get("name"),
-                "labels": dict(labels),
-                # Which Volcano job instance the pod was of: a replaced gang's pods are not
-                # the next gang's failures (observe.of_instance).
-                "ownerReferences": list(meta.get("ownerReferences") or []),
-            },
-            # The node a Neuron/EFA/preflight failure points at (status.excludedNodes), also
-            # when Volcano deleted the pod before the pass could list it.
-            "spec": {"nodeName": spec.get("nodeName")},
-            "status": dict(status),
-        }
-        passes.pod_event(key, pod, context=contextvars.copy_context())
+        pod = _as_shown(meta, labels, spec, status)
+        log = await _log_tail(passes, key, pod)
+        passes.pod_event(key, pod, context=contextvars.copy_context(), log=log)
     elif newer:
         _wake(memo, key)
+
+
+def _as_shown(
+    meta: kopf.Meta, labels: Mapping[str, str], spec: Mapping[str, Any], status: kopf.Status
+) -> Json:
+    """What the pod watch event says of a pod that classification weighs (failures.py)."""
+    kept = ("name", "namespace", "uid", "deletionTimestamp", "deletionGracePeriodSeconds")
+    metadata = {k: meta.get(k) for k in kept if meta.get(k) is not None}
+    # ownerReferences: which Volcano job instance the pod was of (observe.of_instance).
+    owners = list(meta.get("ownerReferences") or [])
+    return {
+        "metadata": {**metadata, "labels": dict(labels), "ownerReferences": owners},
+        "spec": {"nodeName": spec.get("nodeName")} if spec.get("nodeName") else {},
+        "status": dict(status),
+    }
+
+
+async def _log_tail(passes: Passes, key: Key, pod: Json) -> tuple[str, ...]:
+    """The failed container's log tail, read once per pod; () when gone or unreadable."""
+    md = pod["metadata"]
+    container = failures.failed_container(pod)
+    if not container or not md.get("uid") or passes.records.has_log(key, md["uid"]):
+        return ()
+    shown = failures.classify_pod(pod)
+    if shown is not None and shown.reason in failures.GANG_DISRUPTIONS:
+        return ()  # the disruption explains it: no log read delays telling the pass
+    try:
+        lines = await asyncio.to_thread(
+            k8s.pod_log_tail, key[0], md["name"], container, failures.LOG_TAIL_LINES
+        )
+    except Exception as exc:  # evidence only: the pass still classifies by the pod's state
+        log.debug("log of pod %s/%s not read: %s", key[0], md["name"], exc)
+        return ()
+    return tuple(lines)
 
 
 def _remember_checkpoint(
@@ -265,9 +292,16 @@ def _owner_key(meta: kopf.Meta) -> Key | None:
 
 
 def _troubled(status: Json) -> bool:
-    """A container terminated non-zero or stuck waiting on an error; or the pod failed."""
+    """A container terminated non-zero or stuck waiting on an error; or the pod failed.
+
+    Or it is being disrupted (DisruptionTarget): evicted pods go within milliseconds, and
+    Volcano restarts the gang on the deletion's first event, before the pod has failed.
+    """
     if status.get("phase") == "Failed" or status.get("reason") == "Evicted":
         return True
+    for cond in status.get("conditions") or []:
+        if cond.get("type") == "DisruptionTarget" and cond.get("status") == "True":
+            return True
     for cs in status.get("containerStatuses") or []:
         for key in ("state", "lastState"):
             term = (cs.get(key) or {}).get("terminated") or {}

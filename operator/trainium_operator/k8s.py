@@ -262,12 +262,14 @@ def create_vcjob(body: Json) -> Json | None:
     return _exists_is_ok(custom().create_namespaced_custom_object, *args)
 
 
-def delete_vcjob(namespace: str, name: str) -> None:
-    """Delete a Volcano job and (in the background) its pods; gone already is fine."""
+def delete_vcjob(namespace: str, name: str, *, foreground: bool = False) -> None:
+    """Delete a Volcano job and (in the background) its pods; gone already is fine.
+
+    `foreground`: the job stays (deletionTimestamp set) until its pods and PodGroup are gone.
+    """
     args = (VOLCANO_GROUP, VOLCANO_VERSION, namespace, VOLCANO_JOBS, name)
-    _missing_is_none(
-        custom().delete_namespaced_custom_object, *args, propagation_policy="Background"
-    )
+    policy = "Foreground" if foreground else "Background"
+    _missing_is_none(custom().delete_namespaced_custom_object, *args, propagation_policy=policy)
 
 
 def get_queue(name: str) -> Json | None:

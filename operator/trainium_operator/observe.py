@@ -6,7 +6,7 @@ what its watches already stream; GETs elsewhere. The queue hierarchy comes in th
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,6 +48,8 @@ class Views:
     #: Troubled pods as the pod watch showed them ({metadata, status}): the cause even when
     #: Volcano deleted the pod before this pass could list it.
     failed_pods: tuple[Json, ...] = ()
+    #: Failed containers' log tails read when their pod's watch event came (pod uid -> lines).
+    pod_logs: Mapping[str, Sequence[str]] = field(default_factory=dict)
 
     def has_children(self, queue: str) -> bool:
         """Whether any listed queue names this one as its parent (a non-leaf queue)."""
@@ -95,6 +97,9 @@ def observe(
     storage = _storage(spec, owner, lookup or fsx.describe, read)
     pre = read.get(Kind.VCJOB, owner.namespace, naming.vcjob_name(owner.name, "precompile"))
     train = read.get(Kind.VCJOB, owner.namespace, naming.vcjob_name(owner.name, "train"))
+    stopping = train is not None and bool(train["metadata"].get("deletionTimestamp"))
+    if stopping:
+        train = None  # a replaced gang still stopping: its successor waits (gang_stopping)
     ident = cache.identity(spec)
     entry, lease, holder, holder_job = _cache(ident, owner, spec.precompile.policy, read)
     about_to_compile = pre is None and train is None and storage.ready
@@ -104,9 +109,15 @@ def observe(
     left = startup_left(job, spec.runPolicy.startupDeadlineSeconds, views.now)
     stuck = left is not None and left <= 0
     pods = [] if stuck else with_shown(stage_pods(owner, stage, _child(job), views), views, stage)
-    failure = stuck_failure(owner, stage) if stuck else gang_failure(owner, of_instance(pods, job))
+    failure = (
+        stuck_failure(owner, stage)
+        if stuck
+        else gang_failure(owner, of_instance(pods, job), views.pod_logs)
+    )
     reported = [checkpoints.from_pod(p) for p in pods] if stage == "train" else []
     admission = None if train is not None else queue_blocker(spec.scheduling.queue, views)
+    if stopping and admission is None:
+        admission = gang_stopping(owner)
     if admission is None and train is None and _child(pre) in (Child.ABSENT, Child.SUCCEEDED):
         admission = priority_blocker(spec.scheduling.priorityClassName)  # a stage is next
     observed = Observed(
@@ -248,15 +259,22 @@ def _owned_by(pod: Json, uid: str) -> bool:
     return not owners or any(o.get("uid") == uid for o in owners)
 
 
-def gang_failure(owner: Owner, pods: list[Json]) -> failures.Failure | None:
-    """Why the gang failed, from its pods and their log tails, if it did."""
-    logs: dict[str, list[str]] = {}
+def gang_failure(
+    owner: Owner, pods: list[Json], known: Mapping[str, Sequence[str]] | None = None
+) -> failures.Failure | None:
+    """Why the gang failed, from its pods and their log tails, if it did.
+
+    `known`: tails read when the pod watch showed the failure (pod uid -> lines); only the
+    others are read now (Volcano deletes a failed pod, and its log, within ~60 ms).
+    """
+    logs: dict[str, Sequence[str]] = {}
     for pod in pods:
         container = failures.failed_container(pod)
-        if container and len(logs) < MAX_LOGS and pod["metadata"]["name"] not in logs:
-            name = pod["metadata"]["name"]
+        name = pod["metadata"]["name"]
+        if container and len(logs) < MAX_LOGS and name not in logs:
+            read = (known or {}).get(pod["metadata"].get("uid") or "")
             tail = failures.LOG_TAIL_LINES
-            logs[name] = k8s.pod_log_tail(owner.namespace, name, container, tail)
+            logs[name] = read or k8s.pod_log_tail(owner.namespace, name, container, tail)
     return failures.classify_gang(pods, logs)
 
 
@@ -293,6 +311,13 @@ def queue_blocker(name: str, views: Views) -> Blocker | None:
         msg = f"{field_} has child queues; Volcano only admits jobs into leaf queues"
         return Blocker("QueueNotLeaf", msg)
     return None
+
+
+def gang_stopping(owner: Owner) -> Blocker:
+    """The replaced training gang is still being deleted: its successor (same name) waits."""
+    name = naming.vcjob_name(owner.name, "train")
+    msg = f"waiting for the replaced training gang {name} to stop before starting a new one"
+    return Blocker("GangStopping", msg, warn=False)
 
 
 def priority_blocker(name: str | None) -> Blocker | None:

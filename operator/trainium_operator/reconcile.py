@@ -47,7 +47,7 @@ Emit = Callable[[Json, str, str, str, str], None]
 #: Waits whose end arrives as a watch event (the claim, the queue, our PV): no polling for them.
 WATCHED = frozenset(
     {"ClaimNotFound", "ClaimPending", "ClaimLost", "QueueNotFound", "QueueNotOpen",
-     "QueueNotLeaf", "VolumeTerminating"}
+     "QueueNotLeaf", "VolumeTerminating", "GangStopping"}
 )  # fmt: skip
 
 

@@ -673,10 +673,27 @@ class FakeKubelet:
         started = self._started.get(pod["metadata"]["uid"], _now())
         phase = "Succeeded" if code == 0 else "Failed"
         status = self._base_status(pod, phase, ready=False)
-        state = terminated(code, reason, message, started)
         containers = pod["spec"]["containers"]
-        status["containerStatuses"] = [container_status(c, state, True) for c in containers]
+        status["containerStatuses"] = [
+            container_status(c, terminated(code, reason, self._message(pod, c, code, message),
+                                           started), True)
+            for c in containers
+        ]  # fmt: skip
         self._patch_status(pod, status)
+
+    def _message(self, pod: Obj, container: Obj, code: int, message: str) -> str:
+        """The termination message; FallbackToLogsOnError: a failed container's log tail.
+
+        As the kubelet does: only when the container wrote none and exited non-zero, the
+        last 80 lines of its log, at most 2 KiB (kubelet's MaxContainerTerminationMessageLog*).
+        """
+        fallback = container.get("terminationMessagePolicy") == "FallbackToLogsOnError"
+        if message or code == 0 or not fallback:
+            return message
+        meta = pod["metadata"]
+        text = self.logs(meta["namespace"], meta["name"], container["name"]) or ""
+        tail = "".join(text.splitlines(keepends=True)[-80:]).encode()[-2048:]
+        return tail.decode(errors="ignore")
 
     def _end(self, pod: Obj) -> None:
         """A graceful deletion: stop the containers, report them, then remove the pod."""

@@ -19,9 +19,10 @@ LINES = {
 
 
 @pytest.mark.xfail(
-    strict=True,
-    reason="issue 17 bugs 4 and 5: the log tail arrives as a bytes repr and races Volcano's "
-    "delete, and the peer Volcano kills is taken as the cause: the class is Unknown",
+    strict=False,
+    reason="the class and count hold (issue 17 bug 5 fixed); NRT/EFA are node faults, so the "
+    "operator replaces the gang under the same Volcano job name, and Volcano's controller "
+    "sometimes loses a job created ms after the old one's pods are gone: the new gang never runs",
 )
 @pytest.mark.parametrize("cause", sorted(LINES))
 def test_a_failing_pod_restarts_the_gang_once_with_its_class(

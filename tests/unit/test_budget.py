@@ -239,3 +239,22 @@ def test_a_failure_no_restart_can_fix_keeps_its_own_reason() -> None:
 def test_a_spent_budget_without_a_live_gang_changes_nothing(child: Child) -> None:
     obs = Observed(storage_ready=True, cache_recorded=True, training=child)
     assert decide(replace(obs, exhausted=SPENT)) == decide(obs)
+
+
+def test_17_a_failure_no_restart_fixes_spends_no_restart_for_volcanos_own() -> None:
+    """Volcano restarted for an OOM before a pass saw it: the job fails, nothing is spent."""
+    got = step(Tally(cursor=Cursor("u1", 0)), "u1", 1, OOM, restarting=True, max_retries=0)
+    assert (got.tally.restarts, got.tally.disruptions, got.exhausted) == (0, 0, None)
+    pending = step(Tally(cursor=Cursor("u1", 0, "OOMKilled")), "u1", 1, None, max_retries=0)
+    assert (pending.tally.restarts, pending.exhausted) == (0, None)
+
+
+def test_17_a_gang_replaced_for_a_bad_node_after_volcano_restarted_for_it_counts_once() -> None:
+    """One pass counted Volcano's restart for the EFA failure; the next replaces the gang."""
+    counted = step(Tally(cursor=Cursor("u1", 0)), "u1", 1, EFA, restarting=True)
+    assert counted.restarted == ("EfaInitFailed",)
+    later = budget.replaced(Accounted(counted.tally), "EfaInitFailed", max_retries=3)
+    assert later.tally.restarts == 1 and later.restarted == ()
+    pending = step(Tally(cursor=Cursor("u1", 0)), "u1", 0, EFA)  # seen before Volcano restarts
+    first = budget.replaced(pending, "EfaInitFailed", max_retries=3)
+    assert first.tally.restarts == 1 and first.restarted == ("EfaInitFailed",)

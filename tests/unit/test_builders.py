@@ -655,3 +655,11 @@ def test_no_preflight_when_the_spec_says_so_nor_in_precompile() -> None:
 
 def pods_spec(vcjob: Json) -> Json:
     return next(pods(vcjob))[1]["spec"]
+
+
+def test_17_bug5_a_failed_container_leaves_its_log_tail_as_its_termination_message() -> None:
+    """FallbackToLogsOnError: the pod's watch event carries the evidence after Volcano's delete."""
+    for stage in ("train", "precompile"):
+        spec = pods_spec(build(stage))
+        for container in (*spec["containers"], *spec.get("initContainers", ())):
+            assert container["terminationMessagePolicy"] == "FallbackToLogsOnError"

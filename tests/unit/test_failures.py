@@ -491,3 +491,42 @@ def test_neuron_and_efa_failures_point_at_the_node(fixture: str, fault: bool) ->
 def test_without_a_node_nothing_is_excluded() -> None:
     got = classify_pod(pod(state=ended(1)), log("runtime.log"))
     assert got is not None and got.node is None and not got.node_fault
+
+
+# ---- issue 17 bug 5 on a real cluster: the peers Volcano stops are no cause -----------------
+
+
+def _deleted(body: Json, at: str = T1, grace: int = 30) -> Json:
+    body["metadata"].update(deletionTimestamp=at, deletionGracePeriodSeconds=grace)
+    return body
+
+
+def test_17_bug5_a_peer_killed_by_its_pods_deletion_is_no_cause() -> None:
+    """Volcano deletes the gang of a failed pod; the kubelet kills the peer (exit 137)."""
+    killed = _deleted(pod("w-1", ended(137, at=T1)), at="2026-11-22T06:41:30Z")
+    assert failures.classify_pod(killed) is None
+    first = pod("w-0", ended(1, at=T1), message="")
+    gang = failures.classify_gang([killed, first], {"w-0": ["CCOM WARN NET/OFI aws-ofi-nccl "
+                                                            "initialization failed"]})  # fmt: skip
+    assert gang is not None and gang.reason == "EfaInitFailed" and "w-0" in gang.message
+
+
+def test_17_bug5_what_a_killed_peer_still_proves_and_what_deletion_does_not_explain() -> None:
+    """An OOM, a telling log line, a failure before the deletion: each is still a cause."""
+    oom = _deleted(pod("w-1", ended(137, "OOMKilled", at=T1)))
+    assert failures.classify_pod(oom).reason == "OOMKilled"  # type: ignore[union-attr]
+    nrt = _deleted(pod("w-1", ended(137, at=T1)))
+    line = ["2026-Nov-25 04:00:00.0000 1:1 ERROR   NRT:nrt_init  Failed to initialize devices"]
+    assert failures.classify_pod(nrt, line).reason == "NeuronRuntimeError"  # type: ignore[union-attr]
+    before = _deleted(pod("w-1", ended(137, at=T0)), at="2026-11-22T06:41:30Z")
+    assert failures.classify_pod(before) is not None  # failed a minute before its deletion
+    exit1 = _deleted(pod("w-1", ended(1, at=T1)))
+    assert failures.classify_pod(exit1) is not None
+
+
+def test_17_bug5_a_log_tail_in_the_termination_message_classifies() -> None:
+    """FallbackToLogsOnError: the kubelet puts the failed container's log tail in the message."""
+    said = "starting\n2026-Nov-25 04:00:00.0000 1:1 ERROR   NRT:nrt_init  Failed to initialize\n"
+    found = failures.classify_pod(pod("w-0", ended(1, message=said)))
+    assert found is not None and found.reason == "NeuronRuntimeError"
+    assert found.log_tail[-1].startswith("2026-Nov-25")

@@ -139,12 +139,15 @@ class Passes:
         if not self.records.is_echo(key, version):
             self.wake(key, FIRST if first else FOLLOW_UP, context)
 
-    def pod_event(self, key: Key, pod: Json | None = None, context: Any = None) -> None:
+    def pod_event(
+        self, key: Key, pod: Json | None = None, context: Any = None, log: tuple[str, ...] = ()
+    ) -> None:
         """A pod of the job is in trouble: its next pass reads the pods (until one succeeds).
 
-        `pod` is the pod as its watch event showed it: the cause, even when it is gone by then.
+        `pod` is the pod as its watch event showed it, `log` its failed container's log tail
+        read then: the cause, even when both are gone by the pass.
         """
-        self.records.pod_event(key, pod)
+        self.records.pod_event(key, pod, log)
         self.wake(key, context=context)
 
     @contextlib.contextmanager
@@ -172,7 +175,11 @@ class Passes:
         if record.finalizing:
             return  # on_delete has run or runs: nothing may be created for this job
         seen, shown = self.records.pods_to_read(record)
-        views = replace(self._views(record, fresh=item.fresh), failed_pods=shown)
+        views = replace(
+            self._views(record, fresh=item.fresh),
+            failed_pods=shown,
+            pod_logs=self.records.logs_read(record),
+        )
         try:
             with metrics.reconcile_timer():
                 outcome = self._reconcile(key[0], key[1], self._emit, views)

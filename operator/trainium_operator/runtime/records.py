@@ -39,6 +39,9 @@ class JobRecord:
     #: Troubled pods as their watch event showed them (name -> {metadata, status}): Volcano
     #: deletes a failed pod ~60 ms after it fails, before a pass can read it (issue 17, bug 5).
     failed_pods: dict[str, Json] = field(default_factory=dict)
+    #: The failed container's log tail, read as its pod's watch event arrived (pod uid ->
+    #: lines): by the pass, Volcano may have deleted the pod and its log with it.
+    pod_logs: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     @property
     def pods_changed(self) -> bool:
@@ -81,18 +84,32 @@ class Records:
         with self.lock:
             yield self._by_key.get(key) is record and not record.finalizing
 
-    def pod_event(self, key: Key, pod: Json | None = None) -> None:
+    def pod_event(self, key: Key, pod: Json | None = None, log: tuple[str, ...] = ()) -> None:
         """A troubled pod: the next pass reads the pods, and this pod as its event showed it."""
         with self.lock:
             record = self.ensure(key)
             record.pods_seen += 1
             if pod is not None:
                 record.failed_pods[pod["metadata"]["name"]] = pod
+                uid = pod["metadata"].get("uid")
+                if uid and log:
+                    record.pod_logs[uid] = log
+
+    def has_log(self, key: Key, uid: str) -> bool:
+        """Whether the failed container's log tail of this pod was read already."""
+        with self.lock:
+            record = self._by_key.get(key)
+            return record is not None and uid in record.pod_logs
 
     def pods_to_read(self, record: JobRecord) -> tuple[int, tuple[Json, ...]]:
         """What a pass starts with: the pod events so far and the pods they showed."""
         with self.lock:
             return record.pods_seen, tuple(record.failed_pods.values())
+
+    def logs_read(self, record: JobRecord) -> dict[str, tuple[str, ...]]:
+        """The log tails read on pod events (pod uid -> lines), for a pass."""
+        with self.lock:
+            return dict(record.pod_logs)
 
     def pods_read(self, record: JobRecord, seen: int, shown: tuple[Json, ...] = ()) -> None:
         """A pass that started with `seen` pod events read the pods (and `shown`) successfully."""
@@ -102,6 +119,7 @@ class Records:
                 name = pod["metadata"]["name"]
                 if record.failed_pods.get(name) is pod:  # not replaced by a newer event meanwhile
                     del record.failed_pods[name]
+                    record.pod_logs.pop(pod["metadata"].get("uid") or "", None)
 
     def checkpoint(self, key: Key, found: Checkpoint | None) -> bool:
         """Keep a newer checkpoint a training pod reported; whether it was newer."""
