@@ -93,6 +93,48 @@ def test_non_leaf_queue_blocks_and_still_does_after_operator_restarts(
             assert_waiting(cluster, name, ns)
 
 
+def queue_command(cluster: Cluster, queue: str, action: str) -> None:
+    """Open or close a queue as `vcctl queue operate` does: a bus.volcano.sh Command for it."""
+    uid = cluster.api.get(f"/apis/scheduling.volcano.sh/v1beta1/queues/{queue}")["metadata"]["uid"]
+    target = {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue", "name": queue,
+              "uid": uid}  # fmt: skip
+    command = {
+        "apiVersion": "bus.volcano.sh/v1alpha1", "kind": "Command",
+        "metadata": {"name": f"{queue[:40]}-{action.lower()}", "namespace": "default",
+                     "ownerReferences": [{**target, "controller": True}]},
+        "action": action, "target": target,
+    }  # fmt: skip
+    cluster.kubectl("create", "-f", "-", stdin=json.dumps(command))
+    want = "Closed" if action == "CloseQueue" else "Open"
+
+    def state() -> bool:
+        got = cluster.api.get(f"/apis/scheduling.volcano.sh/v1beta1/queues/{queue}") or {}
+        return (got.get("status") or {}).get("state") == want
+
+    wait_until(state, 60, f"queue {queue} {want}", every=0.5)
+
+
+def test_closed_queue_blocks_across_a_restart_and_the_job_runs_once_it_opens(
+    cluster: Cluster, kubelet: FakeKubelet, running_operator: OperatorProcess, ns: str
+) -> None:
+    """Volcano refuses jobs into a Closed queue: the job waits (QueueNotOpen), never fails."""
+    fsx_claim(cluster, ns)
+    queue = f"{ns[:40]}-shut"
+    cluster.ensure_queue(queue)
+    queue_command(cluster, queue, "CloseQueue")
+    create(cluster, small_job("shut", ns, scheduling={"queue": queue}))
+    blocked(cluster, "shut", ns, "QueueNotOpen")
+    assert_waiting(cluster, "shut", ns)
+    running_operator.kill()
+    running_operator.start(timeout=60)
+    wait_until(lambda: running_operator.passes() >= 1, 60, "a pass of the restarted operator")
+    blocked(cluster, "shut", ns, "QueueNotOpen")
+    assert_waiting(cluster, "shut", ns)
+    queue_command(cluster, queue, "OpenQueue")
+    job = wait_condition(cluster, "shut", ns, "Succeeded", timeout=180)
+    assert job["status"]["phase"] == "Succeeded"
+
+
 def test_active_deadline_stops_the_gang(
     cluster: Cluster, kubelet: FakeKubelet, running_operator: OperatorProcess, ns: str
 ) -> None:
