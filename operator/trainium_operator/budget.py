@@ -136,7 +136,9 @@ def account(
 
     The first new increment takes the failure seen before Volcano restarted (the cursor's
     pending class), else the one seen now, else Unknown; further ones (restarts no pass saw)
-    are Unknown. An increment past a limit is not counted: it is the failure that spends it.
+    are Unknown. An increment with no cause yet waits while the gang is Restarting: the pod
+    watch that carries its cause can trail the Volcano job's (found on the real tier: an
+    OOMKilled job counted one Unknown restart). An increment past a limit is not counted: it is the failure that spends it.
     `mirrored`: status.restarts of an older operator already counted this retryCount.
     """
     if gang is None:
@@ -146,6 +148,8 @@ def account(
         cur = Cursor(gang.uid, gang.retry_count if mirrored and cur is None else 0)
     new = max(0, gang.retry_count - cur.retry_count)
     seen = failure.reason if failure is not None else None
+    if new and gang.restarting and cur.pending is None and seen is None:
+        return Accounted(replace(before, cursor=cur))  # its cause may be on its way: wait
     first = cur.pending or seen or UNKNOWN
     tally = replace(before, cursor=replace(cur, retry_count=gang.retry_count))
     restarted: list[str] = []

@@ -46,7 +46,7 @@ def test_a_new_volcano_job_starts_a_cursor_at_zero() -> None:
 def test_each_increment_goes_to_its_failure_class(
     failure: Failure | None, restarts: int, disruptions: int, counted: tuple[str, ...]
 ) -> None:
-    got = step(Tally(cursor=Cursor("u1", 0)), "u1", 1, failure, restarting=True)
+    got = step(Tally(cursor=Cursor("u1", 0)), "u1", 1, failure, restarting=failure is not None)
     assert (got.tally.restarts, got.tally.disruptions) == (restarts, disruptions)
     assert got.restarted + got.disrupted == counted
     assert got.tally.cursor == Cursor("u1", 1) and got.exhausted is None
@@ -258,3 +258,18 @@ def test_17_a_gang_replaced_for_a_bad_node_after_volcano_restarted_for_it_counts
     pending = step(Tally(cursor=Cursor("u1", 0)), "u1", 0, EFA)  # seen before Volcano restarts
     first = budget.replaced(pending, "EfaInitFailed", max_retries=3)
     assert first.tally.restarts == 1 and first.restarted == ("EfaInitFailed",)
+
+
+def test_an_increment_with_no_cause_waits_while_the_gang_restarts() -> None:
+    """The pod watch carrying the cause can trail the Volcano job's; OOMKilled then costs none."""
+    held = step(Tally(cursor=Cursor("u1", 0)), "u1", 1, None, restarting=True)
+    assert held == Accounted(Tally(cursor=Cursor("u1", 0)))
+    late = step(held.tally, "u1", 1, OOM, restarting=True)
+    assert (late.tally.restarts, late.restarted) == (0, ())
+    assert late.tally.cursor is not None and late.tally.cursor.retry_count == 1
+
+
+def test_an_increment_whose_cause_never_comes_counts_once_the_gang_is_pending() -> None:
+    held = step(Tally(cursor=Cursor("u1", 0)), "u1", 1, None, restarting=True)
+    pending = step(held.tally, "u1", 1, None, restarting=False)
+    assert (pending.tally.restarts, pending.restarted) == (1, ("Unknown",))
