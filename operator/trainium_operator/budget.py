@@ -138,7 +138,8 @@ def account(
     pending class), else the one seen now, else Unknown; further ones (restarts no pass saw)
     are Unknown. An increment with no cause yet waits while the gang is Restarting: the pod
     watch that carries its cause can trail the Volcano job's (found on the real tier: an
-    OOMKilled job counted one Unknown restart). An increment past a limit is not counted: it is the failure that spends it.
+    OOMKilled job counted one Unknown restart). An increment past a limit is not counted: it
+    is the failure that spends it.
     `mirrored`: status.restarts of an older operator already counted this retryCount.
     """
     if gang is None:

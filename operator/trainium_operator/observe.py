@@ -339,8 +339,14 @@ EVENT_LOOKS = (15.0, 60.0, 300.0, 900.0)
 
 
 def pods_not_created(namespace: str, job: Json | None, now: str) -> Blocker | None:
-    """Why Volcano cannot create a pending gang's pods: its newest recent FailedCreate Event."""
+    """Why Volcano cannot create a pending gang's pods: its newest recent FailedCreate Event.
+
+    Not read before the first look (EVENT_LOOKS[0]): a young gang is pending because Volcano is
+    still at work, and every pass of a burst listed Events (3.5 lists per lifecycle).
+    """
     if job is None or _child(job) is not Child.PENDING or not now:
+        return None
+    if cache.seconds_between(job["metadata"].get("creationTimestamp") or now, now) < EVENT_LOOKS[0]:
         return None
     name = job["metadata"]["name"]
     events = [e for e in k8s.list_events(namespace, name, "FailedCreate") if _about(e, job)]

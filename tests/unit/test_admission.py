@@ -62,6 +62,13 @@ def test_events_of_another_object_do_not_count(events: list[Json], other: Json) 
     assert observe.pods_not_created("team-a", vcjob(), NOW) is None
 
 
+def test_a_young_gang_costs_no_event_list(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before the first look, a pending gang is Volcano still at work: no list per pass."""
+    monkeypatch.setattr(k8s, "list_events", lambda *a: pytest.fail("listed events"))
+    young = vcjob(created="2026-11-25T09:59:50Z")
+    assert observe.pods_not_created("team-a", young, NOW) is None
+
+
 def test_only_a_pending_gang_is_looked_at(
     events: list[Json], monkeypatch: pytest.MonkeyPatch
 ) -> None:

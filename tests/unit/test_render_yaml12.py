@@ -16,8 +16,8 @@ from typing import Any, ClassVar
 
 import pytest
 import yaml
-
 from test_examples import EXAMPLE_FILES
+
 from trainium_operator import cli, render
 
 

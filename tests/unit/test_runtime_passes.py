@@ -451,6 +451,7 @@ def test_17_bug5_the_cause_is_the_pod_event_even_when_volcano_deleted_the_pod(
 ) -> None:
     """Volcano deletes a failed pod ~60 ms after it fails: the list then shows only its peer."""
     from test_failures import T0, T1, ended, pod
+
     from trainium_operator import builders, observe
     from trainium_operator.builders import Owner
 
@@ -470,6 +471,7 @@ def test_17_bug5_the_cause_is_the_pod_event_even_when_volcano_deleted_the_pod(
 
 def test_17_bug5_the_pod_watch_keeps_the_failed_pod_until_a_pass_reads_it() -> None:
     from test_failures import ended, pod
+
     from trainium_operator import builders
 
     script = Script(ApiException(status=503), Outcome("Training"), Outcome("Training"))
