@@ -11,8 +11,6 @@ from __future__ import annotations
 import functools
 import logging
 import os
-import threading
-import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, ParamSpec
@@ -89,7 +87,6 @@ ESTIMATED_COST = Counter(
     "Estimated USD of finished TrainiumJobs (priced instance types only), by bucket and type",
     ["bucket", "instance_type"],
 )
-_lock = threading.Lock()
 
 
 def never_raises(fn: Callable[P, None]) -> Callable[P, None]:
@@ -119,7 +116,6 @@ def _zero_known_labels() -> None:
 
 
 _zero_known_labels()
-_entered: dict[tuple[str, str], float] = {}
 
 
 def start_from_env() -> int | None:
@@ -163,13 +159,11 @@ def count_error(kind: str) -> None:
 
 
 @never_raises
-def count_transition(t: Transition) -> None:
-    """Update every metric a phase transition moves."""
-    key = (t.namespace, t.name)
-    now = time.monotonic()
-    with _lock:
-        started = _entered.get(key)
-        _entered[key] = now
+def count_transition(t: Transition, started: float | None = None, now: float = 0.0) -> None:
+    """Update every metric a phase transition moves.
+
+    `started`: when the job entered the phase it leaves (monotonic; the job's record keeps it).
+    """
     TRANSITIONS.labels(from_phase=t.old_phase or NEW, to_phase=t.new_phase).inc()
     if t.new_phase == "Failed":
         FAILURES.labels(reason=t.reason).inc()
@@ -177,13 +171,6 @@ def count_transition(t: Transition) -> None:
         STAGE_SECONDS[t.old_phase].observe(now - started)
     if t.cache_outcome in ("hit", "miss"):  # not "-": undecided until a stage job exists
         CACHE_LOOKUPS.labels(result=t.cache_outcome).inc()
-
-
-@never_raises
-def forget(namespace: str, name: str) -> None:
-    """A deleted job's stage clock goes (jobs by phase come from the job index, jobstate.py)."""
-    with _lock:
-        _entered.pop((namespace, name), None)
 
 
 COMPILE_SECONDS = Counter(

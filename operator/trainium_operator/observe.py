@@ -50,6 +50,8 @@ class Views:
     failed_pods: tuple[Json, ...] = ()
     #: Failed containers' log tails read when their pod's watch event came (pod uid -> lines).
     pod_logs: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    #: When rank 0's live metrics were last read (monotonic seconds; the job's record).
+    metrics_read_at: float | None = None
 
     def has_children(self, queue: str) -> bool:
         """Whether any listed queue names this one as its parent (a non-leaf queue)."""
@@ -87,6 +89,8 @@ class Seen:
     progress: Json | None = None
     #: Seconds until the next read of rank 0's metrics is due (a look is due then).
     progress_in: float | None = None
+    #: When rank 0's metrics were last read, for the job's record (scrape.Reading.read_at).
+    metrics_read_at: float | None = None
 
 
 def observe(

@@ -83,6 +83,8 @@ class Outcome:
     deadline_in: float | None = None
     #: Cache figures that appeared on status in this pass (compileSeconds, savedSeconds).
     cache_figures: tuple[tuple[str, float], ...] = ()
+    #: When rank 0's live metrics were last read (monotonic seconds), for the job's record.
+    metrics_read_at: float | None = None
 
 
 def reconcile(
@@ -119,7 +121,9 @@ def reconcile(
         # The child just created wakes this job when its watch event arrives: that pass sees
         # it and reports. A status written now would say what existed before, and be redone.
         soonest = _soonest(deadline_in, seen.startup_left, seen.events_look, seen.progress_in)
-        return Outcome(decision.phase.value, deadline_in=soonest)
+        return Outcome(
+            decision.phase.value, deadline_in=soonest, metrics_read_at=seen.metrics_read_at
+        )
     new, transition, rv = _report(
         body, decision, spec, emit, read, observed, counted, seen.checkpoint, seen.progress
     )
@@ -131,6 +135,7 @@ def reconcile(
         written_version=rv,
         cache_figures=_new_figures(previous, new),
         deadline_in=_soonest(deadline_in, seen.startup_left, seen.events_look, seen.progress_in),
+        metrics_read_at=seen.metrics_read_at,
     )
 
 
@@ -168,12 +173,18 @@ def _look(
         if seen.gang is not None and seen.observed.training is not Child.ABSENT
         else None
     )
-    watched = scrape.look(spec, owner, seen.observed.training, uid, previous, now_iso())
+    watched = scrape.look(
+        spec, owner, seen.observed.training, uid, previous, now_iso(), views.metrics_read_at
+    )
     excluded, redo = supervise.gang_to_replace(
         seen.observed.failure, seen.observed.training, previous, watched.hung
     )
     seen = replace(
-        seen, progress=watched.write, progress_in=watched.next_read_in, excluded_nodes=excluded
+        seen,
+        progress=watched.write,
+        progress_in=watched.next_read_in,
+        excluded_nodes=excluded,
+        metrics_read_at=watched.read_at,
     )
     if redo is not None:
         counted = budget.replaced(counted, redo.reason, spec.runPolicy.maxRetries)

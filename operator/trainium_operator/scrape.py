@@ -32,9 +32,6 @@ ALLOWANCE_ENV = "TRAINIUM_FIRST_STEP_ALLOWANCE_SECONDS"
 TIMEOUT_SECONDS = 5.0
 #: Lines of rank 0's log a Hung failure carries.
 HUNG_LOG_LINES = 20
-#: When each job's metrics were last read (monotonic seconds): one read per interval per job.
-_last_read: dict[tuple[str, str], float] = {}
-_MAX_TRACKED = 10_000
 #: Marks a progress to be removed from status (merge-patch null).
 CLEAR: Json = {}
 
@@ -46,6 +43,8 @@ class Reading:
     write: Json | None = None
     hung: failures.Failure | None = None
     next_read_in: float | None = None
+    #: When rank 0 was last read (monotonic seconds), for the job's record: one read per interval.
+    read_at: float | None = None
 
 
 def interval() -> float:
@@ -78,17 +77,21 @@ def look(
     gang_uid: str | None,
     status: Json,
     now: str,
+    last_read: float | None = None,
+    clock: float | None = None,
 ) -> Reading:
-    """Read rank 0 when due and the gang runs; drop status.progress once no gang trains."""
+    """Read rank 0 when due and the gang runs; drop status.progress once no gang trains.
+
+    `last_read`: when the job's record says rank 0 was last read; `clock`: monotonic now.
+    """
     previous = status.get("progress") if isinstance(status.get("progress"), dict) else None
     if training not in (Child.RUNNING, Child.PENDING, Child.RESTARTING) or gang_uid is None:
-        _last_read.pop((owner.namespace, owner.name), None)
         return Reading(write=CLEAR if previous else None)
     if training is not Child.RUNNING:
-        return Reading()
-    left = _due_in(owner)
-    if left > 0:
-        return Reading(next_read_in=left)
+        return Reading(read_at=last_read)
+    clock = time.monotonic() if clock is None else clock
+    if last_read is not None and clock - last_read < interval():
+        return Reading(next_read_in=interval() - (clock - last_read), read_at=last_read)
     pod = _rank0_pod(owner)
     sample = progress.parse(read_metrics(*address)) if pod and (address := _address(pod)) else None
     new = progress.advance(previous, sample, gang_uid, now)
@@ -96,24 +99,7 @@ def look(
     why = progress.hung(new, deadline, now, first_step_allowance())
     hung = failures.make_failure("Hung", why, _log_tail(owner, pod)) if why else None
     write = new if progress.write_due(previous, new, now, write_every()) or hung else None
-    return Reading(write=write, hung=hung, next_read_in=interval())
-
-
-def _due_in(owner: Owner) -> float:
-    """Seconds until this job's next read is due (<= 0: now, and the read is booked)."""
-    key, clock = (owner.namespace, owner.name), time.monotonic()
-    last = _last_read.get(key)
-    if last is not None and clock - last < interval():
-        return interval() - (clock - last)
-    if len(_last_read) >= _MAX_TRACKED:
-        _last_read.clear()
-    _last_read[key] = clock
-    return 0.0
-
-
-def forget(namespace: str, name: str) -> None:
-    """The job is gone: drop its read time."""
-    _last_read.pop((namespace, name), None)
+    return Reading(write=write, hung=hung, next_read_in=interval(), read_at=clock)
 
 
 def _rank0_pod(owner: Owner) -> Json | None:

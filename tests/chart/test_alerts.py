@@ -84,7 +84,7 @@ def operator_metrics_page() -> str:
     prices = {"trn1.2xlarge": Decimal("1.34")}
     metrics.count_cost(cost.compute("trn1.2xlarge", 1, phases, now=when, prices=prices))
     for old, new in ((None, "Precompiling"), ("Precompiling", "Training")):
-        metrics.count_transition(Transition("ns", "promtool", old, new, new, "m", "miss"))
+        metrics.count_transition(Transition("ns", "promtool", old, new, new, "m", "miss"), 0, 60)
     metrics.count_compile((("compileSeconds", 60.0),))
     with metrics.reconcile_timer():
         pass
@@ -93,7 +93,6 @@ def operator_metrics_page() -> str:
     try:
         return generate_latest(REGISTRY).decode()
     finally:
-        metrics.forget("ns", "promtool")
         metrics.JOB_STATES.source = None
 
 

@@ -207,3 +207,15 @@ def test_a_job_that_waited_for_another_compile_is_dated_from_its_own_compile() -
     assert jobstate.phase_started(metrics.indexed_status(compiling)) == epoch(T1)
     later = with_history(COMPILING, compiling, "2026-11-21T13:00:00Z")
     assert jobstate.phase_started(metrics.indexed_status(later)) == epoch(T1)
+
+
+def test_a_stage_lasts_from_the_entry_time_the_job_record_keeps() -> None:
+    """Stage seconds come from the time the caller kept (the job's record), not module memory."""
+    hist = metrics.STAGE_SECONDS["Precompiling"]
+    before = REGISTRY.get_sample_value("trainium_operator_precompile_duration_seconds_sum") or 0.0
+    left = Transition("ns-m", "staged", "Precompiling", "Training", "Started", "m", None)
+    metrics.count_transition(left, 100.0, 142.5)
+    after = REGISTRY.get_sample_value("trainium_operator_precompile_duration_seconds_sum")
+    assert hist is not None and after == pytest.approx(before + 42.5)
+    metrics.count_transition(left)  # no entry time kept (an operator restart): nothing observed
+    assert REGISTRY.get_sample_value("trainium_operator_precompile_duration_seconds_sum") == after

@@ -16,7 +16,7 @@ import pytest
 import urllib3
 from kubernetes.client.exceptions import ApiException
 
-from trainium_operator import handlers, k8s, metrics, reconcile
+from trainium_operator import handlers, k8s, reconcile
 from trainium_operator.lifecycle import Action
 from trainium_operator.model import Rejection
 from trainium_operator.observe import Views, queue_blocker
@@ -242,7 +242,6 @@ def test_bug6_a_pass_in_flight_when_the_job_goes_leaves_nothing_behind() -> None
     worker.join(10)
     assert passes.records.get(KEY) is None
     assert passes.queue.pending_after(KEY) is None and not step(passes)
-    assert KEY not in metrics._entered
 
 
 # ---- bug 2: on_delete holds the job ------------------------------------------------------------
@@ -557,3 +556,18 @@ def test_namespaced_peering_objects_are_created_where_the_chart_says(
     monkeypatch.setenv(peering.NAMESPACES_ENV, "a,b")
     assert peering.ensure("trainium", clusterwide=False)
     assert made == [("a", "trainium"), ("b", "trainium")]
+
+
+def test_the_record_keeps_what_a_job_remembers_between_passes() -> None:
+    """Phase entry time and the last metrics read live in the job's record, passed in and back."""
+    moved = Transition("ns", "job", "Pending", "Training", "Started", "m", None)
+    script = Script(Outcome("Training", transition=moved, metrics_read_at=5.0), Outcome("Training"))
+    passes = runtime(script)
+    passes.wake(KEY)
+    assert step(passes)
+    record = passes.records.get(KEY)
+    assert record is not None and record.phase_entered_at is not None
+    assert record.metrics_read_at == 5.0
+    passes.wake(KEY)
+    assert step(passes) and script.views[-1].metrics_read_at == 5.0
+    assert record.metrics_read_at is None  # that pass read nothing: no gang trains

@@ -31,7 +31,6 @@ def trainer() -> Iterator[LiveMetrics]:
 
 @pytest.fixture(autouse=True)
 def fresh(monkeypatch: pytest.MonkeyPatch) -> None:
-    scrape._last_read.clear()
     monkeypatch.setattr(k8s, "pod_log_tail", lambda ns, pod, c, n: ["[default0]:step 40"])
 
 
@@ -71,10 +70,19 @@ def test_one_read_per_interval_per_job(
     assert trainer.port is not None
     calls = with_pods(monkeypatch, [pod(trainer.port)])
     spec = parse(job())
-    scrape.look(spec, OWNER, Child.RUNNING, "uid-1", {}, T0)
-    again = scrape.look(spec, OWNER, Child.RUNNING, "uid-1", {}, T0)
-    assert len(calls) == 1 and again.write is None
-    assert again.next_read_in is not None and 0 < again.next_read_in <= scrape.interval()
+    first = scrape.look(spec, OWNER, Child.RUNNING, "uid-1", {}, T0, None, 100.0)
+    assert first.read_at == 100.0
+    again = scrape.look(spec, OWNER, Child.RUNNING, "uid-1", {}, T0, first.read_at, 101.0)
+    assert len(calls) == 1 and again.write is None and again.read_at == 100.0
+    assert again.next_read_in == scrape.interval() - 1.0
+    later = scrape.look(spec, OWNER, Child.RUNNING, "uid-1", {}, T0, 100.0, 100 + scrape.interval())
+    assert len(calls) == 2 and later.read_at == 100 + scrape.interval()
+
+
+def test_the_read_time_goes_once_no_gang_trains() -> None:
+    """The job's record keeps the read time only while a gang trains (no module-level memory)."""
+    gone = scrape.look(parse(job()), OWNER, Child.SUCCEEDED, "u", {}, T0, 100.0, 200.0)
+    assert gone.read_at is None
 
 
 def test_the_interval_comes_from_the_chart(monkeypatch: pytest.MonkeyPatch) -> None:

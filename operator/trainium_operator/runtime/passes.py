@@ -20,7 +20,7 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from trainium_operator import k8s, metrics, scrape
+from trainium_operator import k8s, metrics
 from trainium_operator.checkpoints import Checkpoint
 from trainium_operator.lifecycle import TERMINAL
 from trainium_operator.observe import Views
@@ -163,8 +163,6 @@ class Passes:
         with self.records.lock:
             self.records.drop(key)
             self.queue.discard(key)
-        metrics.forget(*key)
-        scrape.forget(*key)
 
     # ---- one pass ---------------------------------------------------------------------------
 
@@ -189,13 +187,14 @@ class Passes:
         self.queue.forget(key)
         self.records.pods_read(record, seen, shown)
         self.records.wrote(record, outcome.written_version)
+        self.records.metrics_read(record, outcome.metrics_read_at)
         if outcome.phase is None:
             if not record.finalizing:
                 self.gone(key)
             return
         with self.records.live(key, record) as live:
             if live:  # a job deleted meanwhile is neither counted nor looked at again
-                _count(outcome)
+                self._count(record, outcome)
                 delay = self._next(record, outcome)
                 if delay is not None:
                     self.queue.add_after(key, delay)
@@ -206,6 +205,7 @@ class Passes:
             queue_children=self.reads.queue_children,
             pods_changed=record.pods_changed,
             checkpoint=checkpoint,
+            metrics_read_at=record.metrics_read_at,
         )
         read = self.reads.reader(fresh=fresh)
         return views if read is None else replace(views, reader=read)
@@ -219,6 +219,13 @@ class Passes:
         with self.records.live(key, record) as live:
             if live:
                 self.queue.add_rate_limited(key)
+
+    def _count(self, record: JobRecord, outcome: Outcome) -> None:
+        """Metrics of this pass; the record keeps when the job entered its phase (stage seconds)."""
+        now = time.monotonic()
+        _count(outcome, record.phase_entered_at, now)
+        if outcome.transition:
+            self.records.phase_entered(record, now)
 
     def _next(self, record: JobRecord, outcome: Outcome) -> float | None:
         attempt = self.records.waited(record, outcome.waiting)
@@ -235,10 +242,10 @@ class Passes:
         return delay
 
 
-def _count(outcome: Outcome) -> None:
-    """Metrics a pass moves: its transition, its cost, compile seconds."""
+def _count(outcome: Outcome, entered: float | None, now: float) -> None:
+    """Metrics a pass moves: its transition (its old phase began at `entered`), cost, compiles."""
     if outcome.transition:
-        metrics.count_transition(outcome.transition)
+        metrics.count_transition(outcome.transition, entered, now)
         if outcome.transition.cost is not None:
             metrics.count_cost(outcome.transition.cost)
     metrics.count_compile(outcome.cache_figures)

@@ -32,6 +32,10 @@ class JobRecord:
     checkpoint: Checkpoint | None = None
     #: The resourceVersion of our last status patch (its echo needs no pass).
     written_version: str | None = None
+    #: When the job entered its current phase (monotonic seconds), for the stage-seconds metric.
+    phase_entered_at: float | None = None
+    #: When a pass last read rank 0's live metrics (monotonic seconds): one read per interval.
+    metrics_read_at: float | None = None
     #: Consecutive passes that waited on something that may heal (their backoff).
     waits: int = 0
     #: The job is being deleted (on_delete holds it): its passes create nothing.
@@ -135,6 +139,15 @@ class Records:
         with self.lock:
             if version:
                 record.written_version = version
+
+    def phase_entered(self, record: JobRecord, at: float) -> None:
+        with self.lock:
+            record.phase_entered_at = at
+
+    def metrics_read(self, record: JobRecord, at: float | None) -> None:
+        """When the pass last read rank 0's metrics (None: no gang trains, nothing to pace)."""
+        with self.lock:
+            record.metrics_read_at = at
 
     def is_echo(self, key: Key, version: str | None) -> bool:
         """Whether a job event only shows our own last status patch."""
