@@ -25,6 +25,7 @@ import signal
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -101,6 +102,7 @@ def burst(kind: str, n: int, workdir: Path, env: dict[str, str] | None = None) -
     latencies = [precompiled(j) - emu.added_at[(TJS, ns, j)] for j in specs]  # type: ignore[operator]
     requests = [r for r in emu.api_requests[mark:] if r.user_agent != DRIVER_AGENT]
     per_job = {k: v / n for k, v in count_by_verb(requests).items()}
+    _print_reads(kind, n, requests)
     return {
         "operator": kind, "jobs": n,
         "p50_s": common.percentile(latencies, 50), "p99_s": common.percentile(latencies, 99),
@@ -112,6 +114,15 @@ def burst(kind: str, n: int, workdir: Path, env: dict[str, str] | None = None) -
         "rss_start_mb": rss0, "rss_end_mb": rss1, "rss_peak_mb": peak,
         "rss_kb_per_job": (rss1 - rss0) * 1024 / n,
     }  # fmt: skip
+
+
+def _print_reads(kind: str, n: int, requests: list[Any]) -> None:
+    """Where the reads and 404s of a run went, per job (a read figure says nothing of its cause)."""
+    reads = Counter((r.verb, r.resource) for r in requests if r.verb in ("get", "list"))
+    missing = Counter((r.verb, r.resource) for r in requests if r.code == 404)
+    show = ", ".join(f"{v} {res} {c / n:.2f}" for (v, res), c in reads.most_common(6))
+    gone = ", ".join(f"{v} {res} {c / n:.2f}" for (v, res), c in missing.most_common(4))
+    print(f"# {kind} {n}: reads per job: {show or 'none'}; 404s: {gone or 'none'}", file=sys.stderr)
 
 
 def waiting(seconds: float, workdir: Path, env: dict[str, str] | None = None) -> dict[str, Any]:

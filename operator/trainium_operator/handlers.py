@@ -30,6 +30,7 @@ from trainium_operator import (
     metrics,
     naming,
     peering,
+    scrape,
     watches,
 )
 from trainium_operator.builders import (
@@ -231,7 +232,11 @@ async def on_pod(
     if key is None:
         return
     passes = _passes(memo)
-    newer = _remember_checkpoint(passes, key, labels, status)
+    newer = _remember_checkpoint(passes, key, labels, status, create=type != "DELETED")
+    if scrape.is_rank0(key[1], str(meta.get("name") or ""), labels):
+        shown = {"metadata": dict(meta), "spec": dict(spec), "status": dict(status)}
+        gone = type == "DELETED" or meta.get("deletionTimestamp")
+        passes.records.rank0(key, None if gone else scrape.slim_rank0(shown))
     if type is None:
         return
     if _troubled(dict(status)):
@@ -277,12 +282,13 @@ async def _log_tail(passes: Passes, key: Key, pod: Json) -> tuple[str, ...]:
 
 
 def _remember_checkpoint(
-    passes: Passes, key: Key, labels: Mapping[str, str], status: kopf.Status
+    passes: Passes, key: Key, labels: Mapping[str, str], status: kopf.Status, *, create: bool = True
 ) -> bool:
     """Keep the newest checkpoint a training pod reported; whether it is newer than the last."""
     if labels.get(LABEL_STAGE) != "train":
         return False
-    return passes.records.checkpoint(key, checkpoints.from_pod({"status": dict(status)}))
+    found = checkpoints.from_pod({"status": dict(status)})
+    return passes.records.checkpoint(key, found, create=create)
 
 
 def _owner_key(meta: kopf.Meta) -> Key | None:

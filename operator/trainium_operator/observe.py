@@ -52,6 +52,8 @@ class Views:
     pod_logs: Mapping[str, Sequence[str]] = field(default_factory=dict)
     #: When rank 0's live metrics were last read (monotonic seconds; the job's record).
     metrics_read_at: float | None = None
+    #: Rank 0's training pod as the pod watch last showed it (scrape.slim_rank0), if running.
+    rank0_pod: Json | None = None
 
     def has_children(self, queue: str) -> bool:
         """Whether any listed queue names this one as its parent (a non-leaf queue)."""

@@ -174,8 +174,9 @@ def _look(
         else None
     )
     watched = scrape.look(
-        spec, owner, seen.observed.training, uid, previous, now_iso(), views.metrics_read_at
-    )
+        spec, owner, seen.observed.training, uid, previous, now_iso(), views.metrics_read_at,
+        rank0=views.rank0_pod,
+    )  # fmt: skip
     excluded, redo = supervise.gang_to_replace(
         seen.observed.failure, seen.observed.training, previous, watched.hung
     )

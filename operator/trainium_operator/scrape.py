@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from trainium_operator import failures, k8s, naming, observe, progress
+from trainium_operator import builders, failures, k8s, naming, observe, progress
 from trainium_operator.builders import Owner
 from trainium_operator.lifecycle import Child
 from trainium_operator.spec import TrainiumJobSpec
@@ -79,10 +79,12 @@ def look(
     now: str,
     last_read: float | None = None,
     clock: float | None = None,
+    rank0: Json | None = None,
 ) -> Reading:
     """Read rank 0 when due and the gang runs; drop status.progress once no gang trains.
 
-    `last_read`: when the job's record says rank 0 was last read; `clock`: monotonic now.
+    `last_read`: when the job's record says rank 0 was last read; `clock`: monotonic now;
+    `rank0`: rank 0's pod as the pod watch showed it (else the gang's pods are listed).
     """
     previous = status.get("progress") if isinstance(status.get("progress"), dict) else None
     if training not in (Child.RUNNING, Child.PENDING, Child.RESTARTING) or gang_uid is None:
@@ -92,7 +94,7 @@ def look(
     clock = time.monotonic() if clock is None else clock
     if last_read is not None and clock - last_read < interval():
         return Reading(next_read_in=interval() - (clock - last_read), read_at=last_read)
-    pod = _rank0_pod(owner)
+    pod = rank0 if rank0 is not None else _rank0_pod(owner)
     sample = progress.parse(read_metrics(*address)) if pod and (address := _address(pod)) else None
     new = progress.advance(previous, sample, gang_uid, now)
     deadline = spec.runPolicy.progressDeadlineSeconds
@@ -100,6 +102,25 @@ def look(
     hung = failures.make_failure("Hung", why, _log_tail(owner, pod)) if why else None
     write = new if progress.write_due(previous, new, now, write_every()) or hung else None
     return Reading(write=write, hung=hung, next_read_in=interval(), read_at=clock)
+
+
+def is_rank0(job: str, pod: str, labels: Mapping[str, str]) -> bool:
+    """Whether the pod is the training gang's pod 0 (the one whose metrics a pass reads)."""
+    first = naming.pod_name(naming.vcjob_name(job, contract.STAGE_TRAIN), 0)
+    return labels.get(builders.LABEL_STAGE) == contract.STAGE_TRAIN and pod == first
+
+
+def slim_rank0(pod: Mapping[str, Any]) -> Json | None:
+    """What a read needs of rank 0's pod: name, containers' names and ports, IP (None: no IP)."""
+    ip = (pod.get("status") or {}).get("podIP")
+    if not ip:
+        return None
+    containers = [
+        {"name": c.get("name"), "ports": list(c.get("ports") or [])}
+        for c in (pod.get("spec") or {}).get("containers") or []
+    ]
+    name = (pod.get("metadata") or {}).get("name")
+    return {"metadata": {"name": name}, "spec": {"containers": containers}, "status": {"podIP": ip}}
 
 
 def _rank0_pod(owner: Owner) -> Json | None:

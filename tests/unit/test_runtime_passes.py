@@ -147,6 +147,17 @@ def test_timed_looks_read_fresh_and_event_passes_do_not() -> None:
     assert [v.reader.fresh for v in script.views] == [True, False]  # type: ignore[attr-defined]
 
 
+def test_a_look_the_job_set_reads_the_watches_and_the_backstop_reads_fresh() -> None:
+    """A deadline, Event look or metrics read is a time the job chose: no GETs for it."""
+    passes = runtime(Script(Outcome("Training", deadline_in=5.0), Outcome("Training")))
+    passes.wake(KEY)
+    assert step(passes)
+    assert passes.queue.pending_after(KEY) == 5.5 and passes.queue.pending_fresh(KEY) is False
+    passes.wake(KEY)
+    assert step(passes)
+    assert passes.queue.pending_after(KEY) == RESYNC and passes.queue.pending_fresh(KEY) is True
+
+
 # ---- events ------------------------------------------------------------------------------------
 
 
@@ -571,3 +582,62 @@ def test_the_record_keeps_what_a_job_remembers_between_passes() -> None:
     passes.wake(KEY)
     assert step(passes) and script.views[-1].metrics_read_at == 5.0
     assert record.metrics_read_at is None  # that pass read nothing: no gang trains
+
+
+def _pod_event(passes: Passes, type_: str, name: str, status: dict[str, Any]) -> None:
+    """Deliver one pod watch event of the job's training gang to on_pod."""
+    from trainium_operator import builders
+    from trainium_trainer import contract
+
+    memo = type("Memo", (), {"passes": passes})()
+    meta = {"name": name, "annotations": {builders.ANNOTATION_OWNER: "ns/job"}}
+    ports = [{"name": contract.METRICS_PORT_NAME, "containerPort": 9400}]
+    spec = {"containers": [{"name": "node", "ports": ports, "image": "trainer"}]}
+    body = kopf.Body({"metadata": meta, "spec": spec, "status": status})
+    labels = {builders.LABEL_STAGE: "train"}
+    event = handlers.on_pod(
+        type=type_, meta=body.meta, spec=body.spec, status=body.status, labels=labels, memo=memo
+    )
+    asyncio.run(event)
+
+
+def test_rank0_is_known_from_the_pod_watch_so_a_metrics_read_lists_no_pods() -> None:
+    """Every progress read listed the gang's pods; the watch already shows where rank 0 is."""
+    from trainium_operator import naming
+
+    script = Script(Outcome("Training"))
+    passes = runtime(script)
+    rank0 = naming.pod_name(naming.vcjob_name("job", "train"), 0)
+    peer = naming.pod_name(naming.vcjob_name("job", "train"), 1)
+    _pod_event(passes, "MODIFIED", peer, {"podIP": "10.0.0.8"})
+    _pod_event(passes, "MODIFIED", rank0, {"phase": "Pending"})
+    assert passes.records.get(KEY) is None  # no IP yet; a peer is not rank 0
+    _pod_event(passes, "MODIFIED", rank0, {"phase": "Running", "podIP": "10.0.0.7"})
+    record = passes.records.get(KEY)
+    assert record is not None
+    passes.wake(KEY)
+    assert step(passes)
+    shown = script.views[-1].rank0_pod
+    assert shown is not None and shown["status"] == {"podIP": "10.0.0.7"}
+    assert shown["spec"]["containers"][0]["ports"][0]["containerPort"] == 9400
+    _pod_event(passes, "DELETED", rank0, {"phase": "Running", "podIP": "10.0.0.7"})
+    assert record.rank0_pod is None
+
+
+def test_a_deleted_jobs_late_pod_events_leave_no_record_behind() -> None:
+    """Pods go after their job's record did: their deletion events must not start a new one."""
+    import json
+
+    from trainium_trainer import contract
+
+    passes = runtime(Script())
+    report = json.dumps(
+        {contract.CHECKPOINT_REPORT_KEY: {"step": 40, "time": "2026-11-26T10:00:00Z"}}
+    )
+    term = {"terminated": {"exitCode": 0, "message": report}}
+    ended = {"phase": "Succeeded", "podIP": "10.0.0.7", "containerStatuses": [{"state": term}]}
+    _pod_event(passes, "DELETED", "job-train-node-0-0", ended)
+    assert passes.records.get(KEY) is None
+    _pod_event(passes, "MODIFIED", "job-train-node-0-0", ended)  # a live job's pod: remembered
+    record = passes.records.get(KEY)
+    assert record is not None and record.checkpoint is not None

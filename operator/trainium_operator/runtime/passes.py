@@ -195,9 +195,9 @@ class Passes:
         with self.records.live(key, record) as live:
             if live:  # a job deleted meanwhile is neither counted nor looked at again
                 self._count(record, outcome)
-                delay = self._next(record, outcome)
-                if delay is not None:
-                    self.queue.add_after(key, delay)
+                look = self._next(record, outcome)
+                if look is not None:
+                    self.queue.add_after(key, look[0], fresh=look[1])
 
     def _views(self, record: JobRecord, *, fresh: bool) -> Views:
         checkpoint: Checkpoint | None = record.checkpoint
@@ -206,6 +206,7 @@ class Passes:
             pods_changed=record.pods_changed,
             checkpoint=checkpoint,
             metrics_read_at=record.metrics_read_at,
+            rank0_pod=record.rank0_pod,
         )
         read = self.reads.reader(fresh=fresh)
         return views if read is None else replace(views, reader=read)
@@ -227,7 +228,10 @@ class Passes:
         if outcome.transition:
             self.records.phase_entered(record, now)
 
-    def _next(self, record: JobRecord, outcome: Outcome) -> float | None:
+    def _next(self, record: JobRecord, outcome: Outcome) -> tuple[float, bool] | None:
+        """When to look again, and whether with GETs: a backstop or backoff heals what a watch
+        missed; a look at a time the job set (a deadline, an Event look, a metrics read) needs
+        only the watches (at 1000 jobs those looks made 2.6 GET passes per job)."""
         attempt = self.records.waited(record, outcome.waiting)
         delay = next_look(
             outcome.phase,
@@ -237,9 +241,11 @@ class Passes:
             attempt=attempt,
             resync=resync_seconds(),
         )
-        if outcome.deadline_in is not None and delay is not None:
-            return min(delay, outcome.deadline_in + 0.5)  # look right after the deadline
-        return delay
+        if delay is None:
+            return None
+        if outcome.deadline_in is not None and outcome.deadline_in + 0.5 < delay:
+            return outcome.deadline_in + 0.5, False  # look right after the deadline
+        return delay, True
 
 
 def _count(outcome: Outcome, entered: float | None, now: float) -> None:

@@ -267,3 +267,9 @@ class WorkQueue(Generic[K]):
         with self._cv:
             timer = self._timers.get(key)
             return None if timer is None else timer[0] - self._clock()
+
+    def pending_fresh(self, key: K) -> bool | None:
+        """Whether key's timed pass reads with GETs, if it has a timer."""
+        with self._cv:
+            timer = self._timers.get(key)
+            return None if timer is None else timer[1]

@@ -34,6 +34,9 @@ class JobRecord:
     written_version: str | None = None
     #: When the job entered its current phase (monotonic seconds), for the stage-seconds metric.
     phase_entered_at: float | None = None
+    #: Rank 0's training pod as its watch event showed it (name, ports, IP): a metrics read
+    #: needs no list of the gang's pods every interval.
+    rank0_pod: Json | None = None
     #: When a pass last read rank 0's live metrics (monotonic seconds): one read per interval.
     metrics_read_at: float | None = None
     #: Consecutive passes that waited on something that may heal (their backoff).
@@ -125,15 +128,28 @@ class Records:
                     del record.failed_pods[name]
                     record.pod_logs.pop(pod["metadata"].get("uid") or "", None)
 
-    def checkpoint(self, key: Key, found: Checkpoint | None) -> bool:
-        """Keep a newer checkpoint a training pod reported; whether it was newer."""
+    def checkpoint(self, key: Key, found: Checkpoint | None, *, create: bool = True) -> bool:
+        """Keep a newer checkpoint a training pod reported; whether it was newer.
+
+        `create=False` (a pod's deletion): only a live job's record learns it; the pods of a
+        deleted job go after its record did, and must not leave a new one behind.
+        """
         with self.lock:
+            if found is None or (not create and key not in self._by_key):
+                return False
             record = self.ensure(key)
             known = record.checkpoint
-            if found is None or checkpoints.newest([known, found]) is known:
+            if checkpoints.newest([known, found]) is known:
                 return False
             record.checkpoint = found
             return True
+
+    def rank0(self, key: Key, pod: Json | None) -> None:
+        """Where rank 0 serves its metrics now (None: it has no IP, or it went)."""
+        with self.lock:
+            record = self.ensure(key) if pod is not None else self._by_key.get(key)
+            if record is not None:
+                record.rank0_pod = pod
 
     def wrote(self, record: JobRecord, version: str | None) -> None:
         with self.lock:
