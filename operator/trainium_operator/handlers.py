@@ -233,10 +233,7 @@ async def on_pod(
         return
     passes = _passes(memo)
     newer = _remember_checkpoint(passes, key, labels, status, create=type != "DELETED")
-    if scrape.is_rank0(key[1], str(meta.get("name") or ""), labels):
-        shown = {"metadata": dict(meta), "spec": dict(spec), "status": dict(status)}
-        gone = type == "DELETED" or meta.get("deletionTimestamp")
-        passes.records.rank0(key, None if gone else scrape.slim_rank0(shown))
+    _remember_rank0(passes, key, type, meta, labels, spec, status)
     if type is None:
         return
     if _troubled(dict(status)):
@@ -289,6 +286,23 @@ def _remember_checkpoint(
         return False
     found = checkpoints.from_pod({"status": dict(status)})
     return passes.records.checkpoint(key, found, create=create)
+
+
+def _remember_rank0(
+    passes: Passes,
+    key: Key,
+    type: str | None,
+    meta: kopf.Meta,
+    labels: Mapping[str, str],
+    spec: kopf.Spec,
+    status: kopf.Status,
+) -> None:
+    """Keep where rank 0 serves its live metrics: a pass reads them without listing pods."""
+    if not scrape.is_rank0(key[1], str(meta.get("name") or ""), labels):
+        return
+    gone = type == "DELETED" or meta.get("deletionTimestamp")
+    shown = {"metadata": dict(meta), "spec": dict(spec), "status": dict(status)}
+    passes.records.rank0(key, None if gone else scrape.slim_rank0(shown))
 
 
 def _owner_key(meta: kopf.Meta) -> Key | None:

@@ -352,7 +352,7 @@ def pods_not_created(namespace: str, job: Json | None, now: str) -> Blocker | No
     """
     if job is None or _child(job) is not Child.PENDING or not now:
         return None
-    if cache.seconds_between(job["metadata"].get("creationTimestamp") or now, now) < EVENT_LOOKS[0]:
+    if _age(job, now) < EVENT_LOOKS[0]:
         return None
     name = job["metadata"]["name"]
     events = [e for e in k8s.list_events(namespace, name, "FailedCreate") if _about(e, job)]
@@ -389,8 +389,13 @@ def next_event_look(job: Json | None, now: str) -> float | None:
     """Seconds until the next look at a pending gang's Events (None: no more looks)."""
     if job is None or _child(job) is not Child.PENDING or not now:
         return None
-    age = cache.seconds_between(job["metadata"].get("creationTimestamp") or now, now)
+    age = _age(job, now)
     return next((at - age for at in EVENT_LOOKS if at > age), None)
+
+
+def _age(job: Json, now: str) -> float:
+    """Seconds since the Volcano job was created (0 when it says no time)."""
+    return cache.seconds_between(job["metadata"].get("creationTimestamp") or now, now)
 
 
 @dataclass(frozen=True)

@@ -106,8 +106,12 @@ def look(
 
 def is_rank0(job: str, pod: str, labels: Mapping[str, str]) -> bool:
     """Whether the pod is the training gang's pod 0 (the one whose metrics a pass reads)."""
-    first = naming.pod_name(naming.vcjob_name(job, contract.STAGE_TRAIN), 0)
-    return labels.get(builders.LABEL_STAGE) == contract.STAGE_TRAIN and pod == first
+    return labels.get(builders.LABEL_STAGE) == contract.STAGE_TRAIN and pod == _rank0_name(job)
+
+
+def _rank0_name(job: str) -> str:
+    """The name Volcano gives the training gang's pod 0."""
+    return naming.pod_name(naming.vcjob_name(job, contract.STAGE_TRAIN), 0)
 
 
 def slim_rank0(pod: Mapping[str, Any]) -> Json | None:
@@ -126,7 +130,7 @@ def slim_rank0(pod: Mapping[str, Any]) -> Json | None:
 def _rank0_pod(owner: Owner) -> Json | None:
     """Pod 0 of the training gang (every node's local rank 0 serves the same figures)."""
     pods = observe.gang_pods(owner, contract.STAGE_TRAIN)
-    first = naming.pod_name(naming.vcjob_name(owner.name, contract.STAGE_TRAIN), 0)
+    first = _rank0_name(owner.name)
     running = [p for p in pods if (p.get("status") or {}).get("podIP")]
     return next((p for p in running if p["metadata"]["name"] == first), None) or next(
         iter(running), None
