@@ -95,6 +95,7 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any) -
     passes = Passes(reconcile, _emit, on_idle=footprint.Trimmer().idle)
     passes.reads.indices.update(watches.indices(kwargs))
     passes.reads.queue_children = kwargs["queue_children"]
+    passes.reads.precompiles = kwargs["precompiles"]
     mandatory = settings.peering.mandatory
     passes.start(follow_kopf_pause=True, start_paused=mandatory)
     memo.passes = passes
@@ -204,11 +205,25 @@ def _phase(body: kopf.Body) -> str | None:
     "jobs",
     labels={LABEL_MANAGED_BY: MANAGED_BY, LABEL_JOB: kopf.PRESENT},
 )
-async def on_vcjob(type: str, namespace: str | None, meta: kopf.Meta, memo: Any, **_: Any) -> None:
-    """A Volcano job of ours changed: re-derive its owner's status right away."""
+async def on_vcjob(
+    type: str,
+    namespace: str | None,
+    meta: kopf.Meta,
+    labels: Mapping[str, str],
+    **kwargs: Any,
+) -> None:
+    """A Volcano job of ours changed: re-derive its owner's status right away.
+
+    A precompile that goes also wakes the jobs of its cache entry: one that found it compiling
+    without a lease (observe.compiling_elsewhere, read from the watches) waits on it. One that
+    completes does not: its job's record (a ConfigMap event) wakes them once it says Ready.
+    """
     if type is None or namespace is None:  # the initial listing: the job listing covers it
         return
-    _wake(memo, (namespace, owner_name(meta)))
+    _wake(kwargs["memo"], (namespace, owner_name(meta)))
+    entry = labels.get(LABEL_CACHE_ENTRY)
+    if entry and (type == "DELETED" or meta.get("deletionTimestamp")):
+        _wake_entry_users(namespace, entry, kwargs)
 
 
 @kopf.on.event("", "v1", "pods", labels={LABEL_MANAGED_BY: MANAGED_BY})

@@ -54,6 +54,13 @@ class Views:
     metrics_read_at: float | None = None
     #: Rank 0's training pod as the pod watch last showed it (scrape.slim_rank0), if running.
     rank0_pod: Json | None = None
+    #: The pod watch runs (the operator): rank0_pod is all there is to know, no list needed.
+    pods_watched: bool = False
+    #: The last look at the live gang's FailedCreate Events (the job's record).
+    events_looked: EventLook | None = None
+    #: Live precompile Volcano jobs by (namespace, cache entry), as watched (a kopf index);
+    #: None: list them (outside the operator, and in the backstop's passes that heal a watch).
+    precompiles: Mapping[tuple[str, str], Iterable[Json]] | None = None
 
     def has_children(self, queue: str) -> bool:
         """Whether any listed queue names this one as its parent (a non-leaf queue)."""
@@ -93,6 +100,8 @@ class Seen:
     progress_in: float | None = None
     #: When rank 0's metrics were last read, for the job's record (scrape.Reading.read_at).
     metrics_read_at: float | None = None
+    #: This pass's look at the gang's FailedCreate Events, for the job's record.
+    events_looked: EventLook | None = None
 
 
 def observe(
@@ -110,7 +119,7 @@ def observe(
     entry, lease, holder, holder_job = _cache(ident, owner, spec.precompile.policy, read)
     about_to_compile = pre is None and train is None and storage.ready
     if holder == "none" and about_to_compile and spec.precompile.policy != "Never":
-        holder, holder_job = compiling_elsewhere(ident, owner)
+        holder, holder_job = compiling_elsewhere(ident, owner, views.precompiles)
     stage, job = ("train", train) if train is not None else ("precompile", pre)
     left = startup_left(job, spec.runPolicy.startupDeadlineSeconds, views.now)
     stuck = left is not None and left <= 0
@@ -122,6 +131,7 @@ def observe(
     )
     reported = [checkpoints.from_pod(p) for p in pods] if stage == "train" else []
     admission = None if train is not None else queue_blocker(spec.scheduling.queue, views)
+    looked = look_at_events(owner.namespace, job, views.now, views.events_looked)
     if stopping and admission is None:
         admission = gang_stopping(owner)
     if admission is None and train is None and _child(pre) in (Child.ABSENT, Child.SUCCEEDED):
@@ -133,7 +143,7 @@ def observe(
         storage_blocker=storage.blocker,
         storage_released=storage.released,
         queue_blocker=admission,
-        gang_blocker=pods_not_created(owner.namespace, job, views.now),
+        gang_blocker=failed_create(looked, views.now),
         cache_recorded=entry is not None and entry.state == cache.READY,
         cache_holder=holder,
         cache_holder_job=holder_job,
@@ -147,8 +157,9 @@ def observe(
     checkpoint = checkpoints.newest([views.checkpoint, *reported])
     look = next_event_look(job, views.now) if observed.gang_blocker is None else None
     return Seen(
-        observed, storage.names, storage.volume, lease, entry, left, _gang(job), checkpoint, look
-    )
+        observed, storage.names, storage.volume, lease, entry, left, _gang(job), checkpoint, look,
+        events_looked=looked,
+    )  # fmt: skip
 
 
 def _retries(job: Json | None) -> int:
@@ -183,20 +194,45 @@ def _cache(
     return entry, lease, ("other" if _alive(ns, job, uid, read) else "none"), f"{ns}/{job}"
 
 
-def compiling_elsewhere(ident: cache.Identity, owner: Owner) -> tuple[str, str]:
+def compiling_elsewhere(
+    ident: cache.Identity,
+    owner: Owner,
+    watched: Mapping[tuple[str, str], Iterable[Json]] | None = None,
+) -> tuple[str, str]:
     """Another job's live precompile of this entry, found by label: ("other", its job).
 
     The Lease says who compiles, but anyone may delete it mid-compile (a user, a namespace
-    cleanup); the Volcano jobs still say. Read only when this job is about to compile.
+    cleanup); the Volcano jobs still say. Read only when this job is about to compile: from the
+    operator's index of them (`watched`), else listed (one list per job at 1000 jobs).
     """
-    selector = f"{cache.LABEL_CACHE_ENTRY}={ident.record_name},{builders.LABEL_STAGE}=precompile"
     mine = naming.vcjob_name(owner.name, "precompile")
-    for job in k8s.list_vcjobs(owner.namespace, selector):
+    for job in _precompiles(ident, owner.namespace, watched):
         md = job.get("metadata") or {}
-        done = _child(job) in (Child.SUCCEEDED, Child.FAILED) or md.get("deletionTimestamp")
-        if not done and md.get("name") != mine:
+        if compiling(job) and md.get("name") != mine:
             return "other", f"{owner.namespace}/{builders.owner_name(md)}"
     return "none", ""
+
+
+def compiling(job: Json) -> bool:
+    """A precompile Volcano job still compiles: neither ended nor going."""
+    done = _child(job) in (Child.SUCCEEDED, Child.FAILED)
+    return not done and not (job.get("metadata") or {}).get("deletionTimestamp")
+
+
+def _precompiles(
+    ident: cache.Identity, namespace: str, watched: Mapping[tuple[str, str], Iterable[Json]] | None
+) -> list[Json]:
+    """The precompile Volcano jobs of one cache entry: watched, or listed by label."""
+    if watched is None:
+        entry = f"{cache.LABEL_CACHE_ENTRY}={ident.record_name}"
+        return k8s.list_vcjobs(namespace, f"{entry},{builders.LABEL_STAGE}=precompile")
+    key = (namespace, ident.record_name)
+    for _ in range(5):
+        try:
+            return list(watched.get(key, ()))
+        except RuntimeError:  # kopf's loop changed the index meanwhile: read again
+            continue
+    return list(watched.get(key, ()))
 
 
 def _alive(namespace: str, name: str, uid: str, read: Reader) -> bool:
@@ -344,24 +380,66 @@ RECENT_SECONDS = 600.0
 EVENT_LOOKS = (15.0, 60.0, 300.0, 900.0)
 
 
-def pods_not_created(namespace: str, job: Json | None, now: str) -> Blocker | None:
-    """Why Volcano cannot create a pending gang's pods: its newest recent FailedCreate Event.
+@dataclass(frozen=True)
+class EventLook:
+    """What one look at a pending gang's FailedCreate Events found (kept in the job's record)."""
 
-    Not read before the first look (EVENT_LOOKS[0]): a young gang is pending because Volcano is
-    still at work, and every pass of a burst listed Events (3.5 lists per lifecycle).
+    #: The Volcano job instance looked at (its uid) and which look it was (look_number).
+    gang: str
+    number: int
+    #: The Volcano job's name, and the newest FailedCreate's time and words ("" if none).
+    job: str = ""
+    at: str = ""
+    message: str = ""
+
+
+def look_number(age: float) -> int:
+    """Which look a gang of this age is due (0: none yet): EVENT_LOOKS, then one per last."""
+    last = EVENT_LOOKS[-1]
+    passed = sum(1 for at in EVENT_LOOKS if at <= age)
+    return passed + (int((age - last) // last) if age >= last else 0)
+
+
+def look_at_events(
+    namespace: str, job: Json | None, now: str, last: EventLook | None = None
+) -> EventLook | None:
+    """The pending gang's newest FailedCreate Event as of its latest look (None: no look due).
+
+    Listed once per look, not per pass: every pass of a gang pending past its first look had
+    listed Events (4.5 lists per job at 1000 jobs). A young gang is Volcano still at work.
     """
     if job is None or _child(job) is not Child.PENDING or not now:
         return None
-    if _age(job, now) < EVENT_LOOKS[0]:
+    number = look_number(_age(job, now))
+    if number == 0:
         return None
-    name = job["metadata"]["name"]
-    events = [e for e in k8s.list_events(namespace, name, "FailedCreate") if _about(e, job)]
+    md = job["metadata"]
+    gang = str(md.get("uid") or md["name"])
+    if last is not None and (last.gang, last.number) == (gang, number):
+        return last
+    events = [e for e in k8s.list_events(namespace, md["name"], "FailedCreate") if _about(e, job)]
     newest = max(events, key=_event_time, default=None)
-    if newest is None or cache.seconds_between(_event_time(newest), now) > RECENT_SECONDS:
-        return None
+    if newest is None:
+        return EventLook(gang, number, md["name"])
     said = " ".join(str(newest.get("message") or "no message").split())
-    msg = f"Volcano cannot create the pods of {name} (FailedCreate): {said}"
+    return EventLook(gang, number, md["name"], _event_time(newest), said)
+
+
+def failed_create(looked: EventLook | None, now: str) -> Blocker | None:
+    """Why Volcano cannot create a pending gang's pods: its newest FailedCreate, while recent."""
+    if looked is None or not looked.at or not now:
+        return None
+    if cache.seconds_between(looked.at, now) > RECENT_SECONDS:
+        return None
+    msg = f"Volcano cannot create the pods of {looked.job} (FailedCreate): {looked.message}"
     return Blocker("FailedCreate", msg)
+
+
+def pods_not_created(
+    namespace: str, job: Json | None, now: str, last: EventLook | None = None
+) -> Blocker | None:
+    """Why Volcano cannot create a pending gang's pods, as of its latest look at its Events."""
+    return failed_create(look_at_events(namespace, job, now, last), now)
 
 
 def _about(event: Json, job: Json) -> bool:

@@ -34,7 +34,7 @@ from trainium_operator.cachekey import cache_key, cache_name
 from trainium_operator.checkpoints import Checkpoint
 from trainium_operator.lifecycle import Action, Child, Decision, Observed
 from trainium_operator.model import Rejection
-from trainium_operator.observe import FsxLookup, Seen, Views, observe
+from trainium_operator.observe import EventLook, FsxLookup, Seen, Views, observe
 from trainium_operator.reads import ApiReader, Kind, Reader, version
 from trainium_operator.spec import SpecError, TrainiumJobSpec, parse
 from trainium_operator.status import now_iso
@@ -85,6 +85,8 @@ class Outcome:
     cache_figures: tuple[tuple[str, float], ...] = ()
     #: When rank 0's live metrics were last read (monotonic seconds), for the job's record.
     metrics_read_at: float | None = None
+    #: The pass's look at a pending gang's FailedCreate Events, for the job's record.
+    events_looked: EventLook | None = None
 
 
 def reconcile(
@@ -122,7 +124,10 @@ def reconcile(
         # it and reports. A status written now would say what existed before, and be redone.
         soonest = _soonest(deadline_in, seen.startup_left, seen.events_look, seen.progress_in)
         return Outcome(
-            decision.phase.value, deadline_in=soonest, metrics_read_at=seen.metrics_read_at
+            decision.phase.value,
+            deadline_in=soonest,
+            metrics_read_at=seen.metrics_read_at,
+            events_looked=seen.events_looked,
         )
     new, transition, rv = _report(
         body, decision, spec, emit, read, observed, counted, seen.checkpoint, seen.progress
@@ -136,6 +141,7 @@ def reconcile(
         cache_figures=_new_figures(previous, new),
         deadline_in=_soonest(deadline_in, seen.startup_left, seen.events_look, seen.progress_in),
         metrics_read_at=seen.metrics_read_at,
+        events_looked=seen.events_looked,
     )
 
 
@@ -175,7 +181,7 @@ def _look(
     )
     watched = scrape.look(
         spec, owner, seen.observed.training, uid, previous, now_iso(), views.metrics_read_at,
-        rank0=views.rank0_pod,
+        rank0=views.rank0_pod, watched=views.pods_watched,
     )  # fmt: skip
     excluded, redo = supervise.gang_to_replace(
         seen.observed.failure, seen.observed.training, previous, watched.hung

@@ -80,11 +80,13 @@ def look(
     last_read: float | None = None,
     clock: float | None = None,
     rank0: Json | None = None,
+    watched: bool = False,
 ) -> Reading:
     """Read rank 0 when due and the gang runs; drop status.progress once no gang trains.
 
     `last_read`: when the job's record says rank 0 was last read; `clock`: monotonic now;
-    `rank0`: rank 0's pod as the pod watch showed it (else the gang's pods are listed).
+    `rank0`: rank 0's pod as the pod watch showed it; `watched`: the pod watch runs, so no
+    rank0 means no pod to read (else the gang's pods are listed: once per interval per job).
     """
     previous = status.get("progress") if isinstance(status.get("progress"), dict) else None
     if training not in (Child.RUNNING, Child.PENDING, Child.RESTARTING) or gang_uid is None:
@@ -94,7 +96,7 @@ def look(
     clock = time.monotonic() if clock is None else clock
     if last_read is not None and clock - last_read < interval():
         return Reading(next_read_in=interval() - (clock - last_read), read_at=last_read)
-    pod = rank0 if rank0 is not None else _rank0_pod(owner)
+    pod = rank0 if rank0 is not None or watched else _rank0_pod(owner)
     sample = progress.parse(read_metrics(*address)) if pod and (address := _address(pod)) else None
     new = progress.advance(previous, sample, gang_uid, now)
     deadline = spec.runPolicy.progressDeadlineSeconds

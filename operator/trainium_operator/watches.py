@@ -15,10 +15,18 @@ from typing import Any
 
 import kopf
 
-from trainium_operator.builders import LABEL_JOB, LABEL_MANAGED_BY, MANAGED_BY
+from trainium_operator.builders import (
+    ANNOTATION_OWNER,
+    LABEL_JOB,
+    LABEL_MANAGED_BY,
+    LABEL_STAGE,
+    MANAGED_BY,
+    owner_name,
+)
 from trainium_operator.cache import LABEL_CACHE_ENTRY
 from trainium_operator.crd import GROUP, PLURAL, VERSION
 from trainium_operator.reads import Kind, Overlay, slim
+from trainium_trainer.contract import STAGE_PRECOMPILE as PRECOMPILE
 
 
 def _entry(
@@ -86,6 +94,35 @@ async def read_leases(
 async def read_queues(name: str, body: kopf.Body, memo: Any = None, **_: Any) -> dict[Any, Any]:
     """Volcano queues (cluster-scoped)."""
     return _entry(Kind.QUEUE, None, name, body, memo)
+
+
+@kopf.index(
+    "batch.volcano.sh",
+    "v1alpha1",
+    "jobs",
+    labels={
+        LABEL_MANAGED_BY: MANAGED_BY,
+        LABEL_STAGE: PRECOMPILE,
+        LABEL_CACHE_ENTRY: kopf.PRESENT,
+    },
+)
+async def precompiles(
+    namespace: str | None, body: kopf.Body, labels: Mapping[str, str], **_: Any
+) -> dict[Any, Any]:
+    """Precompile Volcano jobs by (namespace, cache entry): who else compiles an entry."""
+    return {(namespace or "", labels[LABEL_CACHE_ENTRY]): slim_precompile(body)}
+
+
+def slim_precompile(body: Mapping[str, Any]) -> dict[str, Any]:
+    """What observe.compiling_elsewhere reads of a precompile job: name, owner, state."""
+    meta = body.get("metadata") or {}
+    try:
+        owner = {ANNOTATION_OWNER: f"{meta.get('namespace') or ''}/{owner_name(meta)}"}
+    except ValueError:  # not ours after all: it names no owner
+        owner = {}
+    kept = {k: meta[k] for k in ("name", "deletionTimestamp") if k in meta}
+    state = (body.get("status") or {}).get("state")
+    return {"metadata": {**kept, "annotations": owner}, "status": {"state": state or {}}}
 
 
 _BY_KIND = {

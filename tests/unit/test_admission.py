@@ -89,6 +89,36 @@ def test_a_pending_gang_is_looked_at_a_few_times_then_left(
     assert observe.next_event_look(vcjob("Running", created), NOW) is None
 
 
+@pytest.mark.parametrize(
+    ("age", "number"),
+    [(0, 0), (14.9, 0), (15, 1), (59, 1), (60, 2), (300, 3), (899, 3), (900, 4), (1799, 4),
+     (1800, 5), (2700, 6)],
+)  # fmt: skip
+def test_looks_are_numbered_by_age(age: float, number: int) -> None:
+    assert observe.look_number(age) == number
+
+
+def test_events_are_listed_once_per_look_not_per_pass(events: list[Json]) -> None:
+    """Passes between two looks reuse the last look; its recency is judged at each pass."""
+    events.append(event("2026-11-25T09:59:50Z"))
+    first = observe.look_at_events("team-a", vcjob(), NOW)
+    assert first is not None and first.number == 2 and first.at == "2026-11-25T09:59:50Z"
+    events.clear()  # a list now would find nothing
+    again = observe.look_at_events("team-a", vcjob(), "2026-11-25T10:00:30Z", first)
+    assert again is first
+    assert observe.failed_create(again, "2026-11-25T10:00:30Z") is not None
+    assert observe.failed_create(again, "2026-11-25T10:11:00Z") is None  # no longer recent
+    later = observe.look_at_events("team-a", vcjob(), "2026-11-25T10:04:00Z", first)
+    assert later is not None and later.number == 3 and not later.at  # the next look lists
+
+
+def test_a_new_gang_instance_is_looked_at_anew(events: list[Json]) -> None:
+    events.append(event("2026-11-25T09:59:50Z"))
+    before = observe.EventLook("u0", 2, "j-train", "2026-11-25T09:50:00Z", "old gang")
+    looked = observe.look_at_events("team-a", vcjob(), NOW, before)
+    assert looked is not None and looked.gang == "u1" and looked.message != "old gang"
+
+
 def test_a_missing_priority_class_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
     classes = {"high": {"metadata": {"name": "high"}, "value": 1000}}
     monkeypatch.setattr(k8s, "get_priority_class", classes.get)

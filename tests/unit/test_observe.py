@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from support import job
 
-from trainium_operator import cache, k8s, observe
+from trainium_operator import cache, k8s, observe, watches
 from trainium_operator.builders import Owner
 from trainium_operator.observe import Views
 from trainium_operator.reads import Kind
@@ -244,6 +244,25 @@ def test_a_running_compile_is_found_from_the_volcano_jobs_without_a_lease(
 ) -> None:
     verdict = cache_verdict("Always", None, vcjobs=jobs, monkeypatch=monkeypatch)
     assert verdict[1:] == (holder, holder_job)
+
+
+@pytest.mark.parametrize(
+    ("jobs", "holder"),
+    [([precompile_job("w", "Running")], "other"), ([precompile_job("w", "Completed")], "none"),
+     ([precompile_job("w", "Running", deleting=True)], "none"),
+     ([precompile_job("j", "Running")], "none"), ([], "none")],
+    ids=["running", "finished", "deleting", "own", "none"],
+)  # fmt: skip
+def test_the_operator_finds_a_running_compile_in_its_index_without_a_list(
+    monkeypatch: pytest.MonkeyPatch, jobs: list[dict[str, Any]], holder: str
+) -> None:
+    """The operator's index of precompile jobs (watches.precompiles) answers as a list would."""
+    spec = parse(job("j", precompile={"policy": "Always"}))
+    entry = cache.identity(spec).record_name
+    monkeypatch.setattr(k8s, "list_vcjobs", lambda *_: pytest.fail("listed Volcano jobs"))
+    index = {("default", entry): [watches.slim_precompile(j) for j in jobs]}
+    found = observe.compiling_elsewhere(cache.identity(spec), Owner("j", "default", "u"), index)
+    assert found == ((holder, "default/w") if holder == "other" else ("none", ""))
 
 
 def test_a_replaced_gangs_pods_are_no_failures_of_the_next_instance() -> None:

@@ -19,7 +19,7 @@ from kubernetes.client.exceptions import ApiException
 from trainium_operator import handlers, k8s, reconcile
 from trainium_operator.lifecycle import Action
 from trainium_operator.model import Rejection
-from trainium_operator.observe import Views, queue_blocker
+from trainium_operator.observe import EventLook, Views, queue_blocker
 from trainium_operator.reads import Kind
 from trainium_operator.reconcile import Outcome, Transition
 from trainium_operator.runtime import kopfpause
@@ -582,6 +582,37 @@ def test_the_record_keeps_what_a_job_remembers_between_passes() -> None:
     passes.wake(KEY)
     assert step(passes) and script.views[-1].metrics_read_at == 5.0
     assert record.metrics_read_at is None  # that pass read nothing: no gang trains
+
+
+def test_the_record_keeps_the_last_look_at_a_gangs_events() -> None:
+    """A pending gang's Events are listed once per look: the look goes to the record and back."""
+    looked = EventLook("uid-1", 1, "job-train")
+    script = Script(Outcome("Precompiling", events_looked=looked), Outcome("Precompiling"))
+    passes = runtime(script)
+    passes.wake(KEY)
+    assert step(passes)
+    record = passes.records.get(KEY)
+    assert record is not None and record.events_looked is looked
+    passes.wake(KEY)
+    assert step(passes) and script.views[-1].events_looked is looked
+    assert record.events_looked is None  # that pass saw no pending gang
+
+
+def test_watched_passes_read_precompiles_from_the_index_and_fresh_ones_list() -> None:
+    """Rank 0 and other jobs' precompiles come from the watches; a healing pass lists."""
+    script = Script(Outcome("Precompiling"), Outcome("Precompiling"))
+    passes = runtime(script)
+    passes.reads.indices.update({kind: {} for kind in Kind})
+    index: dict[tuple[str, str], list[Any]] = {}
+    passes.reads.precompiles = index
+    passes.wake(KEY)
+    assert step(passes)
+    watched = script.views[-1]
+    assert watched.pods_watched and watched.precompiles is index
+    passes.queue.add_after(KEY, 0, fresh=True)
+    assert step(passes)
+    healing = script.views[-1]
+    assert healing.pods_watched and healing.precompiles is None
 
 
 def _pod_event(passes: Passes, type_: str, name: str, status: dict[str, Any]) -> None:

@@ -79,6 +79,15 @@ def test_one_read_per_interval_per_job(
     assert len(calls) == 2 and later.read_at == 100 + scrape.interval()
 
 
+def test_with_the_pod_watch_running_no_rank0_means_no_list(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The operator knows rank 0 from its pod watch: no address yet is no reading, not a list."""
+    calls = with_pods(monkeypatch, [pod(1)])
+    seen = scrape.look(parse(job()), OWNER, Child.RUNNING, "uid-1", {}, T0, watched=True)
+    assert calls == [] and seen.read_at is not None and seen.hung is None
+
+
 def test_the_read_time_goes_once_no_gang_trains() -> None:
     """The job's record keeps the read time only while a gang trains (no module-level memory)."""
     gone = scrape.look(parse(job()), OWNER, Child.SUCCEEDED, "u", {}, T0, 100.0, 200.0)

@@ -84,6 +84,8 @@ class Reads:
     overlay: Overlay = field(default_factory=Overlay)
     #: Volcano queues by parent (a kopf index): the hierarchy as listed, never a handler's dict.
     queue_children: Mapping[str, Any] = field(default_factory=dict)
+    #: Live precompile Volcano jobs by (namespace, cache entry) (a kopf index), once handed over.
+    precompiles: Mapping[tuple[str, str], Any] | None = None
 
     def reader(self, *, fresh: bool) -> Reader | None:
         """A reader for one pass; None before the indices exist (the pass reads with GETs)."""
@@ -188,6 +190,7 @@ class Passes:
         self.records.pods_read(record, seen, shown)
         self.records.wrote(record, outcome.written_version)
         self.records.metrics_read(record, outcome.metrics_read_at)
+        self.records.looked(record, outcome.events_looked)
         if outcome.phase is None:
             if not record.finalizing:
                 self.gone(key)
@@ -207,9 +210,14 @@ class Passes:
             checkpoint=checkpoint,
             metrics_read_at=record.metrics_read_at,
             rank0_pod=record.rank0_pod,
+            events_looked=record.events_looked,
         )
         read = self.reads.reader(fresh=fresh)
-        return views if read is None else replace(views, reader=read)
+        if read is None:  # before kopf handed over its indices: GETs and lists
+            return views
+        # The watches run: rank 0 is known from the pod watch; a fresh pass lists precompiles.
+        precompiles = None if fresh else self.reads.precompiles
+        return replace(views, reader=read, pods_watched=True, precompiles=precompiles)
 
     def _failed(self, key: Key, record: JobRecord, exc: Exception) -> None:
         kind = f"Api{exc.status}" if isinstance(exc, ApiException) else "Internal"

@@ -15,6 +15,7 @@ from typing import Any
 
 from trainium_operator import checkpoints
 from trainium_operator.checkpoints import Checkpoint
+from trainium_operator.observe import EventLook
 
 Key = tuple[str, str]
 Json = dict[str, Any]
@@ -39,6 +40,8 @@ class JobRecord:
     rank0_pod: Json | None = None
     #: When a pass last read rank 0's live metrics (monotonic seconds): one read per interval.
     metrics_read_at: float | None = None
+    #: The last look at the live gang's FailedCreate Events: one list per look, not per pass.
+    events_looked: EventLook | None = None
     #: Consecutive passes that waited on something that may heal (their backoff).
     waits: int = 0
     #: The job is being deleted (on_delete holds it): its passes create nothing.
@@ -164,6 +167,11 @@ class Records:
         """When the pass last read rank 0's metrics (None: no gang trains, nothing to pace)."""
         with self.lock:
             record.metrics_read_at = at
+
+    def looked(self, record: JobRecord, looked: EventLook | None) -> None:
+        """The pass's look at the gang's Events (None: no gang pending, nothing to keep)."""
+        with self.lock:
+            record.events_looked = looked
 
     def is_echo(self, key: Key, version: str | None) -> bool:
         """Whether a job event only shows our own last status patch."""
