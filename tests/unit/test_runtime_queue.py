@@ -195,3 +195,35 @@ def test_a_blocked_get_wakes_when_a_timer_falls_due() -> None:
     q: WorkQueue[tuple[str, str]] = WorkQueue()
     q.add_after(A, 0.01)
     assert q.get(timeout=10) == Item(A, fresh=True)
+
+
+def test_a_timer_wakes_a_waiting_worker_only_when_it_is_the_soonest() -> None:
+    """Every pass sets a far backstop: waking a sleeping worker for it was a thread switch."""
+    clock = Clock()
+    q: WorkQueue[tuple[str, str]] = WorkQueue(clock=clock)
+    woken: list[int] = []
+    notify = q._cv.notify
+    q._cv.notify = lambda n=1: (woken.append(n), notify(n))  # type: ignore[method-assign]
+    q.add_after(A, 60)
+    q.add_after(B, 1800)  # later than A: the worker waiting for A wakes in time anyway
+    q.add_after(C, 10)  # sooner: it must wake
+    assert len(woken) == 2
+    clock.now += 10
+    assert ready(q) == Item(C, fresh=True)
+    q.done(C)
+    clock.now += 50
+    assert ready(q) == Item(A, fresh=True)
+    q.done(A)
+    clock.now += 1740
+    assert ready(q) == Item(B, fresh=True)
+
+
+def test_a_blocked_get_wakes_for_a_sooner_timer() -> None:
+    q: WorkQueue[tuple[str, str]] = WorkQueue()
+    q.add_after(A, 3600)
+    got: list[Item[tuple[str, str]] | None] = []
+    thread = threading.Thread(target=lambda: got.append(q.get(timeout=10)))
+    thread.start()
+    q.add_after(B, 0.01)
+    thread.join(10)
+    assert got == [Item(B, fresh=True)]

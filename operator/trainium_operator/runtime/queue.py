@@ -94,8 +94,10 @@ class WorkQueue(Generic[K]):
                 self._timers[key] = (old[0], old[1] or fresh)
                 return
             self._timers[key] = (when, fresh)
+            sooner = not self._timer_heap or when < self._timer_heap[0][0]
             heapq.heappush(self._timer_heap, (when, next(self._seq), key))
-            self._cv.notify()
+            if sooner:  # a waiting worker sleeps until the soonest time: a later one needs no wake
+                self._cv.notify()
 
     def add_rate_limited(self, key: K) -> float:
         """Queue key after its backoff (base, 2*base, ... up to max); return the delay."""
