@@ -248,14 +248,14 @@ async def on_pod(
         return
     passes = _passes(memo)
     newer = _remember_checkpoint(passes, key, labels, status, create=type != "DELETED")
-    _remember_rank0(passes, key, type, meta, labels, spec, status)
+    addressed = _remember_rank0(passes, key, type, meta, labels, spec, status)
     if type is None:
         return
     if _troubled(dict(status)):
         pod = _as_shown(meta, labels, spec, status)
         log = await _log_tail(passes, key, pod)
         passes.pod_event(key, pod, context=contextvars.copy_context(), log=log)
-    elif newer:
+    elif newer or addressed:
         _wake(memo, key)
 
 
@@ -311,13 +311,14 @@ def _remember_rank0(
     labels: Mapping[str, str],
     spec: kopf.Spec,
     status: kopf.Status,
-) -> None:
-    """Keep where rank 0 serves its live metrics: a pass reads them without listing pods."""
+) -> bool:
+    """Keep where rank 0 serves its live metrics (a pass reads them without listing pods);
+    whether rank 0 has a new address (its job is woken to read it)."""
     if not scrape.is_rank0(key[1], str(meta.get("name") or ""), labels):
-        return
+        return False
     gone = type == "DELETED" or meta.get("deletionTimestamp")
     shown = {"metadata": dict(meta), "spec": dict(spec), "status": dict(status)}
-    passes.records.rank0(key, None if gone else scrape.slim_rank0(shown))
+    return passes.records.rank0(key, None if gone else scrape.slim_rank0(shown))
 
 
 def _owner_key(meta: kopf.Meta) -> Key | None:

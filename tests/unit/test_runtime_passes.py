@@ -646,13 +646,14 @@ def test_rank0_is_known_from_the_pod_watch_so_a_metrics_read_lists_no_pods() -> 
     _pod_event(passes, "MODIFIED", rank0, {"phase": "Running", "podIP": "10.0.0.7"})
     record = passes.records.get(KEY)
     assert record is not None
-    passes.wake(KEY)
-    assert step(passes)
+    assert step(passes)  # rank 0 got an address: that woke the job (its passes waited for one)
     shown = script.views[-1].rank0_pod
     assert shown is not None and shown["status"] == {"podIP": "10.0.0.7"}
     assert shown["spec"]["containers"][0]["ports"][0]["containerPort"] == 9400
+    _pod_event(passes, "MODIFIED", rank0, {"phase": "Running", "podIP": "10.0.0.7"})
+    assert not step(passes)  # the same address again wakes nothing
     _pod_event(passes, "DELETED", rank0, {"phase": "Running", "podIP": "10.0.0.7"})
-    assert record.rank0_pod is None
+    assert record.rank0_pod is None and not step(passes)
 
 
 def test_a_deleted_jobs_late_pod_events_leave_no_record_behind() -> None:

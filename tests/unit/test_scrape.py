@@ -85,7 +85,14 @@ def test_with_the_pod_watch_running_no_rank0_means_no_list(
     """The operator knows rank 0 from its pod watch: no address yet is no reading, not a list."""
     calls = with_pods(monkeypatch, [pod(1)])
     seen = scrape.look(parse(job()), OWNER, Child.RUNNING, "uid-1", {}, T0, watched=True)
-    assert calls == [] and seen.read_at is not None and seen.hung is None
+    assert calls == [] and seen == scrape.Reading()  # no look either: rank 0's address wakes it
+    heard = {"gang": "uid-1", "step": 40, "totalSteps": 1000, "firstStep": 0,
+             "advancedAt": T0, "observedAt": T0}  # fmt: skip
+    later = "2026-11-22T10:02:00Z"
+    spec = parse(job(runPolicy={"progressDeadlineSeconds": 60}))
+    seen = scrape.look(spec, OWNER, Child.RUNNING, "uid-1", {"progress": heard}, later,
+                       watched=True)  # fmt: skip
+    assert seen == scrape.Reading()  # a hang is judged on a reading, not on an old status
 
 
 def test_the_read_time_goes_once_no_gang_trains() -> None:

@@ -147,12 +147,17 @@ class Records:
             record.checkpoint = found
             return True
 
-    def rank0(self, key: Key, pod: Json | None) -> None:
-        """Where rank 0 serves its metrics now (None: it has no IP, or it went)."""
+    def rank0(self, key: Key, pod: Json | None) -> bool:
+        """Where rank 0 serves its metrics now (None: no IP, or gone); whether it is a new place.
+
+        A new place wakes the job: its passes read nothing while rank 0 had no address.
+        """
         with self.lock:
             record = self.ensure(key) if pod is not None else self._by_key.get(key)
-            if record is not None:
-                record.rank0_pod = pod
+            if record is None:
+                return False
+            before, record.rank0_pod = record.rank0_pod, pod
+            return pod is not None and pod != before
 
     def wrote(self, record: JobRecord, version: str | None) -> None:
         with self.lock:
