@@ -24,7 +24,7 @@ from trainium_operator import (
 from trainium_operator.builders import Owner
 from trainium_operator.checkpoints import Checkpoint
 from trainium_operator.lifecycle import TERMINAL, Blocker, Child, Observed
-from trainium_operator.reads import ApiReader, Kind, Reader
+from trainium_operator.reads import ApiReader, Kind, Reader, lookup
 from trainium_operator.spec import TrainiumJobSpec
 
 Json = dict[str, Any]
@@ -208,12 +208,12 @@ def compiling_elsewhere(
     mine = naming.vcjob_name(owner.name, "precompile")
     for job in _precompiles(ident, owner.namespace, watched):
         md = job.get("metadata") or {}
-        if compiling(job) and md.get("name") != mine:
+        if _compiling(job) and md.get("name") != mine:
             return "other", f"{owner.namespace}/{builders.owner_name(md)}"
     return "none", ""
 
 
-def compiling(job: Json) -> bool:
+def _compiling(job: Json) -> bool:
     """A precompile Volcano job still compiles: neither ended nor going."""
     done = _child(job) in (Child.SUCCEEDED, Child.FAILED)
     return not done and not (job.get("metadata") or {}).get("deletionTimestamp")
@@ -226,13 +226,7 @@ def _precompiles(
     if watched is None:
         entry = f"{cache.LABEL_CACHE_ENTRY}={ident.record_name}"
         return k8s.list_vcjobs(namespace, f"{entry},{builders.LABEL_STAGE}=precompile")
-    key = (namespace, ident.record_name)
-    for _ in range(5):
-        try:
-            return list(watched.get(key, ()))
-        except RuntimeError:  # kopf's loop changed the index meanwhile: read again
-            continue
-    return list(watched.get(key, ()))
+    return lookup(watched, (namespace, ident.record_name))
 
 
 def _alive(namespace: str, name: str, uid: str, read: Reader) -> bool:
@@ -433,13 +427,6 @@ def failed_create(looked: EventLook | None, now: str) -> Blocker | None:
         return None
     msg = f"Volcano cannot create the pods of {looked.job} (FailedCreate): {looked.message}"
     return Blocker("FailedCreate", msg)
-
-
-def pods_not_created(
-    namespace: str, job: Json | None, now: str, last: EventLook | None = None
-) -> Blocker | None:
-    """Why Volcano cannot create a pending gang's pods, as of its latest look at its Events."""
-    return failed_create(look_at_events(namespace, job, now, last), now)
 
 
 def _about(event: Json, job: Json) -> bool:

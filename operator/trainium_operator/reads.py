@@ -202,7 +202,7 @@ class WatchReader:
 
     def get(self, kind: Kind, namespace: str, name: str) -> Json | None:
         key = (kind, namespace, name)
-        found = _lookup(self._indices[kind], (namespace, name))
+        found = lookup(self._indices[kind], (namespace, name))
         if self.fresh or len(found) > 1:
             body = api_get(kind, namespace, name)  # every indexed version is no newer than it
             self._seen[key] = frozenset({version(body), *(version(b) for b in found)})
@@ -222,7 +222,7 @@ class WatchReader:
         self._overlay.record(key, None, self._seen.get(key, frozenset()))
 
 
-def _lookup(index: Mapping[tuple[str, str], Iterable[Json]], key: tuple[str, str]) -> list[Json]:
+def lookup(index: Mapping[tuple[str, str], Iterable[Json]], key: tuple[str, str]) -> list[Json]:
     """The indexed objects of one name, read from a worker thread while kopf's loop writes."""
     for _ in range(5):
         try:

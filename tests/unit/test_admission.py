@@ -30,6 +30,11 @@ def event(at: str, message: str = "pods is forbidden: no PriorityClass with name
     }
 
 
+def pods_not_created(namespace: str, job: Json | None, now: str) -> Any:
+    """The blocker a pass sees from its own look at the gang's Events."""
+    return observe.failed_create(observe.look_at_events(namespace, job, now), now)
+
+
 @pytest.fixture
 def events(monkeypatch: pytest.MonkeyPatch) -> list[Json]:
     found: list[Json] = []
@@ -44,7 +49,7 @@ def events(monkeypatch: pytest.MonkeyPatch) -> list[Json]:
 
 def test_the_newest_failed_create_is_the_reason(events: list[Json]) -> None:
     events += [event("2026-11-25T09:59:10Z", "old words"), event("2026-11-25T09:59:50Z")]
-    blocker = observe.pods_not_created("team-a", vcjob(), NOW)
+    blocker = pods_not_created("team-a", vcjob(), NOW)
     assert blocker is not None and blocker.reason == "FailedCreate"
     assert (
         "no PriorityClass with name high" in blocker.message and "old words" not in blocker.message
@@ -53,28 +58,28 @@ def test_the_newest_failed_create_is_the_reason(events: list[Json]) -> None:
 
 def test_an_old_failed_create_no_longer_speaks(events: list[Json]) -> None:
     events.append(event("2026-11-25T09:40:00Z"))
-    assert observe.pods_not_created("team-a", vcjob(), NOW) is None
+    assert pods_not_created("team-a", vcjob(), NOW) is None
 
 
 @pytest.mark.parametrize("other", [{"uid": "u0"}, {"kind": "PodGroup"}])
 def test_events_of_another_object_do_not_count(events: list[Json], other: Json) -> None:
     events.append(event("2026-11-25T09:59:50Z", **other))
-    assert observe.pods_not_created("team-a", vcjob(), NOW) is None
+    assert pods_not_created("team-a", vcjob(), NOW) is None
 
 
 def test_a_young_gang_costs_no_event_list(monkeypatch: pytest.MonkeyPatch) -> None:
     """Before the first look, a pending gang is Volcano still at work: no list per pass."""
     monkeypatch.setattr(k8s, "list_events", lambda *a: pytest.fail("listed events"))
     young = vcjob(created="2026-11-25T09:59:50Z")
-    assert observe.pods_not_created("team-a", young, NOW) is None
+    assert pods_not_created("team-a", young, NOW) is None
 
 
 def test_only_a_pending_gang_is_looked_at(
     events: list[Json], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(k8s, "list_events", lambda *a: pytest.fail("listed events"))
-    assert observe.pods_not_created("team-a", vcjob("Running"), NOW) is None
-    assert observe.pods_not_created("team-a", None, NOW) is None
+    assert pods_not_created("team-a", vcjob("Running"), NOW) is None
+    assert pods_not_created("team-a", None, NOW) is None
 
 
 @pytest.mark.parametrize(
