@@ -19,9 +19,10 @@ from kubernetes.client import ApiClient
 from torchx.schedulers.kubernetes_scheduler import KubernetesScheduler
 from torchx.specs.overlays import set_overlay
 
-from trainium_operator import appdef, builders, naming
-from trainium_operator.builders import Owner
-from trainium_operator.spec import TrainiumJobSpec, parse
+from trainium_operator.api import naming
+from trainium_operator.api.spec import TrainiumJobSpec, parse
+from trainium_operator.build import appdef, builders
+from trainium_operator.build.builders import Owner
 
 
 def build_as_before(spec: TrainiumJobSpec, owner: Owner, stage: str) -> dict[str, object]:

@@ -27,7 +27,7 @@ from cluster import Api, Cluster, kubeconfig, wait_until
 from fleet import WRITES, good_spec
 from harness import OperatorProcess
 from jobs import fsx_claim
-from trainium_operator import naming
+from trainium_operator.api import naming
 
 Obj = dict[str, Any]
 NS, QUEUE, SA = "bench", "bench-queue", "bench-operator"

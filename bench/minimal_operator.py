@@ -13,7 +13,7 @@ from typing import Any
 import kopf
 import kubernetes
 
-from trainium_operator import naming
+from trainium_operator.api import naming
 
 GROUP = "trainium.dev"
 TASK = {

@@ -35,7 +35,7 @@ import kmock
 from emulator import K8sEmulator
 from fleet import DRIVER_AGENT, TJS, VCJOBS, Cluster, count_by_verb, good_spec
 from harness import OPERATOR_COMMAND, OperatorProcess, make_emulator
-from trainium_operator import naming
+from trainium_operator.api import naming
 
 MINIMAL = [sys.executable, "-m", "kopf", "run", "--standalone", "--all-namespaces",
            str(Path(__file__).with_name("minimal_operator.py"))]  # fmt: skip

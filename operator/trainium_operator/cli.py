@@ -9,8 +9,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from trainium_operator import fsx, render
-from trainium_operator.render import UsageError
+from trainium_operator.cluster import fsx
+from trainium_operator.local import render
+from trainium_operator.local.render import UsageError
 
 Json = dict[str, Any]
 
@@ -46,7 +47,7 @@ def cmd_render(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     """Run a job on this machine through TorchX's local scheduler."""
-    from trainium_operator import local
+    from trainium_operator.local import runner as local
 
     docs = render.load_jobs(args.filename)
     for doc in docs:
@@ -105,7 +106,7 @@ def operator_parser() -> argparse.ArgumentParser:
 def kopf_argv(argv: Sequence[str]) -> list[str]:
     """Our operator flags as `kopf run` arguments for our handlers module."""
     a = operator_parser().parse_args(list(argv))
-    out = ["run", "-m", "trainium_operator.handlers"]
+    out = ["run", "-m", "trainium_operator.runtime.handlers"]
     flags = ("standalone", "all_namespaces", "dev", "verbose", "debug", "quiet")
     out += [f"--{f.replace('_', '-')}" for f in flags[:2] if getattr(a, f)]
     out += [f"--peering={a.peering}"] if a.peering else []
@@ -121,7 +122,8 @@ def kopf_argv(argv: Sequence[str]) -> list[str]:
 
 def cmd_logs(args: argparse.Namespace) -> int:
     """Print (or follow) a job's pod logs, each line labelled `node N rank R | `."""
-    from trainium_operator import k8s, logs
+    from trainium_operator.cluster import k8s
+    from trainium_operator.domain import logs
 
     ns = args.namespace or _current_namespace()
     body = k8s.get_trainiumjob(ns, args.job)
@@ -149,7 +151,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
 
 def _nprocs(body: Json) -> int:
     """Processes per node of the job (1 when its spec does not parse)."""
-    from trainium_operator.spec import SpecError, parse
+    from trainium_operator.api.spec import SpecError, parse
 
     try:
         return parse(body).procs_per_node
@@ -159,8 +161,8 @@ def _nprocs(body: Json) -> int:
 
 def _stage_selector(job: str, stage: str) -> str:
     """The label selector of one stage's pods (Volcano copies our labels onto them)."""
-    from trainium_operator.builders import LABEL_JOB, LABEL_STAGE
-    from trainium_operator.naming import label_value
+    from trainium_operator.api.naming import label_value
+    from trainium_operator.build.builders import LABEL_JOB, LABEL_STAGE
 
     return f"{LABEL_JOB}={label_value(job)},{LABEL_STAGE}={stage}"
 
@@ -178,7 +180,7 @@ def _current_namespace() -> str:
 
 def _log_lines(namespace: str, pod: str, container: str, follow: bool) -> Any:
     """The trainer container's log lines of one pod (followed: as they come)."""
-    from trainium_operator import k8s
+    from trainium_operator.cluster import k8s
 
     # Raw bytes: the client's deserializer turns JSON-looking lines (the trainer's metric records)
     # into Python reprs (kubernetes-client/python#1199).
@@ -205,7 +207,7 @@ def _print_labelled(streams: list[tuple[int, str, Any]], target: Any, parallel: 
     """Print each pod's lines labelled; followed pods stream side by side, one thread each."""
     import threading
 
-    from trainium_operator import logs
+    from trainium_operator.domain import logs
 
     lock = threading.Lock()
 
@@ -233,8 +235,7 @@ def cmd_operator(argv: Sequence[str]) -> int:
     args = kopf_argv(argv)
     import kopf.cli
 
-    from trainium_operator import footprint
-    from trainium_operator.runtime import kopfpause
+    from trainium_operator.runtime import footprint, kopfpause
 
     footprint.cap_malloc_arenas()
     kopfpause.install()  # before kopf spawns its tasks: our passes pause when kopf does

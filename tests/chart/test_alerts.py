@@ -75,8 +75,9 @@ def operator_metrics_page() -> str:
 
     from prometheus_client import REGISTRY, generate_latest
 
-    from trainium_operator import cost, metrics
-    from trainium_operator.reconcile import Transition
+    from trainium_operator.cluster.reconcile import Transition
+    from trainium_operator.domain import cost
+    from trainium_operator.runtime import metrics
 
     when = datetime.datetime(2026, 1, 1, 1, tzinfo=datetime.timezone.utc)
     phases = [("Precompiling", "2026-01-01T00:00:00Z", "2026-01-01T00:30:00Z"),

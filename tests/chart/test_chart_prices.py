@@ -1,4 +1,4 @@
-"""The chart's `prices` reach the operator as the env var trainium_operator.cost reads, or fail."""
+"""The chart's `prices` reach the operator as the env var domain.cost reads, or fail."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from helmchart import helm, one, template_args
-from trainium_operator import cost
+from trainium_operator.domain import cost
 
 
 def operator_env(*sets: str, values_file: str | None = None) -> dict[str, Any]:

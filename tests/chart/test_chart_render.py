@@ -94,7 +94,7 @@ def test_env_ports_and_liveness_probe(helm_bin: Path) -> None:
 
 def test_peering_lifetime_lets_a_standby_take_over_within_30s(helm_bin: Path) -> None:
     """A dead peer counts as alive for its lifetime: kopf's 60 s default misses the 30 s."""
-    from trainium_operator import peering
+    from trainium_operator.cluster import peering
 
     env = {e["name"]: e.get("value") for e in container()["env"]}
     assert peering.lifetime(env) <= 25
@@ -158,7 +158,7 @@ def exported_series() -> set[str]:
     """Every series name the operator's metrics module can export."""
     from prometheus_client import REGISTRY
 
-    import trainium_operator.metrics  # noqa: F401  (registers the collectors)
+    import trainium_operator.runtime.metrics  # noqa: F401  (registers the collectors)
 
     suffixes = {"counter": ["_total"], "histogram": ["_bucket", "_sum", "_count"], "gauge": [""]}
     return {
@@ -189,7 +189,7 @@ def test_service_monitor_scrapes_the_metrics_service(helm_bin: Path) -> None:
 
 def test_pod_monitor_scrapes_the_trainers_named_port(helm_bin: Path) -> None:
     """Off by default; on, it selects training pods by the port the builders declare."""
-    from trainium_operator import builders
+    from trainium_operator.build import builders
     from trainium_trainer import contract
 
     assert not by_kind(render(), "PodMonitor")

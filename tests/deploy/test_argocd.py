@@ -107,7 +107,7 @@ def test_health_of_every_phase(status: Obj | None, expected: tuple[str, str]) ->
 
 
 def test_every_operator_phase_is_mapped() -> None:
-    from trainium_operator.metrics import PHASES
+    from trainium_operator.runtime.metrics import PHASES
 
     for phase in PHASES:
         assert health(job({"phase": phase}))["status"] != "Unknown", phase
@@ -133,7 +133,7 @@ def test_argocd_cm_embeds_exactly_health_lua() -> None:
 
 
 def test_ignore_resource_updates_names_kopfs_annotation_prefix() -> None:
-    from trainium_operator.handlers import PREFIX
+    from trainium_operator.runtime.handlers import PREFIX
 
     cm = yaml.safe_load((ARGOCD / "argocd-cm.yaml").read_text())
     assert cm["data"]["resource.ignoreResourceUpdatesEnabled"] == "true"

@@ -56,7 +56,7 @@ def test_make_render_prints_only_yaml() -> None:
 
 
 def test_the_readme_job_renders_and_names_what_it_skipped() -> None:
-    from trainium_operator import render
+    from trainium_operator.local import render
 
     [doc] = [d for b in blocks("yaml") if (d := yaml.safe_load(b)).get("kind") == "TrainiumJob"]
     rendered = render.render_job(doc)

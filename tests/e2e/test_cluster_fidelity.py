@@ -41,7 +41,7 @@ from harness import (
     simulate_vcjob_phase,
     wait_for,
 )
-from trainium_operator.builders import LABEL_MANAGED_BY, MANAGED_BY
+from trainium_operator.build.builders import LABEL_MANAGED_BY, MANAGED_BY
 
 PVS, PVCS = "v1/persistentvolumes", "v1/persistentvolumeclaims"
 FSX = {

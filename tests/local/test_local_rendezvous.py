@@ -22,8 +22,10 @@ from typing import Any
 import pytest
 from torchx.runner import get_runner
 
-from trainium_operator import appdef, local, naming
-from trainium_operator.spec import parse
+from trainium_operator.api import naming
+from trainium_operator.api.spec import parse
+from trainium_operator.build import appdef
+from trainium_operator.local import runner as local
 
 HERE = Path(__file__).resolve().parent
 WORKER = HERE / "dump_worker.py"

@@ -131,7 +131,7 @@ def test_suspend_then_resume_keeps_the_step_count(tmp_path: Path) -> None:
 
 
 def test_the_run_follows_suspend_in_the_file_and_nothing_it_cannot_read(tmp_path: Path) -> None:
-    from trainium_operator import local
+    from trainium_operator.local import runner as local
 
     job, doc = tmp_path / "job.yaml", job_doc()
     follow = local.follow_file(str(job), doc["metadata"]["name"])

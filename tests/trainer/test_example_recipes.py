@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from trainium_operator.instances import instance_type
+from trainium_operator.api.instances import instance_type
 from trainium_trainer import contract
 from trainium_trainer.config import RunConfig, parse_args
 

@@ -133,7 +133,7 @@ def test_sigterm_under_torchrun_is_a_disruption(
     launcher: str, tmp_path: Path, no_dropout_config: Path
 ) -> None:
     """The operator reads torchrun's end as an interruption; the wrapper also exits 143 (#20)."""
-    from trainium_operator.failures import classify_pod
+    from trainium_operator.domain.failures import classify_pod
     from trainium_trainer.synth import write_bert_shards
 
     data = tmp_path / "data"

@@ -8,8 +8,8 @@ from typing import Any
 
 import yaml
 
-from trainium_operator.builders import Owner
-from trainium_operator.spec import TrainiumJobSpec, parse
+from trainium_operator.api.spec import TrainiumJobSpec, parse
+from trainium_operator.build.builders import Owner
 
 Json = dict[str, Any]
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from trainium_operator import k8s, observe
+from trainium_operator.cluster import k8s, observe
 
 Json = dict[str, Any]
 NOW = "2026-11-25T10:00:00Z"

@@ -12,8 +12,8 @@ from torch.distributed.elastic.rendezvous.dynamic_rendezvous import _get_timeout
 from torch.distributed.run import config_from_args, parse_args
 from torchx.specs import macros
 
-from trainium_operator import appdef
-from trainium_operator.spec import SpecError, parse
+from trainium_operator.api.spec import SpecError, parse
+from trainium_operator.build import appdef
 from trainium_trainer import contract
 
 #: Values TorchX gives each replica; the same substitution its schedulers run on args and env.

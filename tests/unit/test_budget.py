@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from trainium_operator import budget, crd
-from trainium_operator.budget import Accounted, Cursor, Gang, Tally, account
-from trainium_operator.failures import Failure, make_failure
-from trainium_operator.lifecycle import Action, Child, Observed, Phase, decide
+from trainium_operator.api import crd
+from trainium_operator.domain import budget
+from trainium_operator.domain.budget import Accounted, Cursor, Gang, Tally, account
+from trainium_operator.domain.failures import Failure, make_failure
+from trainium_operator.domain.lifecycle import Action, Child, Observed, Phase, decide
 
 EFA = make_failure("EfaInitFailed", "pod w-1 container node (Error, exit 1): fi_getinfo failed")
 EVICTED = make_failure("Evicted", "pod w-0: Evicted (Evicted): node low on memory")

@@ -12,9 +12,11 @@ from support import example_spec, job
 from torch.distributed.elastic.utils.api import macros as torchrun_macros
 from torch.distributed.run import config_from_args, parse_args
 
-from trainium_operator import budget, builders, cache, naming
-from trainium_operator.builders import Owner
-from trainium_operator.spec import TrainiumJobSpec, parse
+from trainium_operator.api import naming
+from trainium_operator.api.spec import TrainiumJobSpec, parse
+from trainium_operator.build import builders, cache
+from trainium_operator.build.builders import Owner
+from trainium_operator.domain import budget
 from trainium_trainer import config
 
 Json = dict[str, Any]

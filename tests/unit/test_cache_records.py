@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from support import job
 
-from trainium_operator import cache
-from trainium_operator.builders import Owner
-from trainium_operator.spec import parse
+from trainium_operator.api.spec import parse
+from trainium_operator.build import cache
+from trainium_operator.build.builders import Owner
 
 SPEC = parse(job("w"))
 WRITER = Owner("w", "default", "uid-w")

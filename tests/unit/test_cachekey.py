@@ -11,8 +11,8 @@ import pytest
 import yaml
 from support import EXAMPLES, REPO, job
 
-from trainium_operator.cachekey import cache_key, cache_name, strip_flag
-from trainium_operator.spec import parse
+from trainium_operator.api.spec import parse
+from trainium_operator.domain.cachekey import cache_key, cache_name, strip_flag
 
 BASE: dict[str, Any] = {
     "args": ["bert-pretrain", "--batch-size", "16", "--max-steps", "1000"],
@@ -117,8 +117,8 @@ def test_key_is_the_same_in_a_fresh_process() -> None:
     code = textwrap.dedent(
         f"""
         import yaml
-        from trainium_operator.cachekey import cache_key
-        from trainium_operator.spec import parse
+        from trainium_operator.domain.cachekey import cache_key
+        from trainium_operator.api.spec import parse
         print(cache_key(parse(yaml.safe_load(open({str(example)!r})))))
         """
     )

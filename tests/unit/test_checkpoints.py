@@ -11,10 +11,12 @@ from typing import Any
 import pytest
 from support import spec_of
 
-from trainium_operator import appdef, builders, checkpoints, failures, handlers
-from trainium_operator.builders import Owner
-from trainium_operator.checkpoints import Checkpoint
-from trainium_operator.reconcile import Outcome
+from trainium_operator.build import appdef, builders
+from trainium_operator.build.builders import Owner
+from trainium_operator.cluster.reconcile import Outcome
+from trainium_operator.domain import checkpoints, failures
+from trainium_operator.domain.checkpoints import Checkpoint
+from trainium_operator.runtime import handlers
 from trainium_operator.runtime.passes import Passes
 from trainium_trainer import contract, termination
 

@@ -311,7 +311,8 @@ def test_fsx_by_id_only_names_what_was_skipped_and_why(run_inline: Any) -> None:
 
 
 def test_fsx_lookup_renders_the_volume_with_the_looked_up_names() -> None:
-    from trainium_operator import fsx, render
+    from trainium_operator.cluster import fsx
+    from trainium_operator.local import render
 
     def lookup(fs_id: str) -> fsx.FsxNames:
         assert fs_id == "fs-0123456789abcdef0"
@@ -381,7 +382,7 @@ def test_operator_help_is_ours_not_kopfs(capsys: pytest.CaptureFixture[str]) -> 
 )
 def test_operator_flags_become_kopf_run_arguments(argv: list[str], kopf: list[str] | None) -> None:
     got = cli.kopf_argv(argv)
-    assert got[:3] == ["run", "-m", "trainium_operator.handlers"]
+    assert got[:3] == ["run", "-m", "trainium_operator.runtime.handlers"]
     if kopf is not None:
         assert got[3:] == kopf
     else:

@@ -12,9 +12,11 @@ import pytest
 import yaml
 from prometheus_client import REGISTRY
 
-from trainium_operator import cost, crd, metrics
-from trainium_operator.instances import INSTANCE_TYPES
-from trainium_operator.lifecycle import Phase
+from trainium_operator.api import crd
+from trainium_operator.api.instances import INSTANCE_TYPES
+from trainium_operator.domain import cost
+from trainium_operator.domain.lifecycle import Phase
+from trainium_operator.runtime import metrics
 
 UTC = datetime.timezone.utc
 T0 = datetime.datetime(2026, 3, 1, 8, 0, tzinfo=UTC)

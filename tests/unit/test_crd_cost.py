@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from trainium_operator import crd
+from trainium_operator.api import crd
 
 Json = dict[str, Any]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from trainium_operator import crd
+from trainium_operator.api import crd
 
 
 def fields(schema: dict[str, Any], path: str) -> Iterator[tuple[str, dict[str, Any]]]:

@@ -8,7 +8,7 @@ import pytest
 from support import CRD_FILE, job, job_without
 from test_pod_rules import OWNED_ENV, POD_REFUSES, PREFIX_TOO_LONG
 
-from trainium_operator import crd
+from trainium_operator.api import crd
 
 Json = dict[str, Any]
 
@@ -401,7 +401,7 @@ def test_transition_rules_do_not_run_on_create() -> None:
 
 
 def test_immutable_fields_come_from_the_crd_and_digests_see_a_change() -> None:
-    from trainium_operator import crd
+    from trainium_operator.api import crd
 
     fields = crd.immutable_fields()
     assert {"image", "nodes", "args", "storage", "instanceType"} <= set(fields)

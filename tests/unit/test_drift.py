@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 from support import TRAINER_SRC, example_spec
 
-from trainium_operator import appdef, builders, crd, spec
-from trainium_operator.instances import INSTANCE_TYPES
+from trainium_operator.api import crd, spec
+from trainium_operator.api.instances import INSTANCE_TYPES
+from trainium_operator.build import appdef, builders
 from trainium_trainer import config, contract
 
 Json = dict[str, Any]

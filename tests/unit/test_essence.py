@@ -8,7 +8,7 @@ from typing import Any, cast
 import kopf
 import pytest
 
-from trainium_operator.essence import LeanDiffBase
+from trainium_operator.runtime.essence import LeanDiffBase
 
 KOPFS = kopf.AnnotationsDiffBaseStorage(prefix="trainium.dev", key="last-handled-configuration")
 LEAN = LeanDiffBase(prefix="trainium.dev", key="last-handled-configuration")

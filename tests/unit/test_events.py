@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
-from trainium_operator import events, lifecycle, reconcile
-from trainium_operator.lifecycle import Blocker, Child, Observed
+from trainium_operator.cluster import reconcile
+from trainium_operator.domain import events, lifecycle
+from trainium_operator.domain.lifecycle import Blocker, Child, Observed
 
 BODY = {
     "apiVersion": "trainium.dev/v1alpha1",

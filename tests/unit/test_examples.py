@@ -8,7 +8,7 @@ import pytest
 import yaml
 from support import EXAMPLES, example_spec
 
-from trainium_operator import crd
+from trainium_operator.api import crd
 
 #: Examples that are not TrainiumJobs (they go with one).
 COMPANIONS = {"tensorboard.yaml"}
@@ -75,7 +75,8 @@ def test_claim_example_tolerates_the_neuron_taint() -> None:
 def test_tensorboard_serves_the_tutorial_jobs_events_from_its_claim() -> None:
     import kubernetes_validate
 
-    from trainium_operator import appdef, builders, naming
+    from trainium_operator.api import naming
+    from trainium_operator.build import appdef, builders
     from trainium_trainer.metrics import TENSORBOARD_DIR
 
     pod = yaml.safe_load((EXAMPLES / "tensorboard.yaml").read_text(encoding="utf-8"))

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from kubernetes.client import V1ContainerStateTerminated, V1PodCondition
 
-from trainium_operator import failures
-from trainium_operator.failures import (
+from trainium_operator.domain import failures
+from trainium_operator.domain.failures import (
     LOG_RULES,
     LOG_TAIL_LINES,
     POLICIES,
@@ -416,12 +416,12 @@ def test_module_does_no_io() -> None:
     imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     stdlib = {"__future__", "datetime", "re", "collections.abc", "dataclasses", "typing"}
     # trainium_trainer: only its contract (constants shared with the trainer).
-    assert imported == stdlib | {"trainium_operator", "trainium_trainer"}
+    assert imported == stdlib | {"trainium_operator.domain", "trainium_trainer"}
     # Its one sibling is pure as well (tests/unit/test_checkpoints.py pins that module's imports).
     siblings = {
         a.name
         for n in ast.walk(tree)
-        if isinstance(n, ast.ImportFrom) and n.module == "trainium_operator"
+        if isinstance(n, ast.ImportFrom) and n.module == "trainium_operator.domain"
         for a in n.names
     }
     assert siblings == {"checkpoints"}

@@ -12,12 +12,12 @@ import sys
 import pytest
 from support import REPO
 
-from trainium_operator import footprint
+from trainium_operator.runtime import footprint
 
 PROBE = """
 import sys
-import trainium_operator.handlers
-from trainium_operator import crd
+import trainium_operator.runtime.handlers
+from trainium_operator.api import crd
 assert crd.cel.compile("self > 1") is not None  # the compiled core still works
 print(sorted({m.split(".")[0] for m in sys.modules} & {"boto3", "botocore", "prompt_toolkit",
                                                        "rich", "typer", "pygments"}))
@@ -35,7 +35,7 @@ def test_the_operator_imports_no_aws_sdk_and_no_cel_cli() -> None:
 
 ARENAS_PROBE = """
 import ctypes, threading
-from trainium_operator import footprint
+from trainium_operator.runtime import footprint
 print(footprint.cap_malloc_arenas(1))
 def churn():
     for _ in range(200):

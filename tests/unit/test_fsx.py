@@ -11,7 +11,7 @@ from botocore.exceptions import EndpointConnectionError, NoCredentialsError
 from botocore.stub import Stubber
 from moto import mock_aws
 
-from trainium_operator import fsx
+from trainium_operator.cluster import fsx
 
 FS_ID = "fs-0123456789abcdef0"
 REGION = "us-west-2"

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from trainium_operator import cost, history
-from trainium_operator.spec import parse
+from trainium_operator.api.spec import parse
+from trainium_operator.domain import cost, history
 
 
 def st(phase: str, running: str = "NotStarted") -> dict[str, object]:

@@ -7,7 +7,8 @@ from collections.abc import Iterator
 import pytest
 from kubernetes import client, config
 
-from trainium_operator import handlers, k8s
+from trainium_operator.cluster import k8s
+from trainium_operator.runtime import handlers
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ import pytest
 import urllib3
 from kubernetes.client.exceptions import ApiException
 
-from trainium_operator import k8s
+from trainium_operator.cluster import k8s
 
 
 def api_error(status: int, reason: str = "", retry_after: str | None = None) -> ApiException:

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from test_k8s_retries import api_error
 
-from trainium_operator import k8s
+from trainium_operator.cluster import k8s
 
 Json = dict[str, Any]
 RECORD: Json = {

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from trainium_operator.lifecycle import (
+from trainium_operator.domain.lifecycle import (
     CONDITION_TYPES,
     Action,
     Blocker,

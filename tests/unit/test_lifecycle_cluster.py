@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from trainium_operator.lifecycle import (
+from trainium_operator.domain.lifecycle import (
     Action,
     Blocker,
     Child,
@@ -280,7 +280,7 @@ def test_a_changed_graph_field_holds_the_job_and_names_the_field() -> None:
 
 
 def test_an_unschedulable_gang_past_its_deadline_fails_and_is_stopped() -> None:
-    from trainium_operator.failures import make_failure
+    from trainium_operator.domain.failures import make_failure
 
     stuck = make_failure("Unschedulable", "pod x cannot be scheduled: 4 Insufficient neuron")
     obs = Observed(storage_ready=True, cache_recorded=True, training=Child.PENDING, failure=stuck)
@@ -358,7 +358,7 @@ def test_a_missing_queue_does_not_move_a_live_gang_back() -> None:
 
 @pytest.mark.parametrize("state", [Child.RUNNING, Child.PENDING, Child.RESTARTING])
 def test_a_gang_to_replace_is_stopped_and_the_job_keeps_training(state: Child) -> None:
-    from trainium_operator.failures import make_failure
+    from trainium_operator.domain.failures import make_failure
 
     why = make_failure("PreflightFailed", "pod p container preflight (exit 4): preflight failed")
     obs = replace(READY, training=state, failure=why, replace_gang=True)

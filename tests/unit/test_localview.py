@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from support import spec_of
 
-from trainium_operator import localview
+from trainium_operator.local import view as localview
 
 
 def test_tqdm_comes_with_the_trainers_dependencies() -> None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from trainium_operator import logs
-from trainium_operator.logs import Target
+from trainium_operator.domain import logs
+from trainium_operator.domain.logs import Target
 
 
 def pods(*names: str) -> list[dict]:

@@ -9,8 +9,10 @@ from typing import Any
 import pytest
 from support import job
 
-from trainium_operator import builders, naming, render
-from trainium_operator.builders import Owner
+from trainium_operator.api import naming
+from trainium_operator.build import builders
+from trainium_operator.build.builders import Owner
+from trainium_operator.local import render
 
 Json = dict[str, Any]
 LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")

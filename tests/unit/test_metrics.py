@@ -12,9 +12,10 @@ from kopf._core.engines import indexing
 from prometheus_client import REGISTRY, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from trainium_operator import history, jobstate, lifecycle, metrics, status
-from trainium_operator.lifecycle import Child, Observed
-from trainium_operator.reconcile import Transition
+from trainium_operator.cluster.reconcile import Transition
+from trainium_operator.domain import history, jobstate, lifecycle, status
+from trainium_operator.domain.lifecycle import Child, Observed
+from trainium_operator.runtime import metrics
 
 Json = dict[str, Any]
 T0 = "2026-11-21T10:00:00Z"
@@ -181,7 +182,7 @@ def test_a_metric_error_is_logged_never_raised_into_the_pass(
     monkeypatch.setattr(metrics.INSTANCE_SECONDS, "labels", broken)
     metrics.count_compile((("savedSeconds", 5.0),))
     metrics.count_transition(Transition("ns", "j", None, "Pending", "Pending", "m", None))
-    from trainium_operator import cost
+    from trainium_operator.domain import cost
 
     when = datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc)
     spent = cost.compute("trn1.2xlarge", 1, [("Training", T0, T1)], now=when, prices={})

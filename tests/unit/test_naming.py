@@ -8,7 +8,7 @@ import string
 
 import pytest
 
-from trainium_operator import naming
+from trainium_operator.api import naming
 
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 MAX_NODES = 128

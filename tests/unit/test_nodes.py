@@ -5,10 +5,11 @@ from __future__ import annotations
 import pytest
 from support import job
 
-from trainium_operator import budget, builders, nodes
-from trainium_operator.builders import Owner
-from trainium_operator.failures import make_failure
-from trainium_operator.spec import parse
+from trainium_operator.api.spec import parse
+from trainium_operator.build import builders
+from trainium_operator.build.builders import Owner
+from trainium_operator.domain import budget, nodes
+from trainium_operator.domain.failures import make_failure
 
 OWNER = Owner("bert", "team-a", "uid-1")
 NOW = "2026-11-22T06:40:00Z"

@@ -7,11 +7,12 @@ from typing import Any
 import pytest
 from support import job
 
-from trainium_operator import cache, k8s, observe, watches
-from trainium_operator.builders import Owner
-from trainium_operator.observe import Views
-from trainium_operator.reads import Kind
-from trainium_operator.spec import parse
+from trainium_operator.api.spec import parse
+from trainium_operator.build import cache
+from trainium_operator.build.builders import Owner
+from trainium_operator.cluster import k8s, observe, watches
+from trainium_operator.cluster.observe import Views
+from trainium_operator.cluster.reads import Kind
 
 
 def queue(state: str | None) -> dict[str, Any]:
@@ -94,7 +95,7 @@ def test_startup_deadline_counts_from_the_gangs_creation_while_it_is_unscheduled
 
 
 def test_a_stuck_gang_names_what_is_short(monkeypatch: pytest.MonkeyPatch) -> None:
-    from trainium_operator.builders import Owner
+    from trainium_operator.build.builders import Owner
 
     pod = {
         "metadata": {"name": "job-train-node-0-0"},

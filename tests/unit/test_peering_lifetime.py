@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from trainium_operator import peering
+from trainium_operator.cluster import peering
 
 
 def test_lifetime_defaults_under_the_30s_hand_over() -> None:

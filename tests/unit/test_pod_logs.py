@@ -9,7 +9,8 @@ from __future__ import annotations
 import urllib.request
 
 from harness import EmulatorServer, apply
-from trainium_operator import failures, k8s
+from trainium_operator.cluster import k8s
+from trainium_operator.domain import failures
 
 LOG = "step 1 loss 7.1\nsecond line ü\nValueError: the batch size must divide the data\n"
 

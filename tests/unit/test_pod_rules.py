@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 from support import job
 
-from trainium_operator import crd, render
-from trainium_operator.render import UsageError
+from trainium_operator.api import crd
+from trainium_operator.local import render
+from trainium_operator.local.render import UsageError
 from trainium_trainer import contract
 
 Json = dict[str, Any]

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from prometheus_client import generate_latest
 
-from trainium_operator import progress
-from trainium_operator.progress import Sample
+from trainium_operator.domain import progress
+from trainium_operator.domain.progress import Sample
 from trainium_trainer import contract
 from trainium_trainer.live import LiveMetrics
 

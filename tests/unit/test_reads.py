@@ -12,13 +12,16 @@ import kopf
 import pytest
 from support import job
 
-from trainium_operator import cache, k8s, lifecycle, naming, reads, watches
-from trainium_operator.builders import Owner
-from trainium_operator.observe import Views, observe
-from trainium_operator.reads import ApiReader, Kind, Overlay, WatchReader, slim
-from trainium_operator.reconcile import Outcome, reconcile
+from trainium_operator.api import naming
+from trainium_operator.api.spec import parse
+from trainium_operator.build import cache
+from trainium_operator.build.builders import Owner
+from trainium_operator.cluster import k8s, reads, watches
+from trainium_operator.cluster.observe import Views, observe
+from trainium_operator.cluster.reads import ApiReader, Kind, Overlay, WatchReader, slim
+from trainium_operator.cluster.reconcile import Outcome, reconcile
+from trainium_operator.domain import lifecycle
 from trainium_operator.runtime.passes import Passes
-from trainium_operator.spec import parse
 
 Json = dict[str, Any]
 NS = "default"

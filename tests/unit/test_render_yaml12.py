@@ -18,7 +18,8 @@ import pytest
 import yaml
 from test_examples import EXAMPLE_FILES
 
-from trainium_operator import cli, render
+from trainium_operator import cli
+from trainium_operator.local import render
 
 
 class Core12Loader(yaml.SafeLoader):

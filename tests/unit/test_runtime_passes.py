@@ -16,13 +16,13 @@ import pytest
 import urllib3
 from kubernetes.client.exceptions import ApiException
 
-from trainium_operator import handlers, k8s, reconcile
-from trainium_operator.lifecycle import Action
-from trainium_operator.model import Rejection
-from trainium_operator.observe import EventLook, Views, queue_blocker
-from trainium_operator.reads import Kind
-from trainium_operator.reconcile import Outcome, Transition
-from trainium_operator.runtime import kopfpause
+from trainium_operator.cluster import k8s, reconcile
+from trainium_operator.cluster.observe import EventLook, Views, queue_blocker
+from trainium_operator.cluster.reads import Kind
+from trainium_operator.cluster.reconcile import Outcome, Transition
+from trainium_operator.domain.lifecycle import Action
+from trainium_operator.domain.model import Rejection
+from trainium_operator.runtime import handlers, kopfpause
 from trainium_operator.runtime.passes import RESYNC, Passes, backoff, next_look
 from trainium_operator.runtime.queue import FIRST
 
@@ -361,7 +361,7 @@ def test_bug5_the_leaf_check_reads_the_queue_index() -> None:
 
 def test_bug5_handlers_keep_no_queue_hierarchy_of_their_own() -> None:
     assert not hasattr(handlers, "_queue_parents")
-    from trainium_operator import watches
+    from trainium_operator.cluster import watches
 
     body = {"metadata": {"name": "child"}, "spec": {"parent": "team"}}
     assert asyncio.run(watches.queue_children(name="child", body=body)) == {"team": "child"}
@@ -462,8 +462,9 @@ def test_17_bug5_the_cause_is_the_pod_event_even_when_volcano_deleted_the_pod(
     """Volcano deletes a failed pod ~60 ms after it fails: the list then shows only its peer."""
     from test_failures import T0, T1, ended, pod
 
-    from trainium_operator import builders, observe
-    from trainium_operator.builders import Owner
+    from trainium_operator.build import builders
+    from trainium_operator.build.builders import Owner
+    from trainium_operator.cluster import observe
 
     stage = {builders.LABEL_STAGE: "train"}
     oom, peer = pod("w-0", ended(137, "OOMKilled", at=T0)), pod("w-1", ended(137, at=T1))
@@ -482,7 +483,7 @@ def test_17_bug5_the_cause_is_the_pod_event_even_when_volcano_deleted_the_pod(
 def test_17_bug5_the_pod_watch_keeps_the_failed_pod_until_a_pass_reads_it() -> None:
     from test_failures import ended, pod
 
-    from trainium_operator import builders
+    from trainium_operator.build import builders
 
     script = Script(ApiException(status=503), Outcome("Training"), Outcome("Training"))
     passes = runtime(script)
@@ -517,8 +518,8 @@ def test_status_is_composed_purely_and_a_settled_status_is_returned_as_is(
 ) -> None:
     from support import spec_of
 
-    from trainium_operator import budget, lifecycle
-    from trainium_operator.model import Observed
+    from trainium_operator.domain import budget, lifecycle
+    from trainium_operator.domain.model import Observed
 
     def no_io(*_: Any, **__: Any) -> Any:
         raise AssertionError("compose made a request")
@@ -540,7 +541,7 @@ def test_status_is_composed_purely_and_a_settled_status_is_returned_as_is(
 def test_namespaced_peering_objects_are_created_where_the_chart_says(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from trainium_operator import peering
+    from trainium_operator.cluster import peering
 
     made: list[tuple[str, str]] = []
 
@@ -617,7 +618,7 @@ def test_watched_passes_read_precompiles_from_the_index_and_fresh_ones_list() ->
 
 def _pod_event(passes: Passes, type_: str, name: str, status: dict[str, Any]) -> None:
     """Deliver one pod watch event of the job's training gang to on_pod."""
-    from trainium_operator import builders
+    from trainium_operator.build import builders
     from trainium_trainer import contract
 
     memo = type("Memo", (), {"passes": passes})()
@@ -634,7 +635,7 @@ def _pod_event(passes: Passes, type_: str, name: str, status: dict[str, Any]) ->
 
 def test_rank0_is_known_from_the_pod_watch_so_a_metrics_read_lists_no_pods() -> None:
     """Every progress read listed the gang's pods; the watch already shows where rank 0 is."""
-    from trainium_operator import naming
+    from trainium_operator.api import naming
 
     script = Script(Outcome("Training"))
     passes = runtime(script)

@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from trainium_operator.observe import Views
-from trainium_operator.reconcile import Outcome
+from trainium_operator.cluster.observe import Views
+from trainium_operator.cluster.reconcile import Outcome
 from trainium_operator.runtime.passes import Passes
 
 KEYS = [("ns", f"job-{i}") for i in range(12)]

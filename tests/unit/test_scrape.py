@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 from support import job
 
-from trainium_operator import k8s, observe, scrape
-from trainium_operator.builders import Owner
-from trainium_operator.lifecycle import Child
-from trainium_operator.spec import parse
+from trainium_operator.api.spec import parse
+from trainium_operator.build.builders import Owner
+from trainium_operator.cluster import k8s, observe, scrape
+from trainium_operator.domain.lifecycle import Child
 from trainium_trainer import contract
 from trainium_trainer.live import LiveMetrics
 

@@ -12,8 +12,9 @@ import pytest
 import yaml
 from support import job
 
-from trainium_operator import builders, crd, spec, structural
-from trainium_operator.builders import Owner
+from trainium_operator.api import crd, spec, structural
+from trainium_operator.build import builders
+from trainium_operator.build.builders import Owner
 
 Json = dict[str, Any]
 NBSP = "\u00a0"

@@ -14,8 +14,10 @@ from kubernetes.client import Configuration
 from support import REPO, example_spec
 from test_footprint import PROBE
 
-from trainium_operator import builders, essence, shortcuts
-from trainium_operator.shortcuts import ENV
+from trainium_operator.api import shortcuts
+from trainium_operator.api.shortcuts import ENV
+from trainium_operator.build import builders
+from trainium_operator.runtime import essence
 
 
 @pytest.mark.parametrize(

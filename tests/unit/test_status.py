@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from trainium_operator import status
-from trainium_operator.lifecycle import Blocker, Child, Decision, Observed, decide
+from trainium_operator.domain import status
+from trainium_operator.domain.lifecycle import Blocker, Child, Decision, Observed, decide
 
 T0 = "2026-01-01T00:00:00Z"
 T1 = "2026-01-01T00:05:00Z"
@@ -114,8 +114,8 @@ def test_restarts_are_reported() -> None:
 
 
 def test_huge_messages_are_clipped_on_status() -> None:
-    from trainium_operator.lifecycle import invalid
-    from trainium_operator.status import MAX_MESSAGE, render
+    from trainium_operator.domain.lifecycle import invalid
+    from trainium_operator.domain.status import MAX_MESSAGE, render
 
     problems = [f"spec.env[{i}].value: {'x' * 40000} is too long" for i in range(30)]
     new = render(

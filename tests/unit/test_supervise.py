@@ -6,9 +6,9 @@ from dataclasses import replace
 
 import pytest
 
-from trainium_operator.failures import make_failure
-from trainium_operator.model import Child
-from trainium_operator.supervise import gang_to_replace
+from trainium_operator.domain.failures import make_failure
+from trainium_operator.domain.model import Child
+from trainium_operator.domain.supervise import gang_to_replace
 
 BAD = replace(make_failure("EfaInitFailed", "pod p: fi_getinfo failed"), node="ip-2")
 HUNG = make_failure("Hung", "no progress")
@@ -38,7 +38,7 @@ def test_a_hang_replaces_a_running_gang_unless_a_pod_failed_already() -> None:
 
 
 def test_an_unschedulable_gang_names_the_nodes_the_job_keeps_out() -> None:
-    from trainium_operator.supervise import explain_unschedulable
+    from trainium_operator.domain.supervise import explain_unschedulable
 
     stuck = make_failure("Unschedulable", "pod p cannot be scheduled: 0/2 nodes are available")
     got = explain_unschedulable(stuck, KNOWN)

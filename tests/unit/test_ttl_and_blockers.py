@@ -6,7 +6,14 @@ import datetime
 
 import pytest
 
-from trainium_operator.lifecycle import Blocker, Child, Observed, Phase, decide, ttl_remaining
+from trainium_operator.domain.lifecycle import (
+    Blocker,
+    Child,
+    Observed,
+    Phase,
+    decide,
+    ttl_remaining,
+)
 
 NOW = datetime.datetime(2026, 11, 22, 12, 0, 0, tzinfo=datetime.timezone.utc)
 

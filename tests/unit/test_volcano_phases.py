@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from trainium_operator.lifecycle import VOLCANO_PHASES
+from trainium_operator.domain.lifecycle import VOLCANO_PHASES
 
 UPSTREAM = Path(__file__).with_name("volcano_job_phases.txt")
 

@@ -20,13 +20,13 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from trainium_operator import k8s, metrics
-from trainium_operator.checkpoints import Checkpoint
-from trainium_operator.lifecycle import TERMINAL
-from trainium_operator.observe import Views
-from trainium_operator.reads import Indices, Kind, Overlay, Reader, WatchReader
-from trainium_operator.reconcile import Emit, Outcome
-from trainium_operator.runtime import kopfpause
+from trainium_operator.cluster import k8s
+from trainium_operator.cluster.observe import Views
+from trainium_operator.cluster.reads import Indices, Kind, Overlay, Reader, WatchReader
+from trainium_operator.cluster.reconcile import Emit, Outcome
+from trainium_operator.domain.checkpoints import Checkpoint
+from trainium_operator.domain.lifecycle import TERMINAL
+from trainium_operator.runtime import kopfpause, metrics
 from trainium_operator.runtime.queue import FIRST, FOLLOW_UP, Item, WorkQueue
 from trainium_operator.runtime.records import JobRecord, Key, Records
 from trainium_operator.runtime.workers import Workers

@@ -13,9 +13,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainium_operator import checkpoints
-from trainium_operator.checkpoints import Checkpoint
-from trainium_operator.observe import EventLook
+from trainium_operator.cluster.observe import EventLook
+from trainium_operator.domain import checkpoints
+from trainium_operator.domain.checkpoints import Checkpoint
 
 Key = tuple[str, str]
 Json = dict[str, Any]

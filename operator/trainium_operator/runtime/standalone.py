@@ -25,7 +25,7 @@ from typing import Any, Protocol
 from kubernetes.client.exceptions import ApiException
 from prometheus_client import Gauge
 
-from trainium_operator import k8s
+from trainium_operator.cluster import k8s
 
 Json = dict[str, Any]
 LABEL = "trainium.dev/standalone-presence"

@@ -1,0 +1,1 @@
+"""The API vocabulary: the CRD (one source), the typed spec, names and the instance table."""

@@ -1,0 +1,214 @@
+"""The typed TrainiumJob spec, built only from a spec the CRD's own rules accepted.
+
+`parse()` defaults and validates with the CRD file (crd.py), then fills these frozen dataclasses;
+a drift test checks that their fields are exactly the CRD's properties.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from trainium_operator.api import crd
+from trainium_operator.api.instances import InstanceType, instance_type
+from trainium_trainer.contract import DEFAULT_MODULE
+
+#: Bytes of one problem and of all of them joined: a rejected spec with a huge env must not
+#: turn into a huge status or Event (etcd refuses objects over 1.5 MiB).
+MAX_PROBLEM_BYTES = 1024
+MAX_MESSAGE_BYTES = 4096
+_SEPARATOR = "; "
+
+
+class SpecError(ValueError):
+    """A TrainiumJob the schema rejects; `problems` has one short line per field."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = cap_problems(problems)
+        super().__init__(_SEPARATOR.join(self.problems))
+
+
+def _cut(text: str, limit: int) -> str:
+    """text on one line within limit UTF-8 bytes, marked with an ellipsis when cut."""
+    line = " ".join(text.split())
+    data = line.encode("utf-8", "replace")
+    if len(data) <= limit:
+        return line
+    return data[: limit - len("...")].decode("utf-8", "ignore") + "..."
+
+
+def cap_problems(problems: list[str]) -> list[str]:
+    """Each problem within 1 KiB and all of them, joined, within 4 KiB; the rest are counted."""
+    kept: list[str] = []
+    used = 0
+    for i, problem in enumerate(problems):
+        line = _cut(problem, MAX_PROBLEM_BYTES)
+        cost = len(line.encode("utf-8")) + (len(_SEPARATOR) if kept else 0)
+        after = len(problems) - i - 1  # room is kept for the line that counts those left out
+        reserve = len(_SEPARATOR + _more(after)) if after else 0
+        if used + cost + reserve > MAX_MESSAGE_BYTES:
+            return [*kept, _more(len(problems) - i)]
+        kept.append(line)
+        used += cost
+    return kept
+
+
+def _more(count: int) -> str:
+    return f"... and {count} more problems"
+
+
+@dataclass(frozen=True)
+class EnvVar:
+    """One user environment variable."""
+
+    name: str
+    value: str = ""
+
+
+@dataclass(frozen=True)
+class Fsx:
+    """An FSx for Lustre file system to mount through a static PV."""
+
+    fileSystemId: str
+    dnsName: str | None = None
+    mountName: str | None = None
+    capacity: str = "1200Gi"
+
+
+@dataclass(frozen=True)
+class Storage:
+    """The shared volume: an existing claim or an FSx file system."""
+
+    claimName: str | None = None
+    fsx: Fsx | None = None
+    mountPath: str = "/data"
+
+
+@dataclass(frozen=True)
+class Cache:
+    """Where the Neuron compile cache lives on the volume."""
+
+    name: str | None = None
+    path: str = "neuron_cache"
+
+
+@dataclass(frozen=True)
+class Precompile:
+    """The neuron_parallel_compile stage."""
+
+    policy: str = "IfNotCached"
+    steps: int = 10
+    stepsArg: str = "--max-steps"
+
+
+@dataclass(frozen=True)
+class Scheduling:
+    """Volcano queue, priority and node placement."""
+
+    queue: str = "default"
+    priorityClassName: str | None = None
+    nodeSelector: dict[str, str] = field(default_factory=dict)
+    tolerations: list[dict[str, Any]] = field(default_factory=list)
+    neuronResourceName: str = "aws.amazon.com/neuron"
+
+
+@dataclass(frozen=True)
+class Resources:
+    """Per-pod cpu/memory/hugepages quantities."""
+
+    requests: dict[str, str] = field(default_factory=dict)
+    limits: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RunPolicy:
+    """Retries, deadlines and clean-up; mutable after creation."""
+
+    maxRetries: int = 3
+    rendezvousTimeoutSeconds: int = 1800
+    startupDeadlineSeconds: int | None = None
+    activeDeadlineSeconds: int | None = None
+    #: Seconds the step may stand still before the gang is Hung; None: never judged.
+    progressDeadlineSeconds: int | None = None
+    ttlSecondsAfterFinished: int | None = None
+    suspend: bool = False
+
+
+@dataclass(frozen=True)
+class TrainiumJobSpec:
+    """A validated, defaulted TrainiumJob spec."""
+
+    image: str
+    instanceType: str
+    storage: Storage
+    module: str | None = None
+    script: str | None = None
+    args: tuple[str, ...] = ()
+    env: tuple[EnvVar, ...] = ()
+    nodes: int = 1
+    nprocPerNode: int | None = None
+    precision: str = "bf16"
+    #: Check each training node in an init container before the gang starts.
+    preflight: bool = True
+    compilerFlags: tuple[str, ...] = ()
+    cache: Cache = Cache()
+    precompile: Precompile = Precompile()
+    scheduling: Scheduling = Scheduling()
+    resources: Resources = Resources()
+    runPolicy: RunPolicy = RunPolicy()
+
+    @property
+    def instance(self) -> InstanceType:
+        """Facts of the instance type."""
+        return instance_type(self.instanceType)
+
+    @property
+    def procs_per_node(self) -> int:
+        """nprocPerNode, defaulting to one process per NeuronCore."""
+        return self.nprocPerNode or self.instance.neuron_cores
+
+    @property
+    def entry_module(self) -> str | None:
+        """The module torchrun launches, or None when a script is set."""
+        return None if self.script else (self.module or DEFAULT_MODULE)
+
+
+def parse(body: Any, old: dict[str, Any] | None = None) -> TrainiumJobSpec:
+    """Validate a TrainiumJob object (or bare spec) against the CRD and build the typed spec.
+
+    Any shape is accepted as input; whatever is wrong with it comes back as one SpecError.
+    """
+    obj = body if isinstance(body, dict) and "spec" in body else {"spec": body}
+    obj = {k: v for k, v in obj.items() if k in ("apiVersion", "kind", "metadata", "spec")}
+    defaulted, problems = crd.validate(obj, old=old)
+    if problems:
+        raise SpecError(problems)
+    return from_dict(defaulted["spec"])
+
+
+def from_dict(s: dict[str, Any]) -> TrainiumJobSpec:
+    """Build the dataclasses from an already defaulted and validated spec dict."""
+    st = s["storage"]
+    return TrainiumJobSpec(
+        image=s["image"],
+        instanceType=s["instanceType"],
+        storage=Storage(
+            claimName=st.get("claimName"),
+            fsx=Fsx(**st["fsx"]) if "fsx" in st else None,
+            mountPath=st.get("mountPath", "/data"),
+        ),
+        module=s.get("module"),
+        script=s.get("script"),
+        args=tuple(s.get("args", ())),
+        env=tuple(EnvVar(e["name"], e.get("value", "")) for e in s.get("env", ())),
+        nodes=s.get("nodes", 1),
+        nprocPerNode=s.get("nprocPerNode"),
+        precision=s.get("precision", "bf16"),
+        preflight=s.get("preflight", True),
+        compilerFlags=tuple(s.get("compilerFlags", ())),
+        cache=Cache(**s.get("cache", {})),
+        precompile=Precompile(**s.get("precompile", {})),
+        scheduling=Scheduling(**s.get("scheduling", {})),
+        resources=Resources(**s.get("resources", {})),
+        runPolicy=RunPolicy(**s.get("runPolicy", {})),
+    )

@@ -1,0 +1,359 @@
+"""Pure builders of every manifest the operator creates: PV/PVC, Volcano jobs, cache records.
+
+TorchX's Kubernetes scheduler (dry run, no API server) turns our AppDef into the Volcano Job;
+we overlay only what TorchX cannot express: deterministic names, gang size, labels, owner,
+user resources, tolerations and node selectors.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import threading
+import warnings
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes.client import ApiClient, Configuration
+from torchx.schedulers.kubernetes_scheduler import PLACEHOLDER_FIELD_PATH, KubernetesScheduler
+from torchx.specs import AppDef, runopts
+from torchx.specs.overlays import set_overlay
+
+from trainium_operator.build import appdef
+from trainium_operator.api import naming, shortcuts
+from trainium_operator.domain import nodes
+from trainium_operator.build.appdef import StageContext
+from trainium_operator.domain.cachekey import LABEL_CACHE_ENTRY, cache_key, cache_name, identity
+from trainium_operator.api.crd import GROUP, KIND, VERSION
+from trainium_operator.api.instances import INSTANCE_TYPE_LABEL
+from trainium_operator.api.spec import TrainiumJobSpec
+from trainium_trainer import contract
+
+Json = dict[str, Any]
+
+MANAGED_BY = "trainium-operator"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+LABEL_JOB = f"{GROUP}/job-name"
+LABEL_STAGE = f"{GROUP}/stage"
+LABEL_CACHE_KEY = f"{GROUP}/cache-key"
+LABEL_CACHE_NAME = f"{GROUP}/cache-name"
+#: "namespace/name" of the owning TrainiumJob, on children that watches map back to their job
+#: (LABEL_JOB holds a hash of the name when it is longer than a label value).
+ANNOTATION_OWNER = f"{GROUP}/owner"
+FSX_DRIVER = "fsx.csi.aws.com"
+
+
+@dataclass(frozen=True)
+class Owner:
+    """The TrainiumJob that owns the children: its name, namespace and uid."""
+
+    name: str
+    namespace: str
+    uid: str
+
+    def reference(self) -> Json:
+        """ownerReference so children go away with the job (and kopf/kubectl see the link)."""
+        return {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": KIND,
+            "name": self.name,
+            "uid": self.uid,
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+
+
+def labels(owner: Owner, stage: str | None = None) -> dict[str, str]:
+    """Labels every child carries, so children are found by selector, never by guessing."""
+    job = naming.label_value(owner.name)
+    out = {
+        LABEL_MANAGED_BY: MANAGED_BY,
+        LABEL_JOB: job,
+        "app.kubernetes.io/name": "trainiumjob",
+        "app.kubernetes.io/instance": job,
+    }
+    if stage:
+        out[LABEL_STAGE] = stage
+    return out
+
+
+def owner_annotations(owner: Owner) -> dict[str, str]:
+    """Annotations of children: the owner's namespace/name, which a label cannot always hold."""
+    return {ANNOTATION_OWNER: f"{owner.namespace}/{owner.name}"}
+
+
+def owner_name(metadata: Mapping[str, Any]) -> str:
+    """The name of the TrainiumJob a child belongs to, for handlers that see only the child.
+
+    The annotation first, then the controller ownerReference, then the label (children made
+    before the annotation existed, whose labels held whole names: longer ones were refused).
+    """
+    owner = (metadata.get("annotations") or {}).get(ANNOTATION_OWNER)
+    if owner:
+        return str(owner).partition("/")[2]
+    for ref in metadata.get("ownerReferences") or []:
+        group = str(ref.get("apiVersion", "")).split("/")[0]
+        if ref.get("controller") and ref.get("kind") == KIND and group == GROUP and ref.get("name"):
+            return str(ref["name"])
+    label = (metadata.get("labels") or {}).get(LABEL_JOB)
+    if label:
+        return str(label)
+    raise ValueError(f"no {ANNOTATION_OWNER} annotation, {KIND} owner or {LABEL_JOB} label")
+
+
+def claim_for(spec: TrainiumJobSpec, owner: Owner) -> str:
+    """The PVC every pod mounts: the user's, or the one we create for an FSx file system."""
+    return spec.storage.claimName or naming.claim_name(owner.name)
+
+
+def build_fsx_volume(spec: TrainiumJobSpec, owner: Owner, dns_name: str, mount_name: str) -> Json:
+    """Static PV for the FSx file system; flock because the Neuron cache uses file locks."""
+    fsx = spec.storage.fsx
+    assert fsx is not None
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {
+            "name": naming.volume_name(owner.namespace, owner.name),
+            "labels": labels(owner),
+            "annotations": owner_annotations(owner),
+        },
+        "spec": {
+            "capacity": {"storage": fsx.capacity},
+            "volumeMode": "Filesystem",
+            "accessModes": ["ReadWriteMany"],
+            "persistentVolumeReclaimPolicy": "Retain",
+            "storageClassName": "",
+            "mountOptions": ["flock"],
+            "claimRef": {"namespace": owner.namespace, "name": naming.claim_name(owner.name)},
+            "csi": {
+                "driver": FSX_DRIVER,
+                "volumeHandle": fsx.fileSystemId,
+                "volumeAttributes": {"dnsname": dns_name, "mountname": mount_name},
+            },
+        },
+    }
+
+
+def build_fsx_claim(spec: TrainiumJobSpec, owner: Owner) -> Json:
+    """PVC bound to the static PV by name, owned by the job."""
+    fsx = spec.storage.fsx
+    assert fsx is not None
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {
+            "name": naming.claim_name(owner.name),
+            "namespace": owner.namespace,
+            "labels": labels(owner),
+            "ownerReferences": [owner.reference()],
+        },
+        "spec": {
+            "accessModes": ["ReadWriteMany"],
+            "storageClassName": "",
+            "volumeName": naming.volume_name(owner.namespace, owner.name),
+            "resources": {"requests": {"storage": fsx.capacity}},
+        },
+    }
+
+
+def stage_context(spec: TrainiumJobSpec, owner: Owner, stage: str) -> StageContext:
+    """The cluster StageContext of one stage: pod 0's DNS name, the claim at mountPath."""
+    vcjob = naming.vcjob_name(owner.name, stage)
+    return StageContext(
+        job_name=owner.name,
+        stage=stage,
+        cache_name=cache_name(spec, cache_key(spec)),
+        run_id=vcjob,
+        rank0_host=naming.rank0_host(vcjob),
+        mount_root=spec.storage.mountPath,
+        claim=claim_for(spec, owner),
+        # The kubelet's default terminationMessagePath (the pods set no other).
+        checkpoint_report=contract.TERMINATION_LOG,
+        metrics_port=contract.METRICS_PORT,
+    )
+
+
+def pod_overlay(
+    spec: TrainiumJobSpec, owner: Owner, stage: str, excluded: tuple[str, ...] = ()
+) -> Json:
+    """Pod fields TorchX cannot express, applied through its own overlay mechanism."""
+    sched = spec.scheduling
+    pod_spec: Json = {
+        "nodeSelector": {**sched.nodeSelector, INSTANCE_TYPE_LABEL: spec.instanceType}
+    }
+    if excluded:  # nodes a failure pointed at (status.excludedNodes)
+        pod_spec["affinity"] = nodes.affinity(excluded)
+    if sched.tolerations:
+        pod_spec["tolerations"] = copy.deepcopy(sched.tolerations)
+    if sched.priorityClassName:
+        pod_spec["priorityClassName"] = sched.priorityClassName
+    return {"metadata": {"labels": labels(owner, stage)}, "spec": pod_spec}
+
+
+class _DryRunScheduler(KubernetesScheduler):
+    """TorchX's Kubernetes scheduler with its run options built once, not on every dry run.
+
+    TorchX derives them from `inspect.getsource` + `ast.parse` of its own 1,136-line module per
+    call: a third of the operator's CPU, and concurrent `ast.parse` raised CPython 3.11
+    SystemErrors under load.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(session_name=naming.ROLE)
+        self._opts = super().run_opts()
+
+    def run_opts(self) -> runopts:
+        """The options table read once at construction (resolve() only reads it)."""
+        return self._opts
+
+
+_DRY_RUN_LOCK = threading.Lock()
+_dry_run: list[_DryRunScheduler] = []  # built on first use, under the lock
+_serializer = ApiClient()
+
+
+@contextlib.contextmanager
+def _one_model_configuration() -> Iterator[None]:
+    """Every kubernetes model a dry run builds shares one Configuration, not a deep copy each.
+
+    A model built without one deep-copies the default Configuration, whose setters re-level the
+    client's loggers (walking every logger): ~60 models per Volcano job made that more than half
+    of a build's CPU (kubernetes-client/python#1921). Models only read its validation flag; the
+    client's own requests pass their Configuration explicitly and are unaffected. A shortcut
+    (`shortcuts.py`, "model-configuration"): it swaps a classmethod of the client's, process-wide.
+    """
+    shared = Configuration.get_default_copy()
+    original = Configuration.__dict__["get_default_copy"]
+    setattr(Configuration, "get_default_copy", classmethod(lambda cls: shared))  # noqa: B010
+    try:
+        yield
+    finally:
+        setattr(Configuration, "get_default_copy", original)  # noqa: B010
+
+
+def _submit_dryrun(app: AppDef, cfg: dict[str, Any]) -> Any:
+    """One dry run at a time: catch_warnings swaps process-global state, unsafe across threads."""
+    shared = shortcuts.enabled("model-configuration")
+    configuration = _one_model_configuration() if shared else contextlib.nullcontext()
+    with _DRY_RUN_LOCK, warnings.catch_warnings(), configuration:
+        # TorchX warns on every build that Volcano < 1.4 mishandles retries; we need Volcano >= 1.6.
+        warnings.simplefilter("ignore", UserWarning)
+        if not _dry_run:
+            _dry_run.append(_DryRunScheduler())
+        return _dry_run[0].submit_dryrun(app, cfg)
+
+
+def build_vcjob(
+    spec: TrainiumJobSpec, owner: Owner, stage: str, excluded: tuple[str, ...] = ()
+) -> Json:
+    """The Volcano Job of one stage, built by TorchX and overlaid; excluded: nodes kept out."""
+    ctx = stage_context(spec, owner, stage)
+    app = appdef.build_appdef(spec, ctx)
+    overlay = pod_overlay(spec, owner, stage, excluded)
+    set_overlay(app.roles[0], "kubernetes", "V1Pod", overlay)
+    cfg: dict[str, Any] = {
+        "queue": spec.scheduling.queue,
+        "namespace": owner.namespace,
+        "validate_spec": False,
+    }
+    if spec.scheduling.priorityClassName:
+        cfg["priority_class"] = spec.scheduling.priorityClassName
+    info = _submit_dryrun(app, cfg)
+    job: Json = _serializer.sanitize_for_serialization(info.request.resource)
+    return _overlay_job(job, spec, owner, stage, ctx.run_id)
+
+
+def _overlay_job(job: Json, spec: TrainiumJobSpec, owner: Owner, stage: str, name: str) -> Json:
+    key = cache_key(spec)
+    job["metadata"] = {
+        "name": name,
+        "namespace": owner.namespace,
+        "labels": {
+            **labels(owner, stage),
+            LABEL_CACHE_KEY: key,
+            LABEL_CACHE_NAME: cache_name(spec, key),
+            # A running compile of an entry is found by this label even if its Lease is gone.
+            **({LABEL_CACHE_ENTRY: identity(spec).record_name} if stage == "precompile" else {}),
+        },
+        "annotations": owner_annotations(owner),
+        "ownerReferences": [owner.reference()],
+    }
+    job["spec"]["minAvailable"] = spec.nodes
+    ctx = stage_context(spec, owner, stage)
+    for task in job["spec"]["tasks"]:
+        _overlay_pod(task["template"], spec, owner, stage, name)
+        if task["name"] == naming.task_name(appdef.STORE_HOST_REPLICA):
+            for container in task["template"]["spec"]["containers"]:
+                container["command"] = appdef.store_host_argv(spec, ctx, container["command"])
+    return job
+
+
+def _overlay_pod(pod: Json, spec: TrainiumJobSpec, owner: Owner, stage: str, vcjob: str) -> None:
+    """Fix TorchX's bookkeeping labels to our deterministic names; add user resources."""
+    pod["metadata"]["labels"].update(labels(owner, stage))
+    pod["metadata"]["labels"]["app.kubernetes.io/instance"] = vcjob
+    annotations = pod["metadata"].setdefault("annotations", {})
+    annotations.update(owner_annotations(owner))  # pod events find the job
+    for container in pod["spec"]["containers"]:
+        _restore_field_path_env(container)
+        container["terminationMessagePolicy"] = LOGS_ON_ERROR
+        res = container.setdefault("resources", {})
+        for kind in ("requests", "limits"):
+            wanted = getattr(spec.resources, kind)
+            if wanted:
+                res.setdefault(kind, {}).update({k: str(v) for k, v in wanted.items()})
+    if stage == appdef.TRAIN and spec.preflight:
+        pod["spec"]["initContainers"] = [preflight_container(spec, pod["spec"]["containers"][0])]
+
+
+#: A container that fails without writing its termination message gets its log's tail there
+#: (the kubelet's last 80 lines, 2 KiB): the pod's watch event carries the evidence even when
+#: Volcano deletes the pod, and its log, within milliseconds (issue 17, bug 5).
+LOGS_ON_ERROR = "FallbackToLogsOnError"
+
+
+def preflight_container(spec: TrainiumJobSpec, trainer: Json) -> Json:
+    """The init container that checks the node first (same image, devices and /dev/shm).
+
+    It asks for the trainer's resources: the kubelet hands an init container's devices on to
+    the pod's containers, so the Neuron devices it opens are the ones training gets.
+    """
+    inst = spec.instance
+    shm = [m for m in trainer.get("volumeMounts") or [] if m.get("mountPath") == "/dev/shm"]
+    container: Json = {
+        "name": contract.PREFLIGHT_CONTAINER,
+        "image": spec.image,
+        "command": [
+            "python3",
+            "-m",
+            contract.DEFAULT_MODULE,
+            contract.PREFLIGHT_COMMAND,
+            "--neuron-devices",
+            str(inst.neuron_devices),
+            "--efa",
+            str(inst.efa_interfaces),
+        ],
+        "env": [
+            {
+                "name": contract.ENV_NODE_NAME,
+                "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}},
+            }
+        ],
+        "resources": copy.deepcopy(trainer.get("resources") or {}),
+        "volumeMounts": copy.deepcopy(shm),
+        "terminationMessagePolicy": LOGS_ON_ERROR,
+    }
+    if trainer.get("securityContext"):
+        container["securityContext"] = copy.deepcopy(trainer["securityContext"])
+    return container
+
+
+def _restore_field_path_env(container: Json) -> None:
+    """Undo TorchX's `[FIELD_PATH]x` -> fieldRef rewrite: every env value we set is literal."""
+    for var in container.get("env", []):
+        field_ref = (var.get("valueFrom") or {}).get("fieldRef")
+        if field_ref:
+            var["value"] = PLACEHOLDER_FIELD_PATH + field_ref["fieldPath"]
+            del var["valueFrom"]

@@ -1,0 +1,116 @@
+"""Carry out the lifecycle's actions against the API; a refusal is returned, not raised.
+
+Each action is idempotent ("already exists" is success). A 4xx refusal becomes a Rejection the
+lifecycle decides on in the same pass; throttling, 5xx and network errors propagate as transient.
+Every write's outcome is told to the pass's reader, so the next pass does not act on a watch
+that has not caught up with it yet.
+"""
+
+from __future__ import annotations
+
+import datetime
+
+from kubernetes.client.exceptions import ApiException
+
+from trainium_operator.api import naming
+from trainium_operator.api.spec import TrainiumJobSpec
+from trainium_operator.build import builders, cache
+from trainium_operator.build.builders import Owner
+from trainium_operator.cluster import k8s
+from trainium_operator.cluster.observe import Seen
+from trainium_operator.cluster.reads import ApiReader, Kind, Reader
+from trainium_operator.domain.lifecycle import Action, Rejection
+from trainium_operator.domain.status import now_iso
+
+
+def perform(
+    actions: tuple[Action, ...],
+    spec: TrainiumJobSpec,
+    owner: Owner,
+    seen: Seen,
+    reader: Reader | None = None,
+) -> tuple[Rejection, ...]:
+    """Run the actions in order; stop at the first one the API server refuses."""
+    for action in actions:
+        try:
+            _one(action, spec, owner, seen, reader or ApiReader())
+        except ApiException as exc:
+            if k8s.transient(exc):
+                raise
+            return (Rejection(action, exc.status, k8s.api_message(exc)),)
+    return ()
+
+
+def _one(action: Action, spec: TrainiumJobSpec, owner: Owner, seen: Seen, read: Reader) -> None:
+    ns = owner.namespace
+    if action is Action.CREATE_STORAGE:
+        if seen.volume is None:
+            assert seen.names is not None
+            names = seen.names
+            pv = builders.build_fsx_volume(spec, owner, names.dns_name, names.mount_name)
+            read.wrote(Kind.VOLUME, "", pv["metadata"]["name"], k8s.create_volume(pv))
+        claim = builders.build_fsx_claim(spec, owner)
+        read.wrote(Kind.CLAIM, ns, claim["metadata"]["name"], k8s.create_claim(claim))
+    elif action is Action.REPAIR_STORAGE:
+        assert seen.volume is not None
+        pv_name = seen.volume["metadata"]["name"]
+        read.wrote(Kind.VOLUME, "", pv_name, k8s.release_claim_ref(seen.volume))
+    elif action in (Action.CREATE_PRECOMPILE, Action.CREATE_TRAINING):
+        stage = "precompile" if action is Action.CREATE_PRECOMPILE else "train"
+        job = builders.build_vcjob(spec, owner, stage, seen.excluded_nodes)
+        read.wrote(Kind.VCJOB, ns, job["metadata"]["name"], k8s.create_vcjob(job))
+    elif action in _CACHE_ACTIONS:
+        _cache_action(action, spec, owner, seen, read)
+    elif action in (Action.STOP_TRAINING, Action.STOP_PRECOMPILE):
+        stage = "train" if action is Action.STOP_TRAINING else "precompile"
+        name = naming.vcjob_name(owner.name, stage)
+        if seen.observed.replace_gang and action is Action.STOP_TRAINING:
+            # Its successor has the same name: Volcano's controller loses a job created while
+            # it still cleans up the old one's pods, so the old one goes first, pods and all
+            # (observe waits for it: a job with a deletionTimestamp is still stopping).
+            k8s.delete_vcjob(ns, name, foreground=True)
+        else:
+            k8s.delete_vcjob(ns, name)
+            read.deleted(Kind.VCJOB, ns, name)
+        if action is Action.STOP_PRECOMPILE:
+            _release(seen, read)  # another job may compile these graphs meanwhile
+
+
+_CACHE_ACTIONS = (Action.ACQUIRE_CACHE, Action.RECORD_CACHE, Action.RECORD_CACHE_FAILED)
+
+
+def _cache_action(
+    action: Action, spec: TrainiumJobSpec, owner: Owner, seen: Seen, read: Reader
+) -> None:
+    """Take the entry's lease (the compile's start); or record the outcome and release."""
+    ident, ns = cache.identity(spec), owner.namespace
+    name = ident.record_name
+    if action is Action.ACQUIRE_CACHE:
+        micro = _micro_now()
+        if seen.lease is None:
+            taken = k8s.create_lease(cache.lease(ident, owner, micro))
+        else:  # stale: its holder is gone or finished
+            taken = k8s.take_lease(seen.lease, cache.holder(owner), micro)
+        read.wrote(Kind.LEASE, ns, name, taken)
+        return
+    state = cache.READY if action is Action.RECORD_CACHE else cache.FAILED
+    ours = seen.observed.cache_holder == "self"
+    started = cache.acquired_at(seen.lease) if ours else ""
+    done = cache.record(ident, spec, owner, state, started_at=started, now=now_iso())
+    written = k8s.put_configmap(done, exists=seen.entry is not None)
+    read.wrote(Kind.RECORD, ns, name, written)
+    _release(seen, read)
+
+
+def _release(seen: Seen, read: Reader) -> None:
+    """Give up the entry's writer lease if this job holds it."""
+    if seen.lease is not None and seen.observed.cache_holder == "self":
+        k8s.delete_lease(seen.lease)
+        md = seen.lease["metadata"]
+        read.deleted(Kind.LEASE, md["namespace"], md["name"])
+
+
+def _micro_now() -> str:
+    """MicroTime, as Lease fields want it."""
+    now = datetime.datetime.now(datetime.timezone.utc)
+    return now.strftime("%Y-%m-%dT%H:%M:%S.%fZ")

@@ -1,0 +1,390 @@
+"""Thin cluster I/O with the kubernetes client: create (409 = already there), get, patch status.
+
+Nothing here decides anything; every function is one API call or a tolerant wrapper of one.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import os
+import random
+import time
+from collections.abc import Callable
+from typing import Any
+
+import urllib3
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+
+from trainium_operator import __version__
+from trainium_operator.api.crd import GROUP, PLURAL, VERSION
+
+Json = dict[str, Any]
+VOLCANO_GROUP, VOLCANO_VERSION, VOLCANO_JOBS = "batch.volcano.sh", "v1alpha1", "jobs"
+QUEUE_GROUP, QUEUE_VERSION, QUEUES = "scheduling.volcano.sh", "v1beta1", "queues"
+MERGE_PATCH = "application/merge-patch+json"
+#: Every call has a deadline: a hung connection must not stall a job's reconcile forever.
+TIMEOUT = 30
+#: Network-level failures (reset, refused, timeout): retried like a 5xx.
+log = logging.getLogger(__name__)
+NETWORK_ERRORS = (urllib3.exceptions.HTTPError, ConnectionError, TimeoutError)
+#: Tries per request. A pass makes ~8 requests; failing the whole pass on any one transient
+#: error collapses progress under faults (0.7**8 = 6% of passes get through at 30%), so each
+#: request is retried on its own first: 5 tries leave 0.3**5 = 0.2% to the pass's backoff.
+ATTEMPTS = 5
+#: Backoff between tries (seconds): first, doubling, jittered; a Retry-After is honoured up to CAP.
+FIRST_DELAY, DELAY_CAP = 0.05, 2.0
+#: Injected for tests (no real sleeping).
+sleep: Callable[[float], None] = time.sleep
+
+
+def transient(exc: BaseException) -> bool:
+    """Whether retrying the same request later may succeed (throttling, server, network)."""
+    if isinstance(exc, ApiException):
+        return exc.status in (0, 409, 429) or exc.status >= 500
+    return isinstance(exc, NETWORK_ERRORS)
+
+
+def retryable(exc: BaseException, *, guarded: bool = False) -> bool:
+    """Whether this same request may be sent again at once.
+
+    A 409 is a lost race only for writes guarded by a resourceVersion or uid precondition (the
+    caller must read again); an unguarded write answered 409 Conflict is retried. AlreadyExists is
+    an answer, not a failure: the callers decide what it means.
+    """
+    if isinstance(exc, ApiException) and exc.status == 409:
+        return not guarded and _reason(exc) != "AlreadyExists"
+    return transient(exc)
+
+
+def retry_delay(exc: BaseException, attempt: int) -> float:
+    """The server's Retry-After when it gave one (capped), else jittered doubling backoff."""
+    headers = getattr(exc, "headers", None) or {}
+    after = headers.get("Retry-After") if hasattr(headers, "get") else None
+    if after is not None:
+        try:
+            return min(DELAY_CAP, max(0.0, float(after)))
+        except ValueError:
+            pass
+    return min(DELAY_CAP, FIRST_DELAY * 2**attempt) * random.uniform(0.5, 1.0)
+
+
+def request(call: Callable[..., Any], *args: Any, guarded: bool = False, **kwargs: Any) -> Any:
+    """One API request with a deadline, retried in place on throttling, 5xx and network errors.
+
+    Every request we send is idempotent or guarded: a create re-sent after a lost answer meets
+    AlreadyExists (its callers treat that as done), a merge patch re-applies the same values.
+    """
+    for attempt in range(ATTEMPTS):
+        try:
+            return call(*args, _request_timeout=TIMEOUT, **kwargs)
+        except Exception as exc:
+            if attempt == ATTEMPTS - 1 or not retryable(exc, guarded=guarded):
+                raise
+            sleep(retry_delay(exc, attempt))
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def post_event(event: Json) -> None:
+    """Post a core/v1 Event, once: Events are auxiliary, a failure is logged, never raised."""
+    try:
+        core().create_namespaced_event(
+            event["metadata"]["namespace"], event, _request_timeout=TIMEOUT
+        )
+    except Exception as exc:  # a refused or lost Event must not fail the pass that posts it
+        log.warning("posting Event %s (%s) failed: %s", event.get("reason"), event["action"], exc)
+
+
+def api_message(exc: ApiException) -> str:
+    """The API server's own message (the Status body), else the HTTP reason."""
+    try:
+        message = json.loads(exc.body or "{}").get("message")
+    except (ValueError, AttributeError):
+        message = None
+    return str(message or exc.reason or f"HTTP {exc.status}")
+
+
+#: Connections the client keeps per host: one for each thread that may call the API at once
+#: (16 pass workers, as many kopf handler threads, the recheck pool); urllib3's default of 10
+#: discarded connections ("Connection pool is full") under a burst of passes.
+POOL_SIZE = 40
+
+
+@functools.cache
+def api_client() -> client.ApiClient:
+    """One client per process: in-cluster service account, else $KUBECONFIG."""
+    try:
+        config.load_incluster_config()
+    except config.ConfigException:
+        config.load_kube_config(config_file=os.environ.get("KUBECONFIG"))
+    cfg = client.Configuration.get_default_copy()
+    cfg.connection_pool_maxsize = POOL_SIZE
+    api = client.ApiClient(configuration=cfg)
+    api.user_agent = f"trainium-operator/{__version__}"  # audit logs name us, not the library
+    return api
+
+
+def core() -> client.CoreV1Api:
+    """Core v1 API (PV, PVC, ConfigMap)."""
+    return client.CoreV1Api(api_client())
+
+
+def custom() -> client.CustomObjectsApi:
+    """Custom objects API (TrainiumJobs, Volcano jobs and queues)."""
+    return client.CustomObjectsApi(api_client())
+
+
+def _missing_is_none(call: Any, *args: Any, **kwargs: Any) -> Any:
+    try:
+        return request(call, *args, **kwargs)
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
+def _exists_is_ok(call: Any, *args: Any, **kwargs: Any) -> Json | None:
+    """Create; the object created now, None when it already existed (a restart adopts it)."""
+    try:
+        return to_dict(request(call, *args, **kwargs)) or {}
+    except ApiException as exc:
+        if exc.status == 409 and _reason(exc) == "AlreadyExists":
+            return None
+        raise
+
+
+def _reason(exc: ApiException) -> str:
+    try:
+        return str(json.loads(exc.body or "{}").get("reason") or "")
+    except (ValueError, AttributeError):
+        return ""
+
+
+def to_dict(obj: Any) -> Json | None:
+    """A typed client object as a plain API dict."""
+    if obj is None or isinstance(obj, dict):
+        return obj
+    out: Json = api_client().sanitize_for_serialization(obj)
+    return out
+
+
+def get_trainiumjob(namespace: str, name: str) -> Json | None:
+    """The TrainiumJob, or None when it is gone."""
+    args = (GROUP, VERSION, namespace, PLURAL, name)
+    return _missing_is_none(custom().get_namespaced_custom_object, *args)  # type: ignore[no-any-return]
+
+
+def delete_trainiumjob(namespace: str, name: str) -> None:
+    """Delete a TrainiumJob (its children follow through ownerReferences); gone is fine."""
+    args = (GROUP, VERSION, namespace, PLURAL, name)
+    _missing_is_none(custom().delete_namespaced_custom_object, *args)
+
+
+def patch_trainiumjob_status(namespace: str, name: str, status: Json) -> Json:
+    """Merge-patch the status subresource; returns the job as patched."""
+    out = request(
+        custom().patch_namespaced_custom_object_status,
+        GROUP, VERSION, namespace, PLURAL, name, {"status": status}, _content_type=MERGE_PATCH,
+    )  # fmt: skip
+    return out or {}  # type: ignore[no-any-return]
+
+
+def get_claim(namespace: str, name: str) -> Json | None:
+    """A PersistentVolumeClaim, or None."""
+    return to_dict(
+        _missing_is_none(core().read_namespaced_persistent_volume_claim, name, namespace)
+    )
+
+
+def get_volume(name: str) -> Json | None:
+    """A PersistentVolume, or None."""
+    return to_dict(_missing_is_none(core().read_persistent_volume, name))
+
+
+def create_volume(body: Json) -> Json | None:
+    """Create a PersistentVolume; the created object, None when it existed (409)."""
+    return _exists_is_ok(core().create_persistent_volume, body)
+
+
+def delete_volume(name: str) -> None:
+    """Delete a PersistentVolume if it exists."""
+    _missing_is_none(core().delete_persistent_volume, name)
+
+
+def release_claim_ref(volume: Json) -> Json:
+    """Drop a Released PV's stale claimRef uid so the PV controller binds the new claim to it.
+
+    Guarded by the observed resourceVersion: a PV that changed meanwhile answers 409 (retried).
+    """
+    md = volume["metadata"]
+    ref = {"uid": None, "resourceVersion": None}
+    body = {"metadata": {"resourceVersion": md["resourceVersion"]}, "spec": {"claimRef": ref}}
+    patch = core().patch_persistent_volume
+    return to_dict(request(patch, md["name"], body, _content_type=MERGE_PATCH, guarded=True)) or {}
+
+
+def create_claim(body: Json) -> Json | None:
+    """Create a PersistentVolumeClaim; the created object, None when it existed (409)."""
+    ns = body["metadata"]["namespace"]
+    return _exists_is_ok(core().create_namespaced_persistent_volume_claim, ns, body)
+
+
+def get_configmap(namespace: str, name: str) -> Json | None:
+    """A ConfigMap, or None."""
+    return to_dict(_missing_is_none(core().read_namespaced_config_map, name, namespace))
+
+
+def create_configmap(body: Json) -> Json | None:
+    """Create a ConfigMap; the created object, None when it existed (409)."""
+    ns = body["metadata"]["namespace"]
+    return _exists_is_ok(core().create_namespaced_config_map, ns, body)
+
+
+def get_vcjob(namespace: str, name: str) -> Json | None:
+    """A Volcano job, or None."""
+    args = (VOLCANO_GROUP, VOLCANO_VERSION, namespace, VOLCANO_JOBS, name)
+    return _missing_is_none(custom().get_namespaced_custom_object, *args)  # type: ignore[no-any-return]
+
+
+def list_vcjobs(namespace: str, selector: str) -> list[Json]:
+    """Volcano jobs of a namespace matching a label selector."""
+    args = (VOLCANO_GROUP, VOLCANO_VERSION, namespace, VOLCANO_JOBS)
+    found = request(custom().list_namespaced_custom_object, *args, label_selector=selector)
+    return list((found or {}).get("items") or [])
+
+
+def create_vcjob(body: Json) -> Json | None:
+    """Create a Volcano job; the created object, None when it existed (409)."""
+    ns = body["metadata"]["namespace"]
+    args = (VOLCANO_GROUP, VOLCANO_VERSION, ns, VOLCANO_JOBS, body)
+    return _exists_is_ok(custom().create_namespaced_custom_object, *args)
+
+
+def delete_vcjob(namespace: str, name: str, *, foreground: bool = False) -> None:
+    """Delete a Volcano job and (in the background) its pods; gone already is fine.
+
+    `foreground`: the job stays (deletionTimestamp set) until its pods and PodGroup are gone.
+    """
+    args = (VOLCANO_GROUP, VOLCANO_VERSION, namespace, VOLCANO_JOBS, name)
+    policy = "Foreground" if foreground else "Background"
+    _missing_is_none(custom().delete_namespaced_custom_object, *args, propagation_policy=policy)
+
+
+def get_queue(name: str) -> Json | None:
+    """The cluster-scoped Volcano queue, or None."""
+    args = (QUEUE_GROUP, QUEUE_VERSION, QUEUES, name)
+    return _missing_is_none(custom().get_cluster_custom_object, *args)  # type: ignore[no-any-return]
+
+
+def get_priority_class(name: str) -> Json | None:
+    """The cluster-scoped PriorityClass (scheduling.k8s.io/v1), or None."""
+    read = client.SchedulingV1Api(api_client()).read_priority_class
+    return to_dict(_missing_is_none(read, name))
+
+
+def list_events(namespace: str, involved: str, reason: str) -> list[Json]:
+    """Events of one reason about objects of this name in the namespace, in no order."""
+    selector = f"involvedObject.name={involved},reason={reason}"
+    found = request(core().list_namespaced_event, namespace, field_selector=selector)
+    return [to_dict(e) or {} for e in found.items]
+
+
+def coordination() -> client.CoordinationV1Api:
+    """coordination.k8s.io/v1 (Leases)."""
+    return client.CoordinationV1Api(api_client())
+
+
+def get_lease(namespace: str, name: str) -> Json | None:
+    """A Lease, or None."""
+    return to_dict(_missing_is_none(coordination().read_namespaced_lease, name, namespace))
+
+
+def create_lease(body: Json) -> Json:
+    """Create a Lease; an existing one is NOT success here: someone else holds it (409)."""
+    ns = body["metadata"]["namespace"]
+    return to_dict(request(coordination().create_namespaced_lease, ns, body)) or {}
+
+
+def take_lease(observed: Json, holder: str, now_micro: str) -> Json:
+    """Take over a stale Lease; guarded by the resourceVersion read (409 when it moved)."""
+    md, spec = observed["metadata"], observed.get("spec") or {}
+    body = {
+        "metadata": {"resourceVersion": md["resourceVersion"]},
+        "spec": {
+            "holderIdentity": holder,
+            "acquireTime": now_micro,
+            "renewTime": now_micro,
+            "leaseTransitions": int(spec.get("leaseTransitions") or 0) + 1,
+        },
+    }
+    patch = coordination().patch_namespaced_lease
+    args = (md["name"], md["namespace"], body)
+    return to_dict(request(patch, *args, _content_type=MERGE_PATCH, guarded=True)) or {}
+
+
+def delete_lease(observed: Json) -> None:
+    """Release a Lease we hold (gone already is fine); preconditioned on its uid."""
+    md = observed["metadata"]
+    body = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=md["uid"]))
+    delete = coordination().delete_namespaced_lease
+    _missing_is_none(delete, md["name"], md["namespace"], body=body, guarded=True)
+
+
+def put_configmap(body: Json, *, exists: bool = False) -> Json:
+    """Create a ConfigMap, or merge its data into the existing one (None values remove keys).
+
+    `exists`: the caller saw it, so the merge goes first (one request, not a refused create);
+    a ConfigMap gone meanwhile is created. Returns the ConfigMap as written.
+    """
+    if exists:
+        try:
+            return _merge_configmap(body)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+    data = {k: v for k, v in (body.get("data") or {}).items() if v is not None}
+    created = create_configmap({**body, "data": data})
+    return created if created is not None else _merge_configmap(body)
+
+
+def _merge_configmap(body: Json) -> Json:
+    """Merge-patch a ConfigMap's labels and data (a missing one answers 404)."""
+    md = body["metadata"]
+    patch = {"metadata": {"labels": md.get("labels", {})}, "data": body.get("data", {})}
+    out = request(
+        core().patch_namespaced_config_map, md["name"], md["namespace"], patch,
+        _content_type=MERGE_PATCH,
+    )  # fmt: skip
+    return to_dict(out) or {}
+
+
+def list_pods(namespace: str, selector: str) -> list[Json]:
+    """Pods matching a label selector."""
+    found = request(core().list_namespaced_pod, namespace, label_selector=selector)
+    return [to_dict(p) or {} for p in found.items]
+
+
+def pod_log_tail(namespace: str, pod: str, container: str, lines: int) -> list[str]:
+    """The last lines of a container's log; none when the log is gone or unreadable.
+
+    Read raw and decoded here: the client's own handling of text/plain varies by version
+    (kubernetes 36.0.3 returns a bytes repr, one line; kubernetes-client/python#2596).
+    """
+    try:
+        answer = request(
+            core().read_namespaced_pod_log, pod, namespace, container=container,
+            tail_lines=lines, _preload_content=False,
+        )  # fmt: skip
+    except ApiException as exc:
+        if transient(exc):
+            raise
+        return []
+    return log_lines(answer.data, lines)
+
+
+def log_lines(data: bytes | str | None, lines: int) -> list[str]:
+    """A log body as its last lines of text (undecodable bytes replaced, never fatal)."""
+    text = data.decode("utf-8", errors="replace") if isinstance(data, bytes) else data or ""
+    return text.splitlines()[-lines:]

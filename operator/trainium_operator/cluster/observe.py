@@ -1,0 +1,536 @@
+"""Read what the lifecycle needs from the API (and FSx when names are missing): no decisions.
+
+Every read here is of a named object, through the pass's `Reader` (reads.py): in the operator,
+what its watches already stream; GETs elsewhere. The queue hierarchy comes in through `Views`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from trainium_operator.api import naming
+from trainium_operator.api.spec import TrainiumJobSpec
+from trainium_operator.build import builders, cache
+from trainium_operator.build.builders import Owner
+from trainium_operator.cluster import fsx, k8s
+from trainium_operator.cluster.reads import ApiReader, Kind, Reader, lookup
+from trainium_operator.domain import budget, checkpoints, failures, lifecycle
+from trainium_operator.domain.checkpoints import Checkpoint
+from trainium_operator.domain.lifecycle import TERMINAL, Blocker, Child, Observed
+
+Json = dict[str, Any]
+FsxLookup = Callable[[str], fsx.FsxNames]
+
+
+@dataclass(frozen=True)
+class Views:
+    """What the operator's watches know: Volcano queues by parent (empty outside it)."""
+
+    #: parent -> its child queues, as listed (a kopf index: filled before any pass runs).
+    queue_children: Mapping[str, Iterable[Any]] = field(default_factory=dict)
+    #: A pod of this job changed (failed, restarted): read the pods in this pass.
+    pods_changed: bool = False
+    #: This pass's time (RFC 3339), for deadlines; empty: no deadline is judged.
+    now: str = ""
+    #: The newest checkpoint the pod watch saw reported in this job's training pods.
+    checkpoint: Checkpoint | None = None
+    #: Where this pass reads objects from (and tells of its writes).
+    reader: Reader = field(default_factory=ApiReader)
+    #: Troubled pods as the pod watch showed them ({metadata, status}): the cause even when
+    #: Volcano deleted the pod before this pass could list it.
+    failed_pods: tuple[Json, ...] = ()
+    #: Failed containers' log tails read when their pod's watch event came (pod uid -> lines).
+    pod_logs: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    #: When rank 0's live metrics were last read (monotonic seconds; the job's record).
+    metrics_read_at: float | None = None
+    #: Rank 0's training pod as the pod watch last showed it (scrape.slim_rank0), if running.
+    rank0_pod: Json | None = None
+    #: The pod watch runs (the operator): rank0_pod is all there is to know, no list needed.
+    pods_watched: bool = False
+    #: The last look at the live gang's FailedCreate Events (the job's record).
+    events_looked: EventLook | None = None
+    #: Live precompile Volcano jobs by (namespace, cache entry), as watched (a kopf index);
+    #: None: list them (outside the operator, and in the backstop's passes that heal a watch).
+    precompiles: Mapping[tuple[str, str], Iterable[Json]] | None = None
+
+    def has_children(self, queue: str) -> bool:
+        """Whether any listed queue names this one as its parent (a non-leaf queue)."""
+        for _ in range(5):
+            try:
+                return bool(list(self.queue_children.get(queue, ())))
+            except RuntimeError:  # kopf's loop changed the index meanwhile: read again
+                continue
+        return bool(list(self.queue_children.get(queue, ())))
+
+
+@dataclass(frozen=True)
+class Seen:
+    """One observation: the lifecycle's input, plus what the actions need to carry it out."""
+
+    observed: Observed
+    names: fsx.FsxNames | None = None
+    #: Our static PV as read (to repair a stale claimRef against its resourceVersion).
+    volume: Json | None = None
+    #: The cache entry's writer lease and record as read (to take over or release them).
+    lease: Json | None = None
+    entry: cache.Entry | None = None
+    #: Seconds left of the startup deadline of a gang still unscheduled (a look is due then).
+    startup_left: float | None = None
+    #: The live stage's Volcano job, for the restart budget (None: no stage job exists).
+    gang: budget.Gang | None = None
+    #: The newest checkpoint reported by the training pods (watched, or read in this pass).
+    checkpoint: Checkpoint | None = None
+    #: Seconds until a pending gang's Events are read again (nothing watches Events).
+    events_look: float | None = None
+
+    #: Nodes the job's next Volcano jobs keep out of (status.excludedNodes, and one found now).
+    excluded_nodes: tuple[str, ...] = ()
+    #: status.progress to write in this pass (None: leave it; {}: remove it), from scrape.py.
+    progress: Json | None = None
+    #: Seconds until the next read of rank 0's metrics is due (a look is due then).
+    progress_in: float | None = None
+    #: When rank 0's metrics were last read, for the job's record (scrape.Reading.read_at).
+    metrics_read_at: float | None = None
+    #: This pass's look at the gang's FailedCreate Events, for the job's record.
+    events_looked: EventLook | None = None
+
+
+def observe(
+    spec: TrainiumJobSpec, owner: Owner, views: Views, lookup: FsxLookup | None = None
+) -> Seen:
+    """Read the job's world: storage, queue, cache record and both Volcano jobs."""
+    read = views.reader
+    storage = _storage(spec, owner, lookup or fsx.describe, read)
+    pre = read.get(Kind.VCJOB, owner.namespace, naming.vcjob_name(owner.name, "precompile"))
+    train = read.get(Kind.VCJOB, owner.namespace, naming.vcjob_name(owner.name, "train"))
+    stopping = train is not None and bool(train["metadata"].get("deletionTimestamp"))
+    if stopping:
+        train = None  # a replaced gang still stopping: its successor waits (gang_stopping)
+    ident = cache.identity(spec)
+    entry, lease, holder, holder_job = _cache(ident, owner, spec.precompile.policy, read)
+    about_to_compile = pre is None and train is None and storage.ready
+    if holder == "none" and about_to_compile and spec.precompile.policy != "Never":
+        holder, holder_job = compiling_elsewhere(ident, owner, views.precompiles)
+    stage, job = ("train", train) if train is not None else ("precompile", pre)
+    left = startup_left(job, spec.runPolicy.startupDeadlineSeconds, views.now)
+    stuck = left is not None and left <= 0
+    pods = [] if stuck else with_shown(stage_pods(owner, stage, _child(job), views), views, stage)
+    failure = (
+        stuck_failure(owner, stage)
+        if stuck
+        else gang_failure(owner, of_instance(pods, job), views.pod_logs)
+    )
+    reported = [checkpoints.from_pod(p) for p in pods] if stage == "train" else []
+    admission = None if train is not None else queue_blocker(spec.scheduling.queue, views)
+    looked = look_at_events(owner.namespace, job, views.now, views.events_looked)
+    if stopping and admission is None:
+        admission = gang_stopping(owner)
+    if admission is None and train is None and _child(pre) in (Child.ABSENT, Child.SUCCEEDED):
+        admission = priority_blocker(spec.scheduling.priorityClassName)  # a stage is next
+    observed = Observed(
+        failure=failure,
+        policy=spec.precompile.policy,
+        storage_ready=storage.ready,
+        storage_blocker=storage.blocker,
+        storage_released=storage.released,
+        queue_blocker=admission,
+        gang_blocker=failed_create(looked, views.now),
+        cache_recorded=entry is not None and entry.state == cache.READY,
+        cache_holder=holder,
+        cache_holder_job=holder_job,
+        cache_seconds=entry.seconds if entry else None,
+        precompile=_child(pre),
+        precompile_message=_child_message(pre),
+        training=_child(train),
+        training_message=_child_message(train),
+        gang_retries=_retries(job),
+    )
+    checkpoint = checkpoints.newest([views.checkpoint, *reported])
+    look = next_event_look(job, views.now) if observed.gang_blocker is None else None
+    return Seen(
+        observed, storage.names, storage.volume, lease, entry, left, _gang(job), checkpoint, look,
+        events_looked=looked,
+    )  # fmt: skip
+
+
+def _retries(job: Json | None) -> int:
+    """The Volcano job's status.retryCount: whole-gang restarts of this instance."""
+    return int(((job or {}).get("status") or {}).get("retryCount") or 0)
+
+
+def _gang(job: Json | None) -> budget.Gang | None:
+    """The live stage's Volcano job instance and its restarts, as the budget counts them."""
+    if job is None:
+        return None
+    uid = str(job["metadata"].get("uid") or job["metadata"].get("name", ""))
+    return budget.Gang(uid, _retries(job), _child(job) is Child.RESTARTING)
+
+
+def _cache(
+    ident: cache.Identity, owner: Owner, policy: str, read: Reader
+) -> tuple[cache.Entry | None, Json | None, str, str]:
+    """The entry, its lease, and who holds it: "self", "other" (a live job) or "none"."""
+    if policy == "Never":
+        return None, None, "none", ""
+    name = ident.record_name
+    entry = cache.read_entry(read.get(Kind.RECORD, owner.namespace, name), ident)
+    lease = read.get(Kind.LEASE, owner.namespace, name)
+    who = cache.read_holder(lease)
+    if who is None:
+        return entry, lease, "none", ""
+    if who == cache.holder(owner):
+        return entry, lease, "self", ""
+    ns, _sep, rest = who.partition("/")
+    job, _sep, uid = rest.partition("/")
+    return entry, lease, ("other" if _alive(ns, job, uid, read) else "none"), f"{ns}/{job}"
+
+
+def compiling_elsewhere(
+    ident: cache.Identity,
+    owner: Owner,
+    watched: Mapping[tuple[str, str], Iterable[Json]] | None = None,
+) -> tuple[str, str]:
+    """Another job's live precompile of this entry, found by label: ("other", its job).
+
+    The Lease says who compiles, but anyone may delete it mid-compile (a user, a namespace
+    cleanup); the Volcano jobs still say. Read only when this job is about to compile: from the
+    operator's index of them (`watched`), else listed (one list per job at 1000 jobs).
+    """
+    mine = naming.vcjob_name(owner.name, "precompile")
+    for job in _precompiles(ident, owner.namespace, watched):
+        md = job.get("metadata") or {}
+        if _compiling(job) and md.get("name") != mine:
+            return "other", f"{owner.namespace}/{builders.owner_name(md)}"
+    return "none", ""
+
+
+def _compiling(job: Json) -> bool:
+    """A precompile Volcano job still compiles: neither ended nor going."""
+    done = _child(job) in (Child.SUCCEEDED, Child.FAILED)
+    return not done and not (job.get("metadata") or {}).get("deletionTimestamp")
+
+
+def _precompiles(
+    ident: cache.Identity, namespace: str, watched: Mapping[tuple[str, str], Iterable[Json]] | None
+) -> list[Json]:
+    """The precompile Volcano jobs of one cache entry: watched, or listed by label."""
+    if watched is None:
+        entry = f"{cache.LABEL_CACHE_ENTRY}={ident.record_name}"
+        return k8s.list_vcjobs(namespace, f"{entry},{builders.LABEL_STAGE}=precompile")
+    return lookup(watched, (namespace, ident.record_name))
+
+
+def _alive(namespace: str, name: str, uid: str, read: Reader) -> bool:
+    """A lease holder is live while its job exists (same uid) and has not finished."""
+    body = read.get(Kind.TRAINIUMJOB, namespace, name)
+    if body is None or body["metadata"].get("uid") != uid:
+        return False
+    phase = (body.get("status") or {}).get("phase")
+    return phase not in {p.value for p in TERMINAL}
+
+
+#: Pods whose logs a pass reads at most (the first to fail tells; the rest say "peer gone").
+MAX_LOGS = 4
+_READ_PODS = (Child.FAILED, Child.RESTARTING)
+
+
+def gang_pods(owner: Owner, stage: str) -> list[Json]:
+    """The pods of one stage's gang, by our labels (Volcano copies them from the template)."""
+    mine = builders.labels(owner, stage)
+    selector = ",".join(f"{k}={mine[k]}" for k in (builders.LABEL_JOB, builders.LABEL_STAGE))
+    return k8s.list_pods(owner.namespace, selector)
+
+
+def stage_pods(owner: Owner, stage: str, child: Child, views: Views) -> list[Json]:
+    """The live stage's gang pods when a pod failed or changed ([]: nothing to read)."""
+    if child not in _READ_PODS and not (views.pods_changed and child is not Child.ABSENT):
+        return []
+    return gang_pods(owner, stage)
+
+
+def with_shown(pods: list[Json], views: Views, stage: str) -> list[Json]:
+    """The listed pods, plus the stage's troubled pods the watch showed and the list lacks.
+
+    A pod Volcano deleted (or re-created under its name) keeps the evidence of its failure
+    here; classify_gang then keeps the first failure in time as the cause.
+    """
+    if not pods and not views.failed_pods:
+        return pods
+    listed_failed = {p["metadata"]["name"]: failures.failed_container(p) is not None for p in pods}
+    shown = [
+        p for p in views.failed_pods
+        if (p["metadata"].get("labels") or {}).get(builders.LABEL_STAGE) == stage
+        and not listed_failed.get(p["metadata"]["name"], False)
+    ]  # fmt: skip
+    return pods + shown
+
+
+def of_instance(pods: list[Json], job: Json | None) -> list[Json]:
+    """The pods of this Volcano job instance (a replaced gang's ended pods are not its failures).
+
+    A gang the operator replaces (a hang, a bad node) ends its pods with exit 137 under the
+    names the next instance's pods take; the pod watch still shows them.
+    """
+    meta = (job or {}).get("metadata") or {}
+    if meta.get("deletionTimestamp"):
+        return []  # being replaced: its pods end because the operator ends them
+    uid = meta.get("uid")
+    if not uid:
+        return pods
+    return [p for p in pods if _owned_by(p, str(uid))]
+
+
+def _owned_by(pod: Json, uid: str) -> bool:
+    """Whether the pod belongs to the job instance uid (a pod that names no owner is kept)."""
+    owners = (pod.get("metadata") or {}).get("ownerReferences") or []
+    return not owners or any(o.get("uid") == uid for o in owners)
+
+
+def gang_failure(
+    owner: Owner, pods: list[Json], known: Mapping[str, Sequence[str]] | None = None
+) -> failures.Failure | None:
+    """Why the gang failed, from its pods and their log tails, if it did.
+
+    `known`: tails read when the pod watch showed the failure (pod uid -> lines); only the
+    others are read now (Volcano deletes a failed pod, and its log, within ~60 ms).
+    """
+    logs: dict[str, Sequence[str]] = {}
+    for pod in pods:
+        container = failures.failed_container(pod)
+        name = pod["metadata"]["name"]
+        if container and len(logs) < MAX_LOGS and name not in logs:
+            read = (known or {}).get(pod["metadata"].get("uid") or "")
+            tail = failures.LOG_TAIL_LINES
+            logs[name] = read or k8s.pod_log_tail(owner.namespace, name, container, tail)
+    return failures.classify_gang(pods, logs)
+
+
+def startup_left(job: Json | None, deadline: int | None, now: str) -> float | None:
+    """Seconds left before a still-unscheduled gang breaks runPolicy.startupDeadlineSeconds."""
+    if job is None or deadline is None or not now or _child(job) is not Child.PENDING:
+        return None
+    if _retries(job):
+        return None  # a restart, not a start: the restart budget governs it
+    created = job["metadata"].get("creationTimestamp")
+    return None if not created else deadline - cache.seconds_between(created, now)
+
+
+def stuck_failure(owner: Owner, stage: str) -> failures.Failure:
+    """A gang unscheduled past its startup deadline: what the scheduler says is short."""
+    found = failures.unschedulable(gang_pods(owner, stage))
+    if found is not None:
+        return found
+    msg = f"the {stage} gang was not scheduled within runPolicy.startupDeadlineSeconds"
+    return failures.make_failure("Unschedulable", msg)
+
+
+def queue_blocker(name: str, views: Views) -> Blocker | None:
+    """Volcano admits jobs only into an existing, Open, leaf queue: say which one is wrong."""
+    queue = views.reader.get(Kind.QUEUE, "", name)
+    field_ = f"Volcano queue {name!r} (spec.scheduling.queue)"
+    if queue is None:
+        return Blocker("QueueNotFound", f"{field_} does not exist; create it or pick another queue")
+    state = ((queue.get("status") or {}).get("state")) or "Open"
+    if state != "Open":
+        msg = f"{field_} is {state}; Volcano only admits jobs into Open queues: reopen it"
+        return Blocker("QueueNotOpen", msg)
+    if views.has_children(name):
+        msg = f"{field_} has child queues; Volcano only admits jobs into leaf queues"
+        return Blocker("QueueNotLeaf", msg)
+    return None
+
+
+def gang_stopping(owner: Owner) -> Blocker:
+    """The replaced training gang is still being deleted: its successor (same name) waits."""
+    name = naming.vcjob_name(owner.name, "train")
+    msg = f"waiting for the replaced training gang {name} to stop before starting a new one"
+    return Blocker("GangStopping", msg, warn=False)
+
+
+def priority_blocker(name: str | None) -> Blocker | None:
+    """Volcano cannot create pods of a PriorityClass that does not exist: check before submit."""
+    if not name or k8s.get_priority_class(name) is not None:
+        return None
+    msg = (
+        f"PriorityClass {name!r} (spec.scheduling.priorityClassName) does not exist; the gang's "
+        "pods could not be created: create it (scheduling.k8s.io/v1) or pick another"
+    )
+    return Blocker("PriorityClassNotFound", msg)
+
+
+#: A FailedCreate Event older than this no longer speaks for the gang (Volcano retries sooner).
+RECENT_SECONDS = 600.0
+#: Ages (seconds) of a pending gang at which its Events are read again: nothing watches Events,
+#: so a gang whose pods cannot be created is found by these few looks, not by polling.
+EVENT_LOOKS = (15.0, 60.0, 300.0, 900.0)
+
+
+@dataclass(frozen=True)
+class EventLook:
+    """What one look at a pending gang's FailedCreate Events found (kept in the job's record)."""
+
+    #: The Volcano job instance looked at (its uid) and which look it was (look_number).
+    gang: str
+    number: int
+    #: The Volcano job's name, and the newest FailedCreate's time and words ("" if none).
+    job: str = ""
+    at: str = ""
+    message: str = ""
+
+
+def look_number(age: float) -> int:
+    """Which look a gang of this age is due (0: none yet): EVENT_LOOKS, then one per last."""
+    last = EVENT_LOOKS[-1]
+    passed = sum(1 for at in EVENT_LOOKS if at <= age)
+    return passed + (int((age - last) // last) if age >= last else 0)
+
+
+def look_at_events(
+    namespace: str, job: Json | None, now: str, last: EventLook | None = None
+) -> EventLook | None:
+    """The pending gang's newest FailedCreate Event as of its latest look (None: no look due).
+
+    Listed once per look, not per pass: every pass of a gang pending past its first look had
+    listed Events (4.5 lists per job at 1000 jobs). A young gang is Volcano still at work.
+    """
+    if job is None or _child(job) is not Child.PENDING or not now:
+        return None
+    number = look_number(_age(job, now))
+    if number == 0:
+        return None
+    md = job["metadata"]
+    gang = str(md.get("uid") or md["name"])
+    if last is not None and (last.gang, last.number) == (gang, number):
+        return last
+    events = [e for e in k8s.list_events(namespace, md["name"], "FailedCreate") if _about(e, job)]
+    newest = max(events, key=_event_time, default=None)
+    if newest is None:
+        return EventLook(gang, number, md["name"])
+    said = " ".join(str(newest.get("message") or "no message").split())
+    return EventLook(gang, number, md["name"], _event_time(newest), said)
+
+
+def failed_create(looked: EventLook | None, now: str) -> Blocker | None:
+    """Why Volcano cannot create a pending gang's pods: its newest FailedCreate, while recent."""
+    if looked is None or not looked.at or not now:
+        return None
+    if cache.seconds_between(looked.at, now) > RECENT_SECONDS:
+        return None
+    msg = f"Volcano cannot create the pods of {looked.job} (FailedCreate): {looked.message}"
+    return Blocker("FailedCreate", msg)
+
+
+def _about(event: Json, job: Json) -> bool:
+    """The Event is about this Volcano job (kind, group and, when both say, uid)."""
+    ref = event.get("involvedObject") or {}
+    uid, job_uid = ref.get("uid"), job["metadata"].get("uid")
+    group = str(ref.get("apiVersion") or "").partition("/")[0]
+    return ref.get("kind") == "Job" and group == "batch.volcano.sh" and uid in (None, job_uid)
+
+
+def _event_time(event: Json) -> str:
+    """When an Event last happened, whichever field its writer filled."""
+    series = (event.get("series") or {}).get("lastObservedTime")
+    md = event.get("metadata") or {}
+    times = (
+        series,
+        event.get("lastTimestamp"),
+        event.get("eventTime"),
+        md.get("creationTimestamp"),
+    )
+    return next((str(t) for t in times if t), "")
+
+
+def next_event_look(job: Json | None, now: str) -> float | None:
+    """Seconds until the next look at a pending gang's Events (None: no more looks)."""
+    if job is None or _child(job) is not Child.PENDING or not now:
+        return None
+    age = _age(job, now)
+    return next((at - age for at in EVENT_LOOKS if at > age), None)
+
+
+def _age(job: Json, now: str) -> float:
+    """Seconds since the Volcano job was created (0 when it says no time)."""
+    return cache.seconds_between(job["metadata"].get("creationTimestamp") or now, now)
+
+
+@dataclass(frozen=True)
+class _Storage:
+    ready: bool = False
+    blocker: Blocker | None = None
+    released: bool = False
+    names: fsx.FsxNames | None = None
+    volume: Json | None = None
+
+
+def _storage(spec: TrainiumJobSpec, owner: Owner, lookup: FsxLookup, read: Reader) -> _Storage:
+    """Ready means the claim is Bound; a Pending claim, a terminating or stale PV wait."""
+    if spec.storage.claimName:
+        return _user_claim(spec.storage.claimName, owner.namespace, read)
+    claim = read.get(Kind.CLAIM, owner.namespace, naming.claim_name(owner.name))
+    volume = read.get(Kind.VOLUME, "", naming.volume_name(owner.namespace, owner.name))
+    if volume is not None:
+        return _static_volume(volume, claim)
+    return _Storage(**_fsx_names(spec, lookup))
+
+
+def _user_claim(name: str, namespace: str, read: Reader) -> _Storage:
+    claim = read.get(Kind.CLAIM, namespace, name)
+    what = f"PersistentVolumeClaim {name!r} (spec.storage.claimName)"
+    if claim is None:
+        msg = f"{what} not found in namespace {namespace!r}; waiting for it to be created"
+        return _Storage(blocker=Blocker("ClaimNotFound", msg))
+    phase = (claim.get("status") or {}).get("phase") or "Pending"
+    if phase == "Bound":
+        return _Storage(ready=True)
+    if phase == "Lost":
+        msg = f"{what} is Lost: its PersistentVolume is gone; recreate the claim"
+        return _Storage(blocker=Blocker("ClaimLost", msg))
+    msg = f"{what} is {phase}, not yet bound to a volume; waiting for it to bind"
+    return _Storage(blocker=Blocker("ClaimPending", msg))
+
+
+def _static_volume(volume: Json, claim: Json | None) -> _Storage:
+    """Our FSx PV exists: wait while it terminates, repair it when Released, else bind."""
+    name = volume["metadata"]["name"]
+    if volume["metadata"].get("deletionTimestamp"):
+        msg = f"PersistentVolume {name!r} of an earlier job is being deleted; waiting to recreate"
+        return _Storage(blocker=Blocker("VolumeTerminating", msg, warn=False), volume=volume)
+    ref_uid = ((volume.get("spec") or {}).get("claimRef") or {}).get("uid")
+    claim_uid = ((claim or {}).get("metadata") or {}).get("uid")
+    if ref_uid and ref_uid != claim_uid:  # bound to a claim that is gone, or another claim
+        return _Storage(released=True, volume=volume)
+    if claim is None:
+        return _Storage(volume=volume)  # CREATE_STORAGE: the PV exists (409), the claim follows
+    phase = (claim.get("status") or {}).get("phase") or "Pending"
+    if phase == "Bound":
+        return _Storage(ready=True, volume=volume)
+    msg = f"claim {claim['metadata']['name']!r} is {phase}; waiting for it to bind to {name!r}"
+    return _Storage(blocker=Blocker("ClaimPending", msg, warn=False), volume=volume)
+
+
+def _fsx_names(spec: TrainiumJobSpec, lookup: FsxLookup) -> dict[str, Any]:
+    """DNS and mount names for a new static PV: given in the spec, or looked up with boto3."""
+    fs = spec.storage.fsx
+    assert fs is not None
+    if fs.dnsName and fs.mountName:
+        return {"names": fsx.FsxNames(fs.dnsName, fs.mountName)}
+    try:
+        found = lookup(fs.fileSystemId)
+    except fsx.FsxLookupError as exc:
+        return {"blocker": Blocker(exc.reason, str(exc))}
+    return {"names": fsx.FsxNames(fs.dnsName or found.dns_name, fs.mountName or found.mount_name)}
+
+
+def _child(job: Json | None) -> Child:
+    if job is None:
+        return Child.ABSENT
+    return lifecycle.from_volcano(((job.get("status") or {}).get("state") or {}).get("phase"))
+
+
+def _child_message(job: Json | None) -> str:
+    state = ((job or {}).get("status") or {}).get("state") or {}
+    parts = [state.get("reason"), state.get("message")]
+    return ": ".join(p for p in parts if p)

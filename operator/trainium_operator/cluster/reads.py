@@ -1,0 +1,267 @@
+"""Where a pass reads the cluster from: what the operator's watches stream, plus its own writes.
+
+Every object a pass reads is of a kind the operator already watches, so the event-driven passes
+read kopf's indices of them instead of GETting them. A miss in an index is an authoritative
+"absent" (up to watch lag): kopf calls no ordinary handler until every index has been filled
+from its initial listing (`operator_indexed` in kopf/_core/reactor/processing.py and
+queueing.py), and a pass runs only from a handler or after one.
+
+Watches lag our own writes. A pass right after we created, patched or deleted something must not
+act on the older picture (a second create, a transition Event emitted twice, a status derived
+from the status we just replaced), so each write's response (a tombstone for a delete) stays in
+an `Overlay` while the index still shows a version the write supersedes; any other version ends
+it (a relist that skips ours too). Older means: a version the writing pass itself read (or one
+older still), or, where versions are integers, a lower one: Kubernetes documents them as
+comparable integers from 1.35 (KEP-5504), and etcd's revisions always were. Opaque versions are
+only compared for equality.
+
+A stale read only ever costs a retry, never a second writer or a lost update, because the
+server, not the index, decides every write that matters: children are created with create
+(AlreadyExists is "done"); the compile-cache lease is taken by a create the server refuses while
+the lease exists, or by a patch guarded by the resourceVersion read, and released by a delete
+preconditioned on its uid; a Released PV is repaired by a guarded patch.
+
+Limits: with opaque versions, a third party's write that lands between our read and our write
+(kopf adding its finalizer, say) is not known to be older than ours, so a pass may see our write
+undone once and repeat it (idempotent). kopf does not report objects deleted while a watch
+re-lists after 410 Gone, so the rare backstop passes (`fresh`) GET instead, which heals such a
+ghost within one resync. An ambiguous index entry (two objects of one name, an old one's
+deletion not yet processed) is also read with a GET.
+"""
+
+from __future__ import annotations
+
+import enum
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from trainium_operator.cluster import k8s
+
+Json = dict[str, Any]
+
+
+class Kind(enum.Enum):
+    """The kinds a pass reads (each one watched, hence indexed)."""
+
+    TRAINIUMJOB = "trainiumjobs"
+    VCJOB = "vcjobs"
+    CLAIM = "persistentvolumeclaims"
+    VOLUME = "persistentvolumes"
+    RECORD = "configmaps"  # compile-cache records
+    LEASE = "leases"  # compile-cache writer leases
+    QUEUE = "queues"
+
+
+#: (kind, namespace, name); namespace "" for cluster-scoped kinds.
+Key = tuple[Kind, str, str]
+#: The "version" of an object that does not exist.
+ABSENT = ""
+
+
+def api_get(kind: Kind, namespace: str, name: str) -> Json | None:
+    """GET one object (None when it does not exist)."""
+    if kind is Kind.TRAINIUMJOB:
+        return k8s.get_trainiumjob(namespace, name)
+    if kind is Kind.VCJOB:
+        return k8s.get_vcjob(namespace, name)
+    if kind is Kind.CLAIM:
+        return k8s.get_claim(namespace, name)
+    if kind is Kind.VOLUME:
+        return k8s.get_volume(name)
+    if kind is Kind.RECORD:
+        return k8s.get_configmap(namespace, name)
+    if kind is Kind.LEASE:
+        return k8s.get_lease(namespace, name)
+    return k8s.get_queue(name)
+
+
+def version(body: Mapping[str, Any] | None) -> str:
+    """An object's resourceVersion; ABSENT for no object."""
+    if body is None:
+        return ABSENT
+    return str((body.get("metadata") or {}).get("resourceVersion") or "?")
+
+
+class Reader(Protocol):
+    """What a pass reads objects through, and tells of its writes."""
+
+    def get(self, kind: Kind, namespace: str, name: str) -> Json | None:
+        """The object as this pass should see it; None when it does not exist."""
+
+    def wrote(self, kind: Kind, namespace: str, name: str, response: Json | None) -> None:
+        """A write answered with this object (None: it existed already, as it now is)."""
+
+    def deleted(self, kind: Kind, namespace: str, name: str) -> None:
+        """A delete was accepted."""
+
+
+class ApiReader:
+    """Reads with GETs (the CLI, tests, anything outside the operator's watches)."""
+
+    def get(self, kind: Kind, namespace: str, name: str) -> Json | None:
+        return api_get(kind, namespace, name)
+
+    def wrote(self, kind: Kind, namespace: str, name: str, response: Json | None) -> None:
+        return None
+
+    def deleted(self, kind: Kind, namespace: str, name: str) -> None:
+        return None
+
+
+@dataclass(frozen=True)
+class Pending:
+    """A write the index has not shown yet: its result, and the versions it supersedes."""
+
+    body: Json | None  # None: a tombstone
+    stale: frozenset[str]
+    at: float
+
+
+class Overlay:
+    """Our writes, each served until the index shows a version not known to be older."""
+
+    #: Seconds a write is kept at most: a watch this late is broken, and kopf restarts it.
+    TTL = 300.0
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._pending: dict[Key, Pending] = {}
+        self._lock = threading.Lock()
+        self._swept = clock()
+
+    def __len__(self) -> int:
+        return len(self._pending)
+
+    def resolve(self, key: Key, indexed: Json | None) -> tuple[Json | None, frozenset[str]]:
+        """What to serve for the indexed body, and the versions known to be no newer than it."""
+        with self._lock:
+            pending = self._pending.get(key)
+            if pending is not None and _superseded(version(indexed), pending):
+                return pending.body, pending.stale | {version(pending.body)}
+            if pending is not None:
+                del self._pending[key]  # the index caught up (or moved past): it is the truth
+        return indexed, frozenset({version(indexed)})
+
+    def shown(self, key: Key, indexed: Mapping[str, Any]) -> None:
+        """The watch delivered this version: a write it does not supersede is let go now.
+
+        Not only at the next read: a settled job is never read again, and its last status
+        patch (a whole TrainiumJob) would otherwise be held until a sweep.
+        """
+        with self._lock:
+            pending = self._pending.get(key)
+            if pending is not None and not _superseded(version(indexed), pending):
+                del self._pending[key]
+
+    def record(self, key: Key, body: Json | None, stale: frozenset[str]) -> None:
+        """A write's result (None: deleted), superseding the versions in `stale`."""
+        now = self._clock()
+        with self._lock:
+            self._pending[key] = Pending(body, stale, now)
+            if now - self._swept > self.TTL:
+                self._sweep(now)
+
+    def forget(self, key: Key) -> None:
+        """Nothing known about key beyond what the index says."""
+        with self._lock:
+            self._pending.pop(key, None)
+
+    def _sweep(self, now: float) -> None:
+        self._swept = now
+        for key in [k for k, p in self._pending.items() if now - p.at > self.TTL]:
+            del self._pending[key]
+
+
+def _superseded(shown: str, pending: Pending) -> bool:
+    """Whether the version the index shows is older than the write (see the module's doc)."""
+    if shown in pending.stale:
+        return True
+    if not shown.isdigit():
+        return False
+    if pending.body is not None:  # a write: older than its own version
+        mine = version(pending.body)
+        return mine.isdigit() and int(shown) < int(mine)
+    deleted = [int(v) for v in pending.stale if v.isdigit()]  # a tombstone: what we deleted
+    return bool(deleted) and int(shown) <= max(deleted)
+
+
+#: One index per kind: (namespace, name) -> the objects of that name (kopf's Store).
+Indices = Mapping[Kind, Mapping[tuple[str, str], Iterable[Json]]]
+
+
+class WatchReader:
+    """One pass's reader: kopf's indices under the overlay; GETs when `fresh` or ambiguous."""
+
+    def __init__(self, indices: Indices, overlay: Overlay, *, fresh: bool = False) -> None:
+        self._indices, self._overlay, self.fresh = indices, overlay, fresh
+        #: Per key: versions known to be no newer than what this pass was served.
+        self._seen: dict[Key, frozenset[str]] = {}
+
+    def get(self, kind: Kind, namespace: str, name: str) -> Json | None:
+        key = (kind, namespace, name)
+        found = lookup(self._indices[kind], (namespace, name))
+        if self.fresh or len(found) > 1:
+            body = api_get(kind, namespace, name)  # every indexed version is no newer than it
+            self._seen[key] = frozenset({version(body), *(version(b) for b in found)})
+            return body
+        body, self._seen[key] = self._overlay.resolve(key, found[0] if found else None)
+        return body
+
+    def wrote(self, kind: Kind, namespace: str, name: str, response: Json | None) -> None:
+        key = (kind, namespace, name)
+        if response is None:
+            self._overlay.forget(key)
+        else:
+            self._overlay.record(key, response, self._seen.get(key, frozenset()))
+
+    def deleted(self, kind: Kind, namespace: str, name: str) -> None:
+        key = (kind, namespace, name)
+        self._overlay.record(key, None, self._seen.get(key, frozenset()))
+
+
+def lookup(index: Mapping[tuple[str, str], Iterable[Json]], key: tuple[str, str]) -> list[Json]:
+    """The indexed objects of one name, read from a worker thread while kopf's loop writes."""
+    for _ in range(5):
+        try:
+            return list(index.get(key, ()))
+        except RuntimeError:  # "changed size during iteration": the loop updated it; read again
+            continue
+    return list(index.get(key, ()))
+
+
+# ---- What the indices keep of each object: what observe reads, nothing more ------------------
+
+
+def _pick(body: Mapping[str, Any], part: str, keys: Iterable[str]) -> Json:
+    src = body.get(part)
+    if not isinstance(src, Mapping):
+        return {}
+    return {k: src[k] for k in keys if k in src}
+
+
+_META = ("name", "namespace", "uid", "resourceVersion", "creationTimestamp", "deletionTimestamp")
+#: Per kind: (part, keys) kept; None keeps the whole part.
+_KEEP: dict[Kind, tuple[tuple[str, tuple[str, ...] | None], ...]] = {
+    Kind.VCJOB: (("status", ("state", "retryCount")),),
+    Kind.CLAIM: (("status", ("phase",)),),
+    Kind.VOLUME: (("spec", ("claimRef",)),),
+    Kind.RECORD: (("data", None),),
+    Kind.LEASE: (("spec", None),),
+    Kind.QUEUE: (("spec", ("parent",)), ("status", ("state",))),
+}
+
+
+def slim(kind: Kind, body: Mapping[str, Any]) -> Json:
+    """The fields of an object that a pass reads (the whole object for a TrainiumJob)."""
+    if kind is Kind.TRAINIUMJOB:  # shallow: the watch event's own dicts, not a copy
+        meta = body.get("metadata") or {}
+        return {**body, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
+    out: Json = {"metadata": _pick(body, "metadata", _META)}
+    for part, keys in _KEEP[kind]:
+        value = body.get(part)
+        if isinstance(value, Mapping):
+            out[part] = dict(value) if keys is None else _pick(body, part, keys)
+    return out

@@ -1,0 +1,526 @@
+"""The cluster backend: observe a TrainiumJob's children, let the lifecycle decide, act, report.
+
+Level-based and idempotent: any number of calls, from any trigger, in any order, converge on the
+same children and status. Creates tolerate "already exists", so a restarted operator adopts what
+exists; what the API server refuses is an observation fed back to the lifecycle, never lost.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from trainium_operator.api import crd, naming
+from trainium_operator.api.spec import SpecError, TrainiumJobSpec, parse
+from trainium_operator.build import cache
+from trainium_operator.build.builders import Owner
+from trainium_operator.cluster import actions, k8s, scrape
+from trainium_operator.cluster.observe import EventLook, FsxLookup, Seen, Views, observe
+from trainium_operator.cluster.reads import ApiReader, Kind, Reader, version
+from trainium_operator.domain import (
+    budget,
+    checkpoints,
+    cost,
+    events,
+    history,
+    lifecycle,
+    nodes,
+    status,
+    supervise,
+)
+from trainium_operator.domain.cachekey import cache_key, cache_name
+from trainium_operator.domain.checkpoints import Checkpoint
+from trainium_operator.domain.lifecycle import Action, Child, Decision, Observed
+from trainium_operator.domain.model import Rejection
+from trainium_operator.domain.status import now_iso
+
+Json = dict[str, Any]
+#: (body, type, reason, message, action): post one Event about the job.
+Emit = Callable[[Json, str, str, str, str], None]
+
+
+#: Waits whose end arrives as a watch event (the claim, the queue, our PV): no polling for them.
+WATCHED = frozenset(
+    {"ClaimNotFound", "ClaimPending", "ClaimLost", "QueueNotFound", "QueueNotOpen",
+     "QueueNotLeaf", "VolumeTerminating", "GangStopping"}
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Transition:
+    """What one reconcile changed, for events and metrics."""
+
+    namespace: str
+    name: str
+    old_phase: str | None
+    new_phase: str
+    reason: str
+    message: str
+    #: "hit" or "miss" when this pass decided the cache outcome for the first time.
+    cache_outcome: str | None = None
+    #: The job's final cost, on the transition into Succeeded or Failed.
+    cost: cost.Cost | None = None
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one pass left behind: the phase, the transition made, when to come back."""
+
+    phase: str | None
+    transition: Transition | None = None
+    #: A finished job with ttlSecondsAfterFinished: seconds until it is deleted.
+    ttl_remaining: float | None = None
+    #: The job waits on something that may heal (a prerequisite, a quota, a 5xx): back off.
+    waiting: bool = False
+    #: The resourceVersion our status patch produced (its watch event needs no new pass).
+    written_version: str | None = None
+    #: Seconds until runPolicy.activeDeadlineSeconds passes (a look is due then).
+    deadline_in: float | None = None
+    #: Cache figures that appeared on status in this pass (compileSeconds, savedSeconds).
+    cache_figures: tuple[tuple[str, float], ...] = ()
+    #: When rank 0's live metrics were last read (monotonic seconds), for the job's record.
+    metrics_read_at: float | None = None
+    #: The pass's look at a pending gang's FailedCreate Events, for the job's record.
+    events_looked: EventLook | None = None
+
+
+def reconcile(
+    namespace: str,
+    name: str,
+    emit: Emit,
+    views: Views | None = None,
+    lookup: FsxLookup | None = None,
+) -> Outcome:
+    """One pass over one TrainiumJob: derive, act, report; a finished job only ages out."""
+    views = views or Views()
+    read = views.reader
+    body = read.get(Kind.TRAINIUMJOB, namespace, name)
+    if body is None or body["metadata"].get("deletionTimestamp"):
+        return Outcome(None)
+    previous = _status_of(body)
+    generation = int(body["metadata"].get("generation", 1))
+    if settled(previous, generation):
+        rv = _late_checkpoint(body, previous, views.checkpoint, read)
+        return replace(expire(body, previous, reader=read), written_version=rv)
+    try:
+        spec = parse_cached(body)
+    except SpecError as exc:
+        new, transition, rv = _report(body, lifecycle.invalid(exc.problems), None, emit, read)
+        return Outcome(new.get("phase"), transition, written_version=rv)
+    owner = Owner(name, namespace, body["metadata"].get("uid", ""))
+    deadline_in = _deadline_in(spec, previous)
+    seen, observed, counted = _look(body, spec, owner, views, lookup, deadline_in)
+    decision = lifecycle.decide(observed)
+    rejections = actions.perform(decision.actions, spec, owner, seen, read)
+    if rejections:  # what the API server refused is observed, and decided on, in this pass
+        decision = lifecycle.decide(replace(observed, rejections=rejections))
+    elif _ECHOED.intersection(decision.actions):
+        # The child just created wakes this job when its watch event arrives: that pass sees
+        # it and reports. A status written now would say what existed before, and be redone.
+        soonest = _soonest(deadline_in, seen.startup_left, seen.events_look, seen.progress_in)
+        return Outcome(
+            decision.phase.value,
+            deadline_in=soonest,
+            metrics_read_at=seen.metrics_read_at,
+            events_looked=seen.events_looked,
+        )
+    new, transition, rv = _report(
+        body, decision, spec, emit, read, observed, counted, seen.checkpoint, seen.progress
+    )
+    outcome = expire(body, new, spec, reader=read)
+    return replace(
+        outcome,
+        transition=transition,
+        waiting=_waiting(decision, rejections),
+        written_version=rv,
+        cache_figures=_new_figures(previous, new),
+        deadline_in=_soonest(deadline_in, seen.startup_left, seen.events_look, seen.progress_in),
+        metrics_read_at=seen.metrics_read_at,
+        events_looked=seen.events_looked,
+    )
+
+
+def _waiting(decision: Decision, rejections: tuple[Rejection, ...]) -> bool:
+    """Back off: a blocker no watch event ends, or a refusal (the refuser may see otherwise)."""
+    blocker = decision.blocker
+    return blocker is not None and (blocker.reason not in WATCHED or bool(rejections))
+
+
+#: Creates whose child's watch event wakes the job (handlers.on_vcjob, on_volume): the pass
+#: that creates leaves the status to that pass, so `decide` runs once per pass (twice only in a
+#: pass whose writes the API server refused) and a lifecycle writes no status twice.
+_ECHOED = frozenset({Action.CREATE_STORAGE, Action.CREATE_PRECOMPILE, Action.CREATE_TRAINING})
+
+
+def _look(
+    body: Json,
+    spec: TrainiumJobSpec,
+    owner: Owner,
+    views: Views,
+    lookup: FsxLookup | None,
+    deadline_in: float | None,
+) -> tuple[Seen, Observed, budget.Accounted]:
+    """Observe the job's world, and add what the job itself says (status, budget, spec)."""
+    previous = _status_of(body)
+    seen = observe(spec, owner, replace(views, now=now_iso()), lookup)
+    digests = digests_cached(body)
+    started = previous.get("specDigests") or {}
+    counted = budget.account(
+        budget.read(previous), seen.gang, seen.observed.failure, spec.runPolicy.maxRetries,
+        mirrored=budget.legacy(previous),
+    )  # fmt: skip
+    uid = (
+        seen.gang.uid
+        if seen.gang is not None and seen.observed.training is not Child.ABSENT
+        else None
+    )
+    watched = scrape.look(
+        spec, owner, seen.observed.training, uid, previous, now_iso(), views.metrics_read_at,
+        rank0=views.rank0_pod, watched=views.pods_watched,
+    )  # fmt: skip
+    excluded, redo = supervise.gang_to_replace(
+        seen.observed.failure, seen.observed.training, previous, watched.hung
+    )
+    seen = replace(
+        seen,
+        progress=watched.write,
+        progress_in=watched.next_read_in,
+        excluded_nodes=excluded,
+        metrics_read_at=watched.read_at,
+    )
+    if redo is not None:
+        counted = budget.replaced(counted, redo.reason, spec.runPolicy.maxRetries)
+    failure = redo or supervise.explain_unschedulable(seen.observed.failure, previous)
+    observed = replace(
+        seen.observed,
+        failure=failure,
+        replace_gang=redo is not None and counted.exhausted is None,
+        restarts=counted.tally.restarts,
+        disruptions=counted.tally.disruptions,
+        exhausted=counted.exhausted,
+        changed_fields=tuple(f for f in digests if f in started and started[f] != digests[f]),
+        previous_phase=previous.get("phase"),
+        previous_conditions=status.read_conditions(previous),
+        suspend=spec.runPolicy.suspend,
+        deadline_exceeded=deadline_in is not None and deadline_in <= 0,
+    )
+    return seen, observed, counted
+
+
+def _soonest(*left: float | None) -> float | None:
+    """The nearest deadline still ahead, if any."""
+    ahead = [x for x in left if x is not None and x > 0]
+    return min(ahead) if ahead else None
+
+
+def _deadline_in(spec: TrainiumJobSpec, previous: Json) -> float | None:
+    """Seconds left of runPolicy.activeDeadlineSeconds, counted from the job's start."""
+    deadline, started = spec.runPolicy.activeDeadlineSeconds, previous.get("startTime")
+    if deadline is None or not isinstance(started, str):
+        return None
+    return deadline - cache.seconds_between(started, now_iso())
+
+
+def _new_figures(previous: Json, new: Json) -> tuple[tuple[str, float], ...]:
+    """Compile seconds spent or saved that this pass put on status for the first time."""
+    before, after = previous.get("cache") or {}, new.get("cache") or {}
+    return tuple(
+        (k, float(after[k]))
+        for k in ("compileSeconds", "savedSeconds")
+        if k in after and k not in before
+    )
+
+
+def _status_of(body: Json) -> Json:
+    status_now = body.get("status")
+    return status_now if isinstance(status_now, dict) else {}
+
+
+#: Parsed specs and digests by (uid, generation). Shared by the workers: each is read once into
+#: a local (a lookup after a check would race a clear() by another worker: issue 18, bug 4).
+_parsed: dict[tuple[str, int], TrainiumJobSpec | SpecError] = {}
+_digests: dict[tuple[str, int], dict[str, str]] = {}
+_CACHED = 4096
+
+
+def _spec_key(body: Json) -> tuple[str, int]:
+    """A spec's identity: the API server bumps generation on every spec change."""
+    md = body["metadata"]
+    return str(md.get("uid", "")), int(md.get("generation", 1))
+
+
+def _remember(cache: dict[tuple[str, int], Any], key: tuple[str, int], value: Any) -> None:
+    if len(cache) > _CACHED:
+        cache.clear()
+    cache[key] = value
+
+
+def digests_cached(body: Json) -> dict[str, str]:
+    """crd.spec_digests once per (uid, generation), not on every pass."""
+    key = _spec_key(body)
+    found = _digests.get(key)
+    if found is None:
+        found = crd.spec_digests(body)
+        _remember(_digests, key, found)
+    return found
+
+
+def parse_cached(body: Json) -> TrainiumJobSpec:
+    """parse() once per (uid, generation): an unchanged spec is not validated again."""
+    key = _spec_key(body)
+    found = _parsed.get(key)
+    if found is None:
+        try:
+            found = parse(body)
+        except SpecError as exc:
+            found = exc
+        _remember(_parsed, key, found)
+    if isinstance(found, SpecError):
+        raise found
+    return found
+
+
+def expire(
+    body: Json,
+    status_now: Json,
+    spec: TrainiumJobSpec | None = None,
+    *,
+    reader: Reader | None = None,
+) -> Outcome:
+    """Delete a finished job once ttlSecondsAfterFinished has passed (children go with it).
+
+    An invalid job is never deleted by its TTL: nobody would see why it failed.
+    """
+    phase = status_now.get("phase")
+    if phase not in {p.value for p in lifecycle.TERMINAL}:
+        return Outcome(phase)
+    if spec is None:
+        spec = _valid_spec(body, status_now)
+    ttl = spec.runPolicy.ttlSecondsAfterFinished if spec else None
+    now = datetime.datetime.now(datetime.timezone.utc)
+    remaining = lifecycle.ttl_remaining(status_now.get("completionTime"), ttl, now)
+    if remaining is not None and remaining <= 0:
+        meta = body["metadata"]
+        k8s.delete_trainiumjob(meta["namespace"], meta["name"])
+        (reader or ApiReader()).deleted(Kind.TRAINIUMJOB, meta["namespace"], meta["name"])
+        return Outcome(phase)
+    return Outcome(phase, ttl_remaining=remaining)
+
+
+def _valid_spec(body: Json, status_now: Json) -> TrainiumJobSpec | None:
+    """The job's spec when it is valid; None for one that failed validation."""
+    conditions = status_now.get("conditions") or []
+    if any(c.get("reason") == "InvalidSpec" for c in conditions if isinstance(c, dict)):
+        return None
+    try:
+        return parse_cached(body)
+    except SpecError:
+        return None
+
+
+def settled(previous: Json, generation: int) -> bool:
+    """A finished job stays finished (and untouched) until its spec changes."""
+    done = previous.get("phase") in {p.value for p in lifecycle.TERMINAL}
+    return done and previous.get("observedGeneration") == generation
+
+
+def compose(
+    previous: Json,
+    decision: Decision,
+    spec: TrainiumJobSpec | None,
+    obs: Observed,
+    counted: budget.Accounted,
+    *,
+    name: str,
+    generation: int,
+    digests: dict[str, str],
+    checkpoint: Checkpoint | None,
+    now: str,
+    progress: Json | None = None,
+) -> Json:
+    """The whole new status (pure): previous status, decision, observations, tallies, now.
+
+    Everything a status patch carries is decided here; _report only compares and writes.
+    """
+    acts = decision.actions
+    key = cache_key(spec) if spec else None
+    new = status.render(
+        decision,
+        previous,
+        generation=generation,
+        now=now,
+        cache_key=key,
+        cache_name=cache_name(spec, key) if spec and key else None,
+        precompile_job=_job_name(name, "precompile", obs.precompile is not Child.ABSENT, acts),
+        training_job=_job_name(name, "train", obs.training is not Child.ABSENT, acts),
+        cache_extra=_cache_figures(spec, decision, obs) if spec else None,
+        held=bool(obs.changed_fields),
+    )
+    if spec is not None:  # what the job started with: a later change is refused, not followed
+        new["specDigests"] = previous.get("specDigests") or digests
+    new.update(budget.fragment(counted.tally))
+    last = _last_failure(obs) or previous.get("lastFailure")
+    if last:
+        new["lastFailure"] = last
+    excluded_node = _excluded_node(obs, previous)
+    if excluded_node is not None and obs.failure is not None:
+        new["excludedNodes"] = nodes.record(previous, excluded_node, obs.failure.reason, now)
+    if (kept := checkpoints.carried(previous, checkpoint)) is not None:
+        new["lastCheckpoint"] = kept.to_status()
+    if progress is not None:  # {}: no gang trains any more (merge-patch null removes it)
+        new["progress"] = progress or None
+    new["history"] = history.advance(previous, new, now, gang_pending=_gang_pending(decision, obs))
+    if not status.changed(previous, new):
+        return previous
+    job_cost = history.job_cost(spec, new["history"], now) if spec is not None else None
+    if job_cost is not None:  # as of this write: the estimate moves with the status, not the clock
+        new["cost"] = cost.status_fragment(job_cost)
+        eta = (new.get("progress") or previous.get("progress") or {}).get("etaSeconds")
+        if decision.phase is lifecycle.Phase.TRAINING and spec is not None:
+            new["cost"] = cost.with_projection(new["cost"], eta, spec.nodes)
+    return new
+
+
+def _excluded_node(obs: Observed, previous: Json) -> str | None:
+    """A node this failure newly points at (the next gang keeps out of it)."""
+    return nodes.newly_faulty(obs.failure, previous) if obs.replace_gang else None
+
+
+def _report(
+    body: Json,
+    decision: Decision,
+    spec: TrainiumJobSpec | None,
+    emit: Emit,
+    read: Reader,
+    obs: Observed | None = None,
+    counted: budget.Accounted | None = None,
+    checkpoint: Checkpoint | None = None,
+    progress: Json | None = None,
+) -> tuple[Json, Transition | None, str | None]:
+    """Patch status when it changed; Events on a phase transition and on a new blocker."""
+    meta = body["metadata"]
+    previous = _status_of(body)
+    counted = counted or budget.Accounted(budget.read(previous))
+    owner_name, now, obs = meta["name"], now_iso(), obs or Observed()
+    new = compose(
+        previous, decision, spec, obs, counted, name=owner_name,
+        generation=int(meta.get("generation", 1)),
+        digests=digests_cached(body) if spec is not None else {},
+        checkpoint=checkpoint, now=now, progress=progress,
+    )  # fmt: skip
+    if new is previous:
+        return previous, None, None
+    excluded_node = _excluded_node(obs, previous)
+    patched = k8s.patch_trainiumjob_status(meta["namespace"], owner_name, new)
+    read.wrote(Kind.TRAINIUMJOB, meta["namespace"], owner_name, patched)
+    rv = _written_version(patched)
+    max_retries = spec.runPolicy.maxRetries if spec is not None else 0
+    for reason, message in budget.events(counted, max_retries):
+        emit(body, "Warning", reason, message, events.RESTART)
+    if excluded_node is not None and obs.failure is not None:
+        emit(
+            body, "Warning", "NodeExcluded", nodes.event(excluded_node, obs.failure), events.RESTART
+        )
+    transition = _announce(body, previous, new, decision, emit)
+    if transition and decision.phase in lifecycle.TERMINAL:
+        job_cost = history.job_cost(spec, new["history"], now) if spec is not None else None
+        transition = replace(transition, cost=job_cost)  # counted once, when the job finishes
+    return new, transition, rv
+
+
+def _late_checkpoint(
+    body: Json, previous: Json, seen: Checkpoint | None, read: Reader
+) -> str | None:
+    """A finished job whose last pod reported after the final pass: add that checkpoint only.
+
+    The pod and Volcano job watches are separate streams: the job's Completed may come first.
+    """
+    kept = checkpoints.carried(previous, seen)
+    if kept is None or kept.to_status() == previous.get("lastCheckpoint"):
+        return None
+    meta = body["metadata"]
+    patch = {"lastCheckpoint": kept.to_status()}
+    patched = k8s.patch_trainiumjob_status(meta["namespace"], meta["name"], patch)
+    read.wrote(Kind.TRAINIUMJOB, meta["namespace"], meta["name"], patched)
+    return _written_version(patched)
+
+
+def _written_version(patched: Json) -> str | None:
+    """The resourceVersion a status patch produced (its watch event needs no new pass)."""
+    return version(patched) if (patched.get("metadata") or {}).get("resourceVersion") else None
+
+
+def _gang_pending(decision: Decision, obs: Observed) -> bool:
+    """The live stage's gang exists (or is created now) but is not running yet."""
+    if decision.phase is lifecycle.Phase.PRECOMPILING:
+        state, create = obs.precompile, Action.CREATE_PRECOMPILE
+    elif decision.phase is lifecycle.Phase.TRAINING:
+        state, create = obs.training, Action.CREATE_TRAINING
+    else:
+        return False
+    return state is Child.PENDING or (state is Child.ABSENT and create in decision.actions)
+
+
+def _last_failure(obs: Observed) -> Json | None:
+    """The latest classified gang failure, with its evidence (kept once seen)."""
+    failure = obs.failure
+    if failure is None:
+        return None
+    tail = "\n".join(failure.log_tail)
+    message = status.clip(failure.message + ("\nlast log lines:\n" + tail if tail else ""))
+    return {"reason": failure.reason, "message": message, "retry": failure.retry}
+
+
+def _cache_figures(spec: TrainiumJobSpec, decision: Decision, obs: Observed) -> Json:
+    """The entry this job uses, and the compile time it spent or a hit saved."""
+    out: Json = {"entry": cache.identity(spec).record_name}
+    seconds = obs.cache_seconds
+    if seconds is not None and decision.cache_hit:
+        out["savedSeconds"] = seconds
+    elif seconds is not None and obs.precompile is Child.SUCCEEDED and obs.cache_recorded:
+        out["compileSeconds"] = seconds
+    return out
+
+
+def _announce(
+    body: Json, previous: Json, new: Json, decision: Decision, emit: Emit
+) -> Transition | None:
+    """Events for a new blocker, a gang failure and a phase transition; the transition."""
+    blocker = decision.blocker
+    seen = {c.get("reason") for c in previous.get("conditions", []) if isinstance(c, dict)}
+    if blocker and blocker.warn and blocker.reason not in seen:
+        emit(body, "Warning", blocker.reason, blocker.message, events.WAIT)
+    failure = new.get("lastFailure")
+    if failure and failure != previous.get("lastFailure") and new["phase"] != "Failed":
+        emit(body, "Warning", failure["reason"], failure["message"], events.RESTART)  # pods go
+    old_phase = previous.get("phase")
+    if old_phase == new["phase"]:
+        return None
+    reason = _reason(decision)
+    kind = "Warning" if decision.phase is lifecycle.Phase.FAILED else "Normal"
+    message = decision.message
+    if blocker and blocker.warn and message == blocker.message:  # its Warning says it (once)
+        message = f"{new['phase']}: waiting (see the {blocker.reason} Event)"
+    emit(body, kind, reason, message, events.PHASE_ACTIONS.get(new["phase"], "Reconcile"))
+    outcome = (new.get("cache") or {}).get("outcome")
+    first = outcome if outcome != (previous.get("cache") or {}).get("outcome") else None
+    meta = body["metadata"]
+    return Transition(
+        meta["namespace"], meta["name"], old_phase, new["phase"], reason, decision.message, first
+    )
+
+
+def _job_name(owner: str, stage: str, present: bool, actions: tuple[Action, ...]) -> str | None:
+    """Name a stage's job on status once it exists or is being created now."""
+    create = Action.CREATE_PRECOMPILE if stage == "precompile" else Action.CREATE_TRAINING
+    return naming.vcjob_name(owner, stage) if present or create in actions else None
+
+
+def _reason(decision: Decision) -> str:
+    """The Event reason: the most specific condition reason of the new phase."""
+    for cond in reversed(decision.conditions):
+        if cond.status == "True" and cond.type in ("Failed", "Succeeded", "Running"):
+            return cond.reason
+    return decision.phase.value

@@ -1,0 +1,176 @@
+"""Thin I/O: read rank 0's live metrics while the training gang runs, at most once per interval.
+
+The pod and its named containerPort (contract.METRICS_PORT_NAME) say where to read; the figures
+and every decision about them live in progress.py. A read that fails (the trainer is loading
+graphs, the pod moved) is no reading, never an error of the pass.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from trainium_operator.api import naming
+from trainium_operator.api.spec import TrainiumJobSpec
+from trainium_operator.build import builders
+from trainium_operator.build.builders import Owner
+from trainium_operator.cluster import k8s, observe
+from trainium_operator.domain import failures, progress
+from trainium_operator.domain.lifecycle import Child
+from trainium_trainer import contract
+
+Json = dict[str, Any]
+#: The chart's progressIntervalSeconds.
+INTERVAL_ENV = "TRAINIUM_PROGRESS_INTERVAL_SECONDS"
+#: The chart's progressWriteSeconds: the least time between two progress writes of one job.
+WRITE_ENV = "TRAINIUM_PROGRESS_WRITE_SECONDS"
+#: The chart's firstStepAllowanceSeconds: a hang's extra time before the first step.
+ALLOWANCE_ENV = "TRAINIUM_FIRST_STEP_ALLOWANCE_SECONDS"
+#: One read may take this long; a pass must not hang on a trainer that does not answer.
+TIMEOUT_SECONDS = 5.0
+#: Lines of rank 0's log a Hung failure carries.
+HUNG_LOG_LINES = 20
+#: Marks a progress to be removed from status (merge-patch null).
+CLEAR: Json = {}
+
+
+@dataclass(frozen=True)
+class Reading:
+    """What this pass learned: status.progress to write (CLEAR: remove), a hang, the next read."""
+
+    write: Json | None = None
+    hung: failures.Failure | None = None
+    next_read_in: float | None = None
+    #: When rank 0 was last read (monotonic seconds), for the job's record: one read per interval.
+    read_at: float | None = None
+
+
+def interval() -> float:
+    """Seconds between two reads of one job (the chart's progressIntervalSeconds)."""
+    return max(1.0, _seconds(INTERVAL_ENV, progress.DEFAULT_INTERVAL_SECONDS))
+
+
+def write_every() -> float:
+    """Seconds between two progress writes of one job (the chart's progressWriteSeconds)."""
+    return max(1.0, _seconds(WRITE_ENV, progress.WRITE_EVERY_SECONDS))
+
+
+def first_step_allowance() -> int:
+    """A hang's extra seconds before the first step (the chart's firstStepAllowanceSeconds)."""
+    return max(0, int(_seconds(ALLOWANCE_ENV, progress.FIRST_STEP_ALLOWANCE_SECONDS)))
+
+
+def _seconds(name: str, default: float) -> float:
+    """A number of seconds from the environment; the default when unset or not a number."""
+    try:
+        return float(os.environ.get(name) or default)
+    except ValueError:
+        return float(default)
+
+
+def look(
+    spec: TrainiumJobSpec,
+    owner: Owner,
+    training: Child,
+    gang_uid: str | None,
+    status: Json,
+    now: str,
+    last_read: float | None = None,
+    clock: float | None = None,
+    rank0: Json | None = None,
+    watched: bool = False,
+) -> Reading:
+    """Read rank 0 when due and the gang runs; drop status.progress once no gang trains.
+
+    `last_read`: when the job's record says rank 0 was last read; `clock`: monotonic now;
+    `rank0`: rank 0's pod as the pod watch showed it; `watched`: the pod watch runs, so no
+    rank0 means no pod to read (else the gang's pods are listed: once per interval per job).
+    """
+    previous = status.get("progress") if isinstance(status.get("progress"), dict) else None
+    if training not in (Child.RUNNING, Child.PENDING, Child.RESTARTING) or gang_uid is None:
+        return Reading(write=CLEAR if previous else None)
+    if training is not Child.RUNNING:
+        return Reading(read_at=last_read)
+    clock = time.monotonic() if clock is None else clock
+    if last_read is not None and clock - last_read < interval():
+        return Reading(next_read_in=interval() - (clock - last_read), read_at=last_read)
+    pod = rank0 if rank0 is not None or watched else _rank0_pod(owner)
+    if pod is None and watched:
+        # Nothing to read, so nothing new to judge: the pod watch wakes the job once rank 0 has
+        # an address (a look per interval had made ~7 passes per job at 1000 jobs without pods).
+        return Reading(read_at=last_read)
+    sample = progress.parse(read_metrics(*address)) if pod and (address := _address(pod)) else None
+    new = progress.advance(previous, sample, gang_uid, now)
+    deadline = spec.runPolicy.progressDeadlineSeconds
+    why = progress.hung(new, deadline, now, first_step_allowance())
+    hung = failures.make_failure("Hung", why, _log_tail(owner, pod)) if why else None
+    write = new if progress.write_due(previous, new, now, write_every()) or hung else None
+    return Reading(write=write, hung=hung, next_read_in=interval(), read_at=clock)
+
+
+def is_rank0(job: str, pod: str, labels: Mapping[str, str]) -> bool:
+    """Whether the pod is the training gang's pod 0 (the one whose metrics a pass reads)."""
+    return labels.get(builders.LABEL_STAGE) == contract.STAGE_TRAIN and pod == _rank0_name(job)
+
+
+def _rank0_name(job: str) -> str:
+    """The name Volcano gives the training gang's pod 0."""
+    return naming.pod_name(naming.vcjob_name(job, contract.STAGE_TRAIN), 0)
+
+
+def slim_rank0(pod: Mapping[str, Any]) -> Json | None:
+    """What a read needs of rank 0's pod: name, containers' names and ports, IP (None: no IP)."""
+    ip = (pod.get("status") or {}).get("podIP")
+    if not ip:
+        return None
+    containers = [
+        {"name": c.get("name"), "ports": list(c.get("ports") or [])}
+        for c in (pod.get("spec") or {}).get("containers") or []
+    ]
+    name = (pod.get("metadata") or {}).get("name")
+    return {"metadata": {"name": name}, "spec": {"containers": containers}, "status": {"podIP": ip}}
+
+
+def _rank0_pod(owner: Owner) -> Json | None:
+    """Pod 0 of the training gang (every node's local rank 0 serves the same figures)."""
+    pods = observe.gang_pods(owner, contract.STAGE_TRAIN)
+    first = _rank0_name(owner.name)
+    running = [p for p in pods if (p.get("status") or {}).get("podIP")]
+    return next((p for p in running if p["metadata"]["name"] == first), None) or next(
+        iter(running), None
+    )
+
+
+def _address(pod: Mapping[str, Any]) -> tuple[str, int] | None:
+    """The pod's IP and its named metrics port (the pod spec is the one source of the port)."""
+    ip = (pod.get("status") or {}).get("podIP")
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        for port in container.get("ports") or []:
+            if port.get("name") == contract.METRICS_PORT_NAME and ip:
+                return str(ip), int(port["containerPort"])
+    return None
+
+
+def read_metrics(ip: str, port: int, timeout: float = TIMEOUT_SECONDS) -> str:
+    """GET http://ip:port/metrics; empty text when the trainer does not answer."""
+    host = f"[{ip}]" if ":" in ip else ip
+    try:
+        with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=timeout) as resp:
+            return str(resp.read(1 << 20).decode("utf-8", "replace"))
+    except (OSError, urllib.error.URLError, ValueError):
+        return ""
+
+
+def _log_tail(owner: Owner, pod: Json | None) -> list[str]:
+    """The last lines of the rank-0 pod's trainer log (its ranks' lines, prefixed by --tee)."""
+    if pod is None:
+        return []
+    container = ((pod.get("spec") or {}).get("containers") or [{}])[0].get("name")
+    if not container:
+        return []
+    return k8s.pod_log_tail(owner.namespace, pod["metadata"]["name"], container, HUNG_LOG_LINES)

@@ -1,0 +1,1 @@
+"""Pure decisions: lifecycle, budget, failures, progress, nodes, cost, status and the cache key."""

@@ -1,0 +1,458 @@
+"""The pure lifecycle: (what was observed) -> phase, conditions and the next actions.
+
+Both backends use it: the operator observes Kubernetes children, the local runner observes TorchX
+local apps and folders. Nothing here does I/O, so every path is a table-driven unit test. Its
+vocabulary (phases, child states, actions, Observed, Decision) lives in model.py.
+"""
+
+from __future__ import annotations
+
+import datetime
+from dataclasses import replace
+
+from trainium_operator.domain.model import (
+    _PHASES,
+    _RANK,
+    _WHAT,
+    CONDITION_TYPES,
+    FAILURE_REASONS,
+    PERMANENT_CODES,
+    TERMINAL,
+    VOLCANO_PHASES,
+    Action,
+    Blocker,
+    Child,
+    Condition,
+    Decision,
+    Observed,
+    Phase,
+    Rejection,
+    from_volcano,
+)
+
+__all__ = [
+    "CONDITION_TYPES",
+    "FAILURE_REASONS",
+    "PERMANENT_CODES",
+    "TERMINAL",
+    "VOLCANO_PHASES",
+    "Action",
+    "Blocker",
+    "Child",
+    "Condition",
+    "Decision",
+    "Observed",
+    "Phase",
+    "Rejection",
+    "decide",
+    "from_volcano",
+    "invalid",
+    "ttl_remaining",
+]
+
+
+def invalid(problems: list[str]) -> Decision:
+    """A spec the schema rejects: Failed, nothing created."""
+    message = "; ".join(problems)
+    return Decision(
+        phase=Phase.FAILED,
+        message=message,
+        conditions=(
+            Condition("Validated", "False", "InvalidSpec", message),
+            Condition("Failed", "True", "InvalidSpec", message),
+        ),
+    )
+
+
+def decide(obs: Observed) -> Decision:
+    """Derive phase, conditions and actions from one observation; the phase never moves back."""
+    if _finished(obs):
+        return _stays_finished(obs)
+    decision = _decide(obs)
+    if obs.changed_fields:
+        decision = _hold(decision, obs.changed_fields)
+    before = _RANK.get(Phase(obs.previous_phase)) if obs.previous_phase in _PHASES else None
+    now = _RANK.get(decision.phase)
+    if before is not None and now is not None and before > now and not _idle_blocked(decision, obs):
+        return replace(decision, phase=Phase(obs.previous_phase))
+    return decision
+
+
+def _finished(obs: Observed) -> bool:
+    """Succeeded or Failed after it was admitted: final (a fixed invalid spec may still run)."""
+    if obs.previous_phase not in {p.value for p in TERMINAL}:
+        return False
+    return not any(c.reason == "InvalidSpec" for c in obs.previous_conditions)
+
+
+def _stays_finished(obs: Observed) -> Decision:
+    """A finished job keeps its outcome: a spec change (suspend, resume) never runs it again."""
+    phase = Phase(obs.previous_phase)
+    conds = [c for c in obs.previous_conditions if c.type != "Suspended"]
+    ended = next((c for c in conds if c.type == phase.value and c.status == "True"), None)
+    message = ended.message if ended and ended.message else f"the job {phase.value}"
+    if obs.suspend:
+        msg = (
+            f"runPolicy.suspend is ignored: the job already {phase.value}; nothing is stopped "
+            "or run again (create a new TrainiumJob to run it again)"
+        )
+        conds.append(Condition("Suspended", "False", "JobFinished", msg))
+    return Decision(phase, message, tuple(conds), (), _cache_hit(obs), obs.restarts)
+
+
+def _idle_blocked(decision: Decision, obs: Observed) -> bool:
+    """Pending on a missing prerequisite with no stage job alive: no later phase is true."""
+    return (
+        decision.phase is Phase.PENDING
+        and decision.blocker is not None
+        and obs.training is Child.ABSENT
+        and obs.precompile not in _LIVE
+    )
+
+
+def _hold(decision: Decision, fields: tuple[str, ...]) -> Decision:
+    """A graph-defining field changed on a live job: act on nothing, record nothing, say so."""
+    names = ", ".join(f"spec.{f}" for f in fields)
+    msg = (
+        f"{names} changed after the job started: graph-defining fields are immutable (the CRD's "
+        "rules refuse this where the API server enforces them); the job goes on with what it "
+        "started with; revert the change or create a new TrainiumJob"
+    )
+    refused = Condition("Validated", "False", "ImmutableFieldChanged", msg)
+    conds = tuple(refused if c.type == "Validated" else c for c in decision.conditions)
+    blocker = Blocker("ImmutableFieldChanged", msg)
+    return replace(decision, conditions=conds, actions=(), blocker=blocker, message=msg)
+
+
+def _decide(obs: Observed) -> Decision:
+    conds = [Condition("Validated", "True", "SpecValid", "spec accepted")]
+    hit = _cache_hit(obs)
+    if obs.deadline_exceeded or obs.suspend:
+        return _stopped(obs, conds, hit)
+    if not obs.storage_ready and obs.training in (Child.SUCCEEDED, Child.FAILED):
+        conds.append(_storage_gone(obs))  # the finished gang decides; the claim is reported
+    else:
+        storage = _storage(obs, conds, hit)
+        if storage is not None:
+            return storage
+        conds.append(Condition("StorageReady", "True", "StorageReady", "claim bound to its volume"))
+    decision = _after_storage(obs, conds, hit)
+    if obs.precompile is Child.SUCCEEDED and (not obs.cache_recorded or obs.cache_holder == "self"):
+        rejection = obs.rejected(Action.RECORD_CACHE)
+        if rejection is not None:
+            return _refused(decision, rejection, "Precompiled", obs)
+        # Record before anything else: a crash after training starts must not lose the entry.
+        return replace(decision, actions=(Action.RECORD_CACHE, *decision.actions))
+    return decision
+
+
+def _storage_gone(obs: Observed) -> Condition:
+    """The claim went after the training gang finished (deleted with its pods): say so only."""
+    after = "after training finished; its outcome stands"
+    if obs.storage_blocker:
+        reason, msg = _b(obs.storage_blocker)
+        return Condition("StorageReady", "False", reason, f"{msg.split(';')[0]} {after}")
+    return Condition("StorageReady", "False", "StorageGone", f"the job's claim is gone {after}")
+
+
+def _storage(obs: Observed, conds: list[Condition], hit: bool | None) -> Decision | None:
+    """The storage part: None when the claim is bound, else the decision that waits or acts."""
+    if obs.storage_ready:
+        return None
+    for action in (Action.CREATE_STORAGE, Action.REPAIR_STORAGE):
+        if (rejection := obs.rejected(action)) is not None:
+            waiting = _pending(list(conds), None, (), hit, obs)
+            return _refused(waiting, rejection, "StorageReady", obs)
+    if obs.storage_released:
+        msg = "PersistentVolume is Released with a stale claimRef; clearing it for the new claim"
+        conds.append(Condition("StorageReady", "False", "VolumeReleased", msg))
+        return _pending(conds, None, (Action.REPAIR_STORAGE,), hit, obs)
+    if obs.storage_blocker:
+        conds.append(Condition("StorageReady", "False", *_b(obs.storage_blocker)))
+        return _pending(conds, obs.storage_blocker, (), hit, obs)
+    conds.append(Condition("StorageReady", "False", "Creating", "creating the FSx volume"))
+    return _pending(conds, None, (Action.CREATE_STORAGE,), hit, obs)
+
+
+_LIVE = (Child.PENDING, Child.RUNNING, Child.RESTARTING, Child.ABORTED, Child.TERMINATING)
+
+
+def _stop_actions(obs: Observed) -> tuple[Action, ...]:
+    """Delete the stage jobs still alive; a finished precompile stays (its graphs count)."""
+    out = []
+    if obs.precompile in _LIVE:
+        out.append(Action.STOP_PRECOMPILE)
+    if obs.training in _LIVE:
+        out.append(Action.STOP_TRAINING)
+    return tuple(out)
+
+
+def _stopped(obs: Observed, conds: list[Condition], hit: bool | None) -> Decision:
+    """Deadline passed: fail and stop. Suspended: stop, keep state, resume when unset."""
+    stop = _stop_actions(obs)
+    if obs.deadline_exceeded:
+        msg = "runPolicy.activeDeadlineSeconds passed; the job's Volcano jobs were stopped"
+        conds.append(Condition("Running", "False", "DeadlineExceeded", msg))
+        return replace(_failed(conds, "DeadlineExceeded", msg, hit, obs), actions=stop)
+    msg = (
+        "suspended (runPolicy.suspend): its Volcano jobs are removed, checkpoints and the "
+        "compile cache stay; set suspend to false to resume"
+    )
+    conds.append(Condition("Running", "False", "Suspended", msg))
+    return Decision(Phase.SUSPENDED, msg, _close(conds, running=None), stop, hit, obs.restarts)
+
+
+def _refused(decision: Decision, rejection: Rejection, ctype: str, obs: Observed) -> Decision:
+    """Map a refused action: an invalid object fails the job, a quota or RBAC refusal waits."""
+    what = _WHAT[rejection.action]
+    message = f"the API server refused {what} ({rejection.code}): {rejection.message}"
+    reason = rejection.reason
+    conds = [c for c in decision.conditions if c.type not in (ctype, "Succeeded", "Failed")]
+    conds.append(Condition(ctype, "False", reason, message))
+    if rejection.permanent:
+        return _failed(conds, reason, message, decision.cache_hit, obs)
+    blocker = Blocker(reason, message + "; retrying with backoff")
+    return replace(
+        decision,
+        message=blocker.message,
+        conditions=_close(conds, running=None),
+        actions=(),
+        blocker=blocker,
+    )
+
+
+def _after_storage(obs: Observed, conds: list[Condition], hit: bool | None) -> Decision:
+    if obs.training is not Child.ABSENT:
+        conds.append(_precompiled_condition(obs, hit))
+        return _training(obs, conds, hit)
+    if _needs_precompile(obs):
+        return _precompiling(obs, conds, hit)
+    conds.append(_precompiled_condition(obs, hit))
+    if obs.queue_blocker:
+        return _pending(conds, obs.queue_blocker, (), hit, obs)
+    if (rejection := obs.rejected(Action.CREATE_TRAINING)) is not None:
+        return _refused(_pending(conds, None, (), hit, obs), rejection, "Running", obs)
+    return _pending(conds, None, (Action.CREATE_TRAINING,), hit, obs)
+
+
+def _needs_precompile(obs: Observed) -> bool:
+    if obs.policy == "Never" or obs.precompile is Child.SUCCEEDED:
+        return False
+    if obs.precompile is not Child.ABSENT:
+        return True
+    return obs.policy == "Always" or not _trusted(obs)
+
+
+def _trusted(obs: Observed) -> bool:
+    """The entry is Ready and no live job is compiling it again (precompile.policy Always)."""
+    return obs.cache_recorded and obs.cache_holder != "other"
+
+
+def _cache_hit(obs: Observed) -> bool | None:
+    """Hit when graphs came from the cache, miss when we compiled, None when not applicable."""
+    if obs.policy == "Never":
+        return None
+    if obs.precompile is not Child.ABSENT:
+        return False
+    return obs.policy == "IfNotCached" and _trusted(obs)
+
+
+def _precompiled_condition(obs: Observed, hit: bool | None) -> Condition:
+    if obs.policy == "Never":
+        return Condition("Precompiled", "False", "Skipped", "precompile.policy is Never")
+    if hit:
+        return Condition("Precompiled", "True", "CacheHit", "graphs found in the compile cache")
+    return Condition("Precompiled", "True", "Compiled", "precompile job completed")
+
+
+def _precompiling(obs: Observed, conds: list[Condition], hit: bool | None) -> Decision:
+    end = _end(obs, obs.precompile, "PrecompileFailed", obs.precompile_message, "precompile")
+    if end is not None:
+        reason, msg, stop_now = end
+        conds.append(Condition("Precompiled", "False", reason, msg))
+        failed = _failed(conds, reason, msg, hit, obs)
+        stop = (Action.STOP_PRECOMPILE,) if stop_now else ()
+        if obs.cache_holder == "self":  # the entry says Failed; the next job retries once
+            return replace(failed, actions=(*stop, Action.RECORD_CACHE_FAILED))
+        return replace(failed, actions=stop)
+    if obs.precompile is Child.ABSENT and obs.cache_holder == "other":
+        return _waiting_for_cache(obs, conds, hit)
+    if obs.precompile is Child.ABSENT and obs.queue_blocker:
+        conds.append(Condition("Precompiled", "False", *_b(obs.queue_blocker)))
+        return _pending(conds, obs.queue_blocker, (), hit, obs)
+    reason, msg = _STAGE_WAIT.get(obs.precompile, ("Compiling", "neuron_parallel_compile running"))
+    stuck = obs.gang_blocker if obs.precompile is Child.PENDING else None
+    if stuck is not None:
+        reason, msg = _b(stuck)
+    conds.append(Condition("Precompiled", "False", reason, msg))
+    actions: tuple[Action, ...] = ()
+    if obs.precompile is Child.ABSENT:
+        take = () if obs.cache_holder == "self" else (Action.ACQUIRE_CACHE,)
+        actions = (*take, Action.CREATE_PRECOMPILE)
+    decision = Decision(
+        phase=Phase.PRECOMPILING,
+        message="filling the Neuron compile cache" if reason == "Compiling" else msg,
+        conditions=_close(conds, running=False),
+        actions=actions,
+        cache_hit=hit,
+        restarts=obs.restarts,
+        blocker=stuck,
+    )
+    for action in (Action.ACQUIRE_CACHE, Action.CREATE_PRECOMPILE):
+        if (rejection := obs.rejected(action)) is not None:
+            return _refused(decision, rejection, "Precompiled", obs)
+    return decision
+
+
+def _waiting_for_cache(obs: Observed, conds: list[Condition], hit: bool | None) -> Decision:
+    """One writer per entry: follow the job compiling the same graphs instead of competing."""
+    msg = (
+        f"job {obs.cache_holder_job} is compiling the same graphs into this cache; "
+        "training starts when they are Ready"
+    )
+    conds.append(Condition("Precompiled", "False", "WaitingForCache", msg))
+    return Decision(
+        Phase.WAITING_FOR_CACHE, msg, _close(conds, running=False), (), hit, obs.restarts
+    )
+
+
+#: Child states that hold a stage without failing it: (condition reason, message).
+_STAGE_WAIT = {
+    Child.ABORTED: (
+        "Aborted",
+        "the Volcano job is aborted (vcctl job suspend); `vcctl job resume` continues it",
+    ),
+    Child.TERMINATING: ("Terminating", "Volcano is terminating the job's pods"),
+}
+
+
+def _training(obs: Observed, conds: list[Condition], hit: bool | None) -> Decision:
+    state = obs.training
+    if state is Child.SUCCEEDED:
+        conds.append(Condition("Running", "False", "Completed", "training job completed"))
+        conds.append(Condition("Succeeded", "True", "TrainingCompleted", "training completed"))
+        conds.append(Condition("Failed", "False", "TrainingCompleted", ""))
+        return Decision(Phase.SUCCEEDED, "training completed", tuple(conds), (), hit, obs.restarts)
+    end = _end(obs, state, "TrainingFailed", obs.training_message, "training")
+    if end is not None:
+        reason, msg, stop_now = end
+        conds.append(Condition("Running", "False", reason, msg))
+        stop = (Action.STOP_TRAINING,) if stop_now else ()
+        return replace(_failed(conds, reason, msg, hit, obs), actions=stop)
+    if obs.replace_gang and state in _LIVE:
+        why = obs.failure.reason if obs.failure else "Unknown"
+        detail = f": {obs.failure.message}" if obs.failure else ""
+        msg = f"recreating the training gang ({why}){detail}"
+        conds.append(Condition("Running", "False", "Restarting", msg))
+        stop = (Action.STOP_TRAINING,)
+        return Decision(Phase.TRAINING, msg, _close(conds, running=None), stop, hit, obs.restarts)
+    status, reason, msg = _running(obs)
+    conds.append(Condition("Running", status, reason, msg))
+    stuck = obs.gang_blocker if state is Child.PENDING else None
+    conditions = _close(conds, running=None)
+    return Decision(Phase.TRAINING, msg, conditions, (), hit, obs.restarts, stuck)
+
+
+def _end(
+    obs: Observed, state: Child, default: str, volcano: str, stage: str
+) -> tuple[str, str, bool] | None:
+    """Why a stage ends now, if it does, and whether its live gang must be stopped.
+
+    Volcano failed it; or a restart cannot fix its failure; or the restart budget is spent
+    (the operator, not Volcano, keeps runPolicy.maxRetries: see budget.py).
+    """
+    fast = _fails_fast(obs, state)
+    if state is Child.FAILED or fast:
+        return (*_why(obs, default, volcano, stage), fast)
+    if obs.exhausted is not None and state in _LIVE:
+        spent = obs.exhausted
+        msg = f"{spent.message}; the {stage} gang was stopped"
+        if obs.failure is not None:
+            msg += "\n" + _why(obs, default, volcano, stage)[1]
+        return spent.reason, msg, True
+    return None
+
+
+def _fails_fast(obs: Observed, state: Child) -> bool:
+    """A live gang whose failure a restart cannot fix (bad image, compiler error, OOM...)."""
+    return state in _LIVE and obs.failure is not None and not obs.failure.retry
+
+
+def _why(obs: Observed, default: str, volcano: str, stage: str) -> tuple[str, str]:
+    """The failure's class and evidence (pod, reason, log tail), else Volcano's own words."""
+    failure = obs.failure
+    if failure is None:
+        return default, volcano or f"the {stage} job failed"
+    msg = failure.message
+    if failure.log_tail:
+        msg += "\nlast log lines:\n" + "\n".join(failure.log_tail)
+    return failure.reason, msg
+
+
+def _running(obs: Observed) -> tuple[str, str, str]:
+    """The Running condition of a live training job: one phase (Training) for all of them."""
+    state = obs.training
+    if state in _STAGE_WAIT:
+        return ("False", *_STAGE_WAIT[state])
+    if state is Child.PENDING and obs.gang_blocker is not None:
+        return ("False", *_b(obs.gang_blocker))  # Volcano cannot create its pods
+    if state is Child.RESTARTING or (state is Child.PENDING and obs.gang_retries):
+        counts = f"restarts: {obs.restarts}, disruptions: {obs.disruptions}"
+        return "False", "Restarting", f"restarting the gang ({counts})"
+    if state is Child.PENDING:
+        return "False", "GangPending", "training job waiting for the gang to be scheduled"
+    return "True", "GangRunning", "training"
+
+
+def _b(blocker: Blocker) -> tuple[str, str]:
+    return blocker.reason, blocker.message
+
+
+def _close(conds: list[Condition], running: bool | None) -> tuple[Condition, ...]:
+    """Add the conditions every non-terminal status carries."""
+    if running is False:
+        conds.append(Condition("Running", "False", "NotStarted", "training not started"))
+    conds.append(Condition("Succeeded", "False", "InProgress", ""))
+    conds.append(Condition("Failed", "False", "InProgress", ""))
+    return tuple(conds)
+
+
+def _pending(
+    conds: list[Condition],
+    blocker: Blocker | None,
+    actions: tuple[Action, ...],
+    hit: bool | None,
+    obs: Observed,
+) -> Decision:
+    message = blocker.message if blocker else "creating the next stage"
+    if blocker and not any(c.reason == blocker.reason for c in conds):
+        conds.append(Condition("Running", "False", blocker.reason, blocker.message))
+    elif not any(c.type == "Running" for c in conds):
+        conds.append(Condition("Running", "False", "NotStarted", "training not started"))
+    phase = Phase.PENDING
+    if obs.precompile is Child.SUCCEEDED and obs.storage_ready and blocker is None:
+        phase = Phase.TRAINING  # compiled, nothing missing: the training job is created now
+        message = "creating the training job"
+    conditions = _close(conds, running=None)
+    return Decision(phase, message, conditions, actions, hit, obs.restarts, blocker)
+
+
+def _failed(
+    conds: list[Condition], reason: str, msg: str, hit: bool | None, obs: Observed
+) -> Decision:
+    if not any(c.type == "Running" for c in conds):
+        conds.append(Condition("Running", "False", reason, msg))
+    conds.append(Condition("Succeeded", "False", reason, msg))
+    conds.append(Condition("Failed", "True", reason, msg))
+    return Decision(Phase.FAILED, msg, tuple(conds), (), hit, obs.restarts)
+
+
+def ttl_remaining(
+    completion_time: str | None, ttl: int | None, now: datetime.datetime
+) -> float | None:
+    """Seconds until a finished job may be deleted (ttlSecondsAfterFinished); None without TTL."""
+    if ttl is None or not completion_time:
+        return None
+    done = datetime.datetime.strptime(completion_time, "%Y-%m-%dT%H:%M:%SZ")
+    expiry = done.replace(tzinfo=datetime.timezone.utc) + datetime.timedelta(seconds=ttl)
+    return (expiry - now).total_seconds()

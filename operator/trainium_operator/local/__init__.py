@@ -1,0 +1,1 @@
+"""The local backend (`trainium run`, `render`): same lifecycle, TorchX's local scheduler."""

@@ -1,0 +1,394 @@
+"""The local backend: the same spec, lifecycle and TorchX AppDef, run by TorchX's local scheduler.
+
+The job's storage maps to `runs/<job>/volume` (data, Neuron cache, outputs, like the FSx mount),
+the installed package stands in for the image, and the run record (status, logs, summary) goes to
+`runs/<job>/`. There is no Neuron compiler here: the precompile stage runs the training command
+for the step limit in graph-extraction mode, as `neuron_parallel_compile` does first.
+
+While it runs, the job file is read again at each poll and a change of runPolicy.suspend (only
+that field) is followed as the operator follows it: suspending cancels the stage's TorchX app
+(SIGTERM to torchrun, which the trainer answers with a checkpoint), resuming starts it again
+and the trainer resumes from that checkpoint (--resume auto).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from torchx.runner import get_runner
+from torchx.specs import AppState
+
+from trainium_operator.api import naming
+from trainium_operator.api.spec import TrainiumJobSpec, parse
+from trainium_operator.build import appdef, cache
+from trainium_operator.build.appdef import StageContext
+from trainium_operator.domain import checkpoints, lifecycle, status
+from trainium_operator.domain.cachekey import cache_key, cache_name
+from trainium_operator.domain.lifecycle import Action, Child, Decision, Observed, Phase
+from trainium_operator.domain.status import now_iso, read_conditions
+from trainium_operator.local import render
+from trainium_operator.local import view as localview
+
+Json = dict[str, Any]
+SYNTH_ANNOTATION = "trainium.dev/local-synthetic-data"
+SCHEDULER = "local_cwd"
+POLL_SECONDS = 1.0
+#: The job's runPolicy.suspend as the job file says now; None when it cannot be read just now.
+SuspendSource = Callable[[], bool | None]
+#: Where the training stage's rank 0 reports checkpoints (the termination message's stand-in).
+CHECKPOINT_REPORT = "checkpoint-report"
+
+
+def free_port() -> int:
+    """A TCP port free now, so local runs (and tests) beside each other never share a store."""
+    with socket.socket() as sock:
+        sock.bind(("localhost", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@dataclass
+class LocalRun:
+    """One local job: its folders, its TorchX apps and the times each phase took."""
+
+    name: str
+    spec: TrainiumJobSpec
+    root: Path
+    rdzv_port: int = field(default_factory=free_port)
+    apps: dict[str, str] = field(default_factory=dict)
+    phase_started: dict[str, float] = field(default_factory=dict)
+    phase_seconds: dict[str, float] = field(default_factory=dict)
+    status: Json = field(default_factory=dict)
+    #: runPolicy.suspend as last read from the job file.
+    suspend: bool = False
+    #: The training progress bar (created with the first metric record).
+    view: Any = None
+
+    @property
+    def volume(self) -> Path:
+        """The folder standing in for the shared volume."""
+        return self.root / "volume"
+
+    @property
+    def checkpoint_report(self) -> Path:
+        """The file the trainer names its last complete checkpoint in."""
+        return self.root / CHECKPOINT_REPORT
+
+    @property
+    def key(self) -> str:
+        """The compile-cache key."""
+        return cache_key(self.spec)
+
+    @property
+    def cache_record(self) -> Path:
+        """Local cache record: the ConfigMap's stand-in, next to the cache it describes."""
+        record = cache.identity(self.spec).record_name
+        return self.volume / self.spec.cache.path / ".records" / f"{record}.json"
+
+    def local_path(self, text: str) -> str:
+        """Map a path under spec.storage.mountPath to the local volume folder."""
+        mount = self.spec.storage.mountPath.rstrip("/")
+        if text == mount or text.startswith(mount + "/"):
+            return str(self.volume) + text[len(mount) :]
+        return text
+
+
+def stage_context(run: LocalRun, stage: str) -> StageContext:
+    """The local StageContext: rendezvous on localhost, this Python, no Neuron launcher."""
+    return StageContext(
+        job_name=run.name,
+        stage=stage,
+        cache_name=cache_name(run.spec, run.key),
+        run_id=f"{run.name}-{naming.STAGE_SUFFIX[stage]}",
+        rank0_host="localhost",
+        mount_root=str(run.volume),
+        claim=None,
+        python=sys.executable,
+        compile_launcher=(),
+        rdzv_port=run.rdzv_port,
+        checkpoint_report=str(run.checkpoint_report),
+    )
+
+
+def local_spec(run: LocalRun) -> TrainiumJobSpec:
+    """The spec with mount paths in args and env mapped onto the local volume."""
+    spec = run.spec
+    env = tuple(replace(e, value=run.local_path(e.value)) for e in spec.env)
+    return replace(spec, args=tuple(run.local_path(a) for a in spec.args), env=env)
+
+
+def dryrun(run: LocalRun, stage: str, runner: Any) -> Any:
+    """TorchX's local request for one stage (one process per node), replica 0 hosting the store."""
+    spec, ctx = local_spec(run), stage_context(run, stage)
+    cfg = {"log_dir": str(run.root / "logs" / stage), "prepend_cwd": True}
+    info = runner.dryrun(appdef.build_appdef(spec, ctx), SCHEDULER, cfg=cfg)
+    host = info.request.role_params[naming.ROLE][appdef.STORE_HOST_REPLICA]
+    host.args = appdef.store_host_argv(spec, ctx, host.args)
+    return info
+
+
+def submit(run: LocalRun, stage: str, runner: Any) -> None:
+    """Start one stage as a TorchX local app, logs under runs/<job>/logs."""
+    run.apps[stage] = runner.schedule(dryrun(run, stage, runner))
+
+
+def child_state(run: LocalRun, stage: str, runner: Any) -> Child:
+    """Map a TorchX app's state onto the lifecycle's child states."""
+    handle = run.apps.get(stage)
+    if handle is None:
+        return Child.ABSENT
+    st = runner.status(handle)
+    state = st.state if st else AppState.UNKNOWN
+    if state == AppState.SUCCEEDED:
+        return Child.SUCCEEDED
+    if state in (AppState.FAILED, AppState.CANCELLED):
+        return Child.FAILED
+    return Child.RUNNING if state == AppState.RUNNING else Child.PENDING
+
+
+def observe(run: LocalRun, runner: Any) -> Observed:
+    """The same Observed the cluster backend builds, from folders and local apps."""
+    pre, train = child_state(run, "precompile", runner), child_state(run, "train", runner)
+    return Observed(
+        policy=run.spec.precompile.policy,
+        storage_ready=run.volume.is_dir(),
+        cache_recorded=run.cache_record.is_file(),
+        precompile=pre,
+        precompile_message=_fail_message(run, "precompile", pre),
+        training=train,
+        training_message=_fail_message(run, "train", train),
+        previous_phase=run.status.get("phase"),
+        previous_conditions=read_conditions(run.status),
+        suspend=run.suspend,
+    )
+
+
+def _fail_message(run: LocalRun, stage: str, state: Child) -> str:
+    if state is not Child.FAILED:
+        return ""
+    return f"{stage} failed; last log lines:\n" + "\n".join(tail_logs(run, stage))
+
+
+#: The folder where torchrun (--tee) keeps a copy of each worker's output, under a TorchX app.
+TORCHELASTIC_DIR = "torchelastic"
+
+
+def replica_logs(run: LocalRun, stage: str, stream: str) -> list[Path]:
+    """Each node's log of one stream (rank-prefixed by --tee), not torchrun's per-worker copies."""
+    paths = (run.root / "logs" / stage).rglob(f"{stream}.log")
+    return sorted(p for p in paths if TORCHELASTIC_DIR not in p.parts)
+
+
+def tail_logs(run: LocalRun, stage: str, lines: int = 15) -> list[str]:
+    """Why a stage failed: its `error:` lines if any, else the last lines of its stderr logs."""
+    every: list[str] = []
+    for path in replica_logs(run, stage, "stderr"):
+        every += path.read_text(errors="replace").splitlines()
+    errors = [line for line in every if "error:" in line.lower()]
+    return list(dict.fromkeys(errors))[-lines:] if errors else every[-lines:]
+
+
+def act(run: LocalRun, decision: Decision, runner: Any) -> None:
+    """Carry out the lifecycle's actions with local means."""
+    for action in decision.actions:
+        if action is Action.CREATE_STORAGE:
+            run.volume.mkdir(parents=True, exist_ok=True)
+        elif action is Action.CREATE_PRECOMPILE:
+            submit(run, appdef.PRECOMPILE, runner)
+        elif action is Action.RECORD_CACHE:
+            run.cache_record.parent.mkdir(parents=True, exist_ok=True)
+            tmp = run.cache_record.with_suffix(".tmp")
+            tmp.write_text(json.dumps({"key": run.key, "completedAt": now_iso()}))
+            os.replace(tmp, run.cache_record)
+        elif action is Action.CREATE_TRAINING:
+            submit(run, appdef.TRAIN, runner)
+        elif action is Action.STOP_PRECOMPILE:
+            stop(run, appdef.PRECOMPILE, runner)
+        elif action is Action.STOP_TRAINING:
+            stop(run, appdef.TRAIN, runner)
+
+
+def stop(run: LocalRun, stage: str, runner: Any) -> None:
+    """Cancel a stage's app, as the cluster deletes its Volcano job; the stage is absent after.
+
+    TorchX's local scheduler sends SIGTERM to torchrun's process group and SIGKILL 10 s later;
+    torchrun passes the SIGTERM to its workers, and the trainer checkpoints and exits.
+    """
+    handle = run.apps.pop(stage, None)
+    if handle is not None:
+        runner.cancel(handle)
+    run.rdzv_port = free_port()  # the next gang gets a store of its own
+
+
+def follow_file(path: str, name: str) -> SuspendSource | None:
+    """runPolicy.suspend of job `name` in the file now (None: unreadable or invalid just now).
+
+    Standard input ("-") cannot be read again: nothing to follow.
+    """
+    if path == "-":
+        return None
+
+    def suspend() -> bool | None:
+        try:
+            doc = next(d for d in render.load_jobs(path) if d["metadata"]["name"] == name)
+            spec, _owner = render.checked(doc)
+        except (render.UsageError, StopIteration, KeyError, TypeError, OSError):
+            return None
+        return spec.runPolicy.suspend
+
+    return suspend
+
+
+def _flag(args: tuple[str, ...], flag: str, default: str) -> str:
+    """Value of `flag V` or `flag=V` in args."""
+    for i, arg in enumerate(args):
+        if arg == flag and i + 1 < len(args):
+            return args[i + 1]
+        if arg.startswith(flag + "="):
+            return arg.split("=", 1)[1]
+    return default
+
+
+def ensure_synthetic_data(run: LocalRun, where: str) -> None:
+    """Seed synthetic BERT shards when the job asks for them and they are missing."""
+    from trainium_trainer import synth
+
+    target = Path(run.local_path(where))
+    if any(target.glob("*_training_*.hdf5")):
+        return
+    world = run.spec.nodes * run.spec.procs_per_node
+    seq = _flag(run.spec.args, "--seq-len", "64")
+    print(f"[data] writing synthetic BERT shards to {target}", flush=True)
+    synth.main(["--out", str(target), "--shards", str(max(4, world)), "--seq-len", seq])
+
+
+def rotate_outputs(run: LocalRun) -> None:
+    """A new local run trains afresh; the previous run's outputs move to history, not away."""
+    out = Path(appdef.output_dir(run.spec, stage_context(run, appdef.TRAIN)))
+    if out.exists():
+        dest = run.root / "history" / time.strftime("%Y%m%d-%H%M%S")
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(str(out), str(dest))
+    for stale in ("logs", "status.json", "summary.json", CHECKPOINT_REPORT):
+        path = run.root / stale
+        if path.is_dir():
+            shutil.rmtree(path)
+        elif path.exists():
+            path.unlink()
+
+
+def report(run: LocalRun, decision: Decision) -> None:
+    """Write status.json like the status subresource and print phase transitions."""
+    previous = run.status
+    now = time.monotonic()
+    new = status.render(
+        decision,
+        previous,
+        generation=1,
+        now=now_iso(),
+        cache_key=run.key,
+        cache_name=cache_name(run.spec, run.key),
+        precompile_job=f"{run.name}-compile" if "precompile" in run.apps else None,
+        training_job=f"{run.name}-train" if "train" in run.apps else None,
+    )
+    if (kept := checkpoints.carried(previous, reported_checkpoint(run))) is not None:
+        new["lastCheckpoint"] = kept.to_status()
+    old_phase = previous.get("phase")
+    if old_phase != new["phase"]:
+        if old_phase:
+            run.phase_seconds[old_phase] = now - run.phase_started.get(old_phase, now)
+        run.phase_started[new["phase"]] = now
+        cache = new.get("cache", {}).get("outcome", "-")
+        print(f"[phase] {new['phase']:<12} cache={cache:<5} {decision.message}", flush=True)
+        if new["phase"] == Phase.PRECOMPILING.value:
+            print(localview.precompile_line(run.spec, run.root / "logs" / "precompile"), flush=True)
+    run.status = new
+    (run.root / "status.json").write_text(json.dumps(new, indent=2))
+
+
+def reported_checkpoint(run: LocalRun) -> checkpoints.Checkpoint | None:
+    """The checkpoint the trainer reported last, as the operator reads it from a pod."""
+    try:
+        text = run.checkpoint_report.read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        return None
+    return checkpoints.from_message(text)
+
+
+def progress(run: LocalRun, seen: int) -> int:
+    """Move the progress bar over the trainer's new metric records; returns records seen."""
+    path = Path(appdef.output_dir(run.spec, stage_context(run, appdef.TRAIN))) / "metrics.jsonl"
+    if not path.is_file():
+        return seen
+    if run.view is None:
+        total = _flag(run.spec.args, "--max-steps", "?")
+        run.view = localview.TrainView(int(total) if total.isdigit() else None)
+    for line in path.read_text().splitlines()[seen:]:
+        try:
+            run.view.show(json.loads(line))
+        except json.JSONDecodeError:
+            return seen
+        seen += 1
+    return seen
+
+
+def finish(run: LocalRun) -> bool:
+    """Merge the trainer's summary with cache outcome and phase times into runs/<job>/."""
+    out = Path(appdef.output_dir(run.spec, stage_context(run, appdef.TRAIN)))
+    summary: Json = {}
+    if (out / "summary.json").is_file():
+        summary = json.loads((out / "summary.json").read_text())
+    summary["phase"] = run.status.get("phase")
+    summary["cache_hit"] = (run.status.get("cache") or {}).get("hit")
+    summary["phase_seconds"] = {k: round(v, 2) for k, v in run.phase_seconds.items()}
+    (run.root / "summary.json").write_text(json.dumps(summary, indent=2))
+    ok = run.status.get("phase") == Phase.SUCCEEDED.value
+    if run.view is not None:
+        run.view.close()
+    if ok and "initial_loss" in summary:
+        print(f"[done] loss {summary['initial_loss']:.4f} -> {summary['final_loss']:.4f} "
+              f"in {summary.get('steps')} steps; {run.root}/summary.json"
+              f"{localview.tensorboard_note(out)}")  # fmt: skip
+    elif not ok:
+        print(f"[failed] {run.status.get('message', '')}", file=sys.stderr)
+    return ok
+
+
+def run(
+    doc: Json, runs_dir: Path, quiet: bool = False, suspend: SuspendSource | None = None
+) -> bool:
+    """Run one TrainiumJob to completion here; True when it succeeded."""
+    name = doc["metadata"]["name"]
+    job = LocalRun(name=name, spec=parse(doc), root=(runs_dir / name).resolve())
+    job.suspend = job.spec.runPolicy.suspend
+    job.root.mkdir(parents=True, exist_ok=True)
+    rotate_outputs(job)
+    runner = get_runner()
+    seen = 0
+    try:
+        while True:
+            now_suspended = suspend() if suspend is not None else None
+            job.suspend = job.suspend if now_suspended is None else now_suspended
+            decision = lifecycle.decide(observe(job, runner))
+            report(job, decision)
+            if decision.phase in lifecycle.TERMINAL:
+                break
+            act(job, decision, runner)
+            if Action.CREATE_STORAGE in decision.actions:
+                synth = (doc["metadata"].get("annotations") or {}).get(SYNTH_ANNOTATION)
+                if synth:
+                    ensure_synthetic_data(job, synth)
+            seen = seen if quiet else progress(job, seen)
+            time.sleep(POLL_SECONDS)
+    finally:
+        runner.close()
+    return finish(job)

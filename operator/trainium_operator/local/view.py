@@ -1,0 +1,66 @@
+"""What `trainium run` shows while a job runs: a progress bar over the trainer's metric records.
+
+tqdm (which the trainer's dependencies bring: transformers, huggingface_hub) draws the bar with
+elapsed time and ETA on stderr; without it, one line per record goes to stdout as before.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from trainium_operator.api.spec import TrainiumJobSpec
+
+
+class TrainView:
+    """The training stage's bar: step of total, elapsed, ETA, loss and throughput."""
+
+    def __init__(self, total: int | None) -> None:
+        self.total = total
+        self._bar: Any = None
+
+    def show(self, record: dict[str, Any]) -> None:
+        """Move the bar to this record's step."""
+        step = int(record.get("step", 0))
+        loss, rate = float(record.get("loss", 0.0)), float(record.get("samples_per_second", 0.0))
+        bar = self._bar or self._open(step)
+        if bar is None:
+            total = self.total or "?"
+            print(f"[train] step {step}/{total} loss {loss:.4f} {rate:.1f} samples/s", flush=True)
+            return
+        bar.update(max(0, step - bar.n))
+        bar.set_postfix_str(f"loss {loss:.4f}, {rate:.1f} samples/s", refresh=True)
+
+    def _open(self, first_step: int) -> Any:
+        """The bar, started at the step before the first record (a resumed run starts there)."""
+        try:
+            from tqdm import tqdm
+        except ImportError:
+            return None
+        self._bar = tqdm(
+            total=self.total, initial=max(0, first_step - 1), desc="[train]", unit="step",
+            file=sys.stderr, dynamic_ncols=True, mininterval=0.5,
+        )  # fmt: skip
+        return self._bar
+
+    def close(self) -> None:
+        """Leave the finished bar on screen."""
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+
+
+def precompile_line(spec: TrainiumJobSpec, logs: Path) -> str:
+    """The line printed while the precompile stage extracts graphs (it logs no metrics)."""
+    procs = spec.nodes * spec.procs_per_node
+    return (
+        f"[precompile] extracting graphs: {spec.precompile.steps} steps on {procs} processes; "
+        f"logs in {logs}"
+    )
+
+
+def tensorboard_note(output: Path) -> str:
+    """Where the run's TensorBoard events are, for the [done] line ("" when there are none)."""
+    tb = output / "tensorboard"
+    return f"; TensorBoard: tensorboard --logdir {tb}" if tb.is_dir() else ""

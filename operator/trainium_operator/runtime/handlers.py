@@ -1,0 +1,414 @@
+"""kopf registrations only: watch events of a job and its world run one level-based reconcile.
+
+Event handlers only queue a pass (in kopf's event loop) into the runtime (runtime/passes.py: one
+work queue, its workers and the per-job records, kept in kopf's memo); passes read what the
+watches stream (reads.py) and write nothing of kopf's own (no progress annotations), so an
+unsettled job costs no requests between events; a timed look re-checks it rarely. The only
+finalizer is on jobs with an FSx file system: their cluster-scoped PV must really be deleted
+with them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+import os
+import socket
+from collections.abc import Mapping
+from typing import Any, cast
+
+import kopf
+
+from trainium_operator.api import naming
+from trainium_operator.api.crd import GROUP, PLURAL, VERSION
+from trainium_operator.build.builders import (
+    ANNOTATION_OWNER,
+    LABEL_JOB,
+    LABEL_MANAGED_BY,
+    LABEL_STAGE,
+    MANAGED_BY,
+    owner_name,
+)
+from trainium_operator.build.cache import LABEL_CACHE_ENTRY
+from trainium_operator.cluster import k8s, peering, scrape, watches
+from trainium_operator.cluster.reconcile import reconcile
+from trainium_operator.domain import checkpoints, events, failures
+from trainium_operator.domain.status import clip
+from trainium_operator.runtime import essence, footprint, metrics, standalone
+from trainium_operator.runtime.passes import WORKERS, Passes
+from trainium_operator.runtime.records import Key
+
+#: kopf's annotation prefix and finalizer name, decided on day one.
+PREFIX = GROUP
+Json = dict[str, Any]
+log = logging.getLogger(__name__)
+
+
+def _emit(body: Json, kind: str, reason: str, message: str, action: str) -> None:
+    """Our own Event, not kopf.event: that one's `action` is always "Action?"."""
+    now = events.now_micro()
+    k8s.post_event(events.build(body, kind, reason, clip(message), action, now_micro=now))
+
+
+def _passes(memo: Any) -> Passes:
+    """The operator's pass runtime (kopf's memo holds it: no module state here)."""
+    return cast(Passes, memo.passes)
+
+
+def _wake(memo: Any, key: Key) -> None:
+    """Queue a pass, from a handler (in kopf's context: its Events are posted from there)."""
+    _passes(memo).wake(key, context=contextvars.copy_context())
+
+
+@kopf.on.startup()
+def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any) -> None:
+    """Our annotations, our Event source, retries that cover resets; start the passes."""
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=PREFIX)
+    settings.persistence.diffbase_storage = essence.diffbase(PREFIX, "last-handled-configuration")
+    settings.persistence.finalizer = f"{PREFIX}/finalizer"
+    settings.posting.level = logging.WARNING
+    settings.posting.reporting_component = "trainium-operator"
+    settings.posting.reporting_instance = os.environ.get("POD_NAME") or socket.gethostname()
+    settings.watching.server_timeout = 300
+    # Sync handlers run in kopf's thread pool (default: cores + 4); they only queue passes,
+    # but a settled job's TTL delete is a request: keep threads to spare for retries' waits.
+    settings.execution.max_workers = WORKERS
+    logging.getLogger("kopf.objects").addFilter(_quiet_events)
+    if settings.peering.mandatory:
+        settings.peering.priority = peering.distinct_priority(settings.peering.priority)
+        settings.peering.lifetime = peering.lifetime()
+        log.warning("peering %r with priority %d: the highest-priority peer acts, the others "
+                    "stand by", settings.peering.name, settings.peering.priority)  # fmt: skip
+        peering.ensure(settings.peering.name, clusterwide=settings.peering.clusterwide)
+    metrics.start_from_env()
+    passes = Passes(reconcile, _emit, on_idle=footprint.Trimmer().idle)
+    passes.reads.indices.update(watches.indices(kwargs))
+    passes.reads.queue_children = kwargs["queue_children"]
+    passes.reads.precompiles = kwargs["precompiles"]
+    mandatory = settings.peering.mandatory
+    passes.start(follow_kopf_pause=True, start_paused=mandatory)
+    memo.passes = passes
+    if settings.peering.standalone and os.environ.get("POD_NAME"):  # in a pod (the chart's)
+        memo.presence = standalone.Presence()
+        memo.presence.start()
+
+
+def _quiet_events(record: logging.LogRecord) -> bool:
+    """Every watch event runs a handler: its routine "succeeded" line is DEBUG, not INFO."""
+    if record.levelno == logging.INFO and record.getMessage().endswith("succeeded."):
+        record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        return logging.getLogger("kopf.objects").isEnabledFor(logging.DEBUG)
+    return True
+
+
+@kopf.on.cleanup()
+def shutdown(memo: kopf.Memo, **_: Any) -> None:
+    """No more passes; the running ones finish (the queue drains them)."""
+    passes = getattr(memo, "passes", None)
+    if passes is not None:
+        passes.stop()
+    presence = getattr(memo, "presence", None)
+    if presence is not None:
+        presence.stop()
+
+
+@kopf.index(GROUP, VERSION, PLURAL)
+async def tj_wakers(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> dict[Any, Key]:
+    """Jobs by what wakes them: the claim they mount, their Volcano queue, their cache entry.
+
+    One index, not three: kopf runs every index function on every event of every job.
+    """
+    key: Key = (namespace or "", name)
+    claim = _field(body, "storage", "claimName") or naming.claim_name(name)
+    out: dict[Any, Key] = {
+        ("claim", namespace, claim): key,
+        ("queue", _field(body, "scheduling", "queue") or "default"): key,
+    }
+    entry = _entry(body)
+    if entry:
+        out[("entry", namespace, entry)] = key
+    return out
+
+
+def _waiting_on(kwargs: Mapping[str, Any], *what: Any) -> list[Key]:
+    """The jobs a claim, queue or cache entry wakes."""
+    return list(cast(kopf.Index[Any, Key], kwargs["tj_wakers"]).get(what, []))
+
+
+def _entry(body: kopf.Body) -> str | None:
+    """The cache entry a job's status names, whatever the status's shape."""
+    status = body.get("status")
+    return (status.get("cache") or {}).get("entry") if isinstance(status, Mapping) else None
+
+
+@kopf.on.event("", "v1", "configmaps", labels={LABEL_CACHE_ENTRY: kopf.PRESENT})
+@kopf.on.event("coordination.k8s.io", "v1", "leases", labels={LABEL_CACHE_ENTRY: kopf.PRESENT})
+async def on_cache_entry(
+    type: str, namespace: str | None, labels: Mapping[str, str], **kwargs: Any
+) -> None:
+    """An entry turned Ready or Failed, or its writer let go: wake the jobs that use it."""
+    if type is None or namespace is None:
+        return
+    _wake_entry_users(namespace, labels[LABEL_CACHE_ENTRY], kwargs)
+
+
+def _wake_entry_users(namespace: str, entry: str, kwargs: Mapping[str, Any]) -> None:
+    for key in _waiting_on(kwargs, "entry", namespace, entry):
+        _wake(kwargs["memo"], key)
+
+
+def _wake_cache_users(namespace: str, body: kopf.Body, kwargs: Mapping[str, Any]) -> None:
+    entry = _entry(body)
+    if entry:
+        _wake_entry_users(namespace, entry, kwargs)
+
+
+@kopf.on.event(GROUP, VERSION, PLURAL)
+async def on_job(
+    type: str, body: kopf.Body, namespace: str | None, name: str, **kwargs: Any
+) -> None:
+    """The job changed (or was listed at start-up): a pass (a finished job's only ages out)."""
+    if namespace is None:
+        return
+    key = (namespace, name)
+    passes = _passes(kwargs["memo"])
+    if type == "DELETED":
+        passes.gone(key)
+        _wake_cache_users(namespace, body, kwargs)  # a writer gone mid-compile frees its entry
+        return
+    meta = body.metadata
+    uid, version = meta.get("uid") or "", meta.get("resourceVersion")
+    context = contextvars.copy_context()
+    passes.job_event(key, uid, version, first=not _phase(body), context=context)
+
+
+def _phase(body: kopf.Body) -> str | None:
+    """status.phase of a job whatever the status's shape (None: never reported on)."""
+    status = body.get("status")
+    return status.get("phase") if isinstance(status, Mapping) else None
+
+
+@kopf.on.event(
+    "batch.volcano.sh",
+    "v1alpha1",
+    "jobs",
+    labels={LABEL_MANAGED_BY: MANAGED_BY, LABEL_JOB: kopf.PRESENT},
+)
+async def on_vcjob(
+    type: str,
+    namespace: str | None,
+    meta: kopf.Meta,
+    labels: Mapping[str, str],
+    **kwargs: Any,
+) -> None:
+    """A Volcano job of ours changed: re-derive its owner's status right away.
+
+    A precompile that goes also wakes the jobs of its cache entry: one that found it compiling
+    without a lease (observe.compiling_elsewhere, read from the watches) waits on it. One that
+    completes does not: its job's record (a ConfigMap event) wakes them once it says Ready.
+    """
+    if type is None or namespace is None:  # the initial listing: the job listing covers it
+        return
+    _wake(kwargs["memo"], (namespace, owner_name(meta)))
+    entry = labels.get(LABEL_CACHE_ENTRY)
+    if entry and (type == "DELETED" or meta.get("deletionTimestamp")):
+        _wake_entry_users(namespace, entry, kwargs)
+
+
+@kopf.on.event("", "v1", "pods", labels={LABEL_MANAGED_BY: MANAGED_BY})
+async def on_pod(
+    type: str,
+    meta: kopf.Meta,
+    spec: kopf.Spec,
+    status: kopf.Status,
+    labels: Mapping[str, str],
+    memo: Any,
+    **_: Any,
+) -> None:
+    """A gang pod failed or cannot start: keep what its event shows (the cause, at once), wake.
+
+    The failed container's log tail is read here, before the wake: Volcano deletes a failed
+    pod ~60 ms after it fails, and its log with it, long before a pass would read it.
+    A training pod whose container ended with a newer checkpoint report wakes its job too (the
+    initial listing only remembers it, so a restarted operator keeps what the pods say).
+    """
+    key = _owner_key(meta)
+    if key is None:
+        return
+    passes = _passes(memo)
+    newer = _remember_checkpoint(passes, key, labels, status, create=type != "DELETED")
+    addressed = _remember_rank0(passes, key, type, meta, labels, spec, status)
+    if type is None:
+        return
+    if _troubled(dict(status)):
+        pod = _as_shown(meta, labels, spec, status)
+        log = await _log_tail(passes, key, pod)
+        passes.pod_event(key, pod, context=contextvars.copy_context(), log=log)
+    elif newer or addressed:
+        _wake(memo, key)
+
+
+def _as_shown(
+    meta: kopf.Meta, labels: Mapping[str, str], spec: Mapping[str, Any], status: kopf.Status
+) -> Json:
+    """What the pod watch event says of a pod that classification weighs (failures.py)."""
+    kept = ("name", "namespace", "uid", "deletionTimestamp", "deletionGracePeriodSeconds")
+    metadata = {k: meta.get(k) for k in kept if meta.get(k) is not None}
+    # ownerReferences: which Volcano job instance the pod was of (observe.of_instance).
+    owners = list(meta.get("ownerReferences") or [])
+    return {
+        "metadata": {**metadata, "labels": dict(labels), "ownerReferences": owners},
+        "spec": {"nodeName": spec.get("nodeName")} if spec.get("nodeName") else {},
+        "status": dict(status),
+    }
+
+
+async def _log_tail(passes: Passes, key: Key, pod: Json) -> tuple[str, ...]:
+    """The failed container's log tail, read once per pod; () when gone or unreadable."""
+    md = pod["metadata"]
+    container = failures.failed_container(pod)
+    if not container or not md.get("uid") or passes.records.has_log(key, md["uid"]):
+        return ()
+    shown = failures.classify_pod(pod)
+    if shown is not None and shown.reason in failures.GANG_DISRUPTIONS:
+        return ()  # the disruption explains it: no log read delays telling the pass
+    try:
+        lines = await asyncio.to_thread(
+            k8s.pod_log_tail, key[0], md["name"], container, failures.LOG_TAIL_LINES
+        )
+    except Exception as exc:  # evidence only: the pass still classifies by the pod's state
+        log.debug("log of pod %s/%s not read: %s", key[0], md["name"], exc)
+        return ()
+    return tuple(lines)
+
+
+def _remember_checkpoint(
+    passes: Passes, key: Key, labels: Mapping[str, str], status: kopf.Status, *, create: bool = True
+) -> bool:
+    """Keep the newest checkpoint a training pod reported; whether it is newer than the last."""
+    if labels.get(LABEL_STAGE) != "train":
+        return False
+    found = checkpoints.from_pod({"status": dict(status)})
+    return passes.records.checkpoint(key, found, create=create)
+
+
+def _remember_rank0(
+    passes: Passes,
+    key: Key,
+    type: str | None,
+    meta: kopf.Meta,
+    labels: Mapping[str, str],
+    spec: kopf.Spec,
+    status: kopf.Status,
+) -> bool:
+    """Keep where rank 0 serves its live metrics (a pass reads them without listing pods);
+    whether rank 0 has a new address (its job is woken to read it)."""
+    if not scrape.is_rank0(key[1], str(meta.get("name") or ""), labels):
+        return False
+    gone = type == "DELETED" or meta.get("deletionTimestamp")
+    shown = {"metadata": dict(meta), "spec": dict(spec), "status": dict(status)}
+    return passes.records.rank0(key, None if gone else scrape.slim_rank0(shown))
+
+
+def _owner_key(meta: kopf.Meta) -> Key | None:
+    """(namespace, name) of the job a cluster-wide or pod child belongs to (its annotation)."""
+    ns, _sep, name = ((meta.annotations or {}).get(ANNOTATION_OWNER) or "").partition("/")
+    return (ns, name) if ns and name else None
+
+
+def _troubled(status: Json) -> bool:
+    """A container terminated non-zero or stuck waiting on an error; or the pod failed.
+
+    Or it is being disrupted (DisruptionTarget): evicted pods go within milliseconds, and
+    Volcano restarts the gang on the deletion's first event, before the pod has failed.
+    """
+    if status.get("phase") == "Failed" or status.get("reason") == "Evicted":
+        return True
+    for cond in status.get("conditions") or []:
+        if cond.get("type") == "DisruptionTarget" and cond.get("status") == "True":
+            return True
+    for cs in status.get("containerStatuses") or []:
+        for key in ("state", "lastState"):
+            term = (cs.get(key) or {}).get("terminated") or {}
+            if term.get("exitCode") not in (None, 0):
+                return True
+        waiting = ((cs.get("state") or {}).get("waiting") or {}).get("reason") or ""
+        if waiting and waiting not in ("ContainerCreating", "PodInitializing"):
+            return True
+    return False
+
+
+@kopf.on.event("", "v1", "persistentvolumeclaims")
+async def on_claim(type: str, namespace: str | None, name: str, **kwargs: Any) -> None:
+    """A claim changed (created, bound, lost): wake the jobs that mount it."""
+    if type is None or namespace is None:
+        return
+    for key in _waiting_on(kwargs, "claim", namespace, name):
+        _wake(kwargs["memo"], key)
+
+
+@kopf.on.event("", "v1", "persistentvolumes", labels={LABEL_MANAGED_BY: MANAGED_BY})
+async def on_volume(type: str, meta: kopf.Meta, memo: Any, **_: Any) -> None:
+    """Our static PV changed (bound, released, gone): wake the job that wants it."""
+    key = _owner_key(meta)
+    if type is not None and key is not None:
+        _wake(memo, key)
+
+
+@kopf.on.event("scheduling.volcano.sh", "v1beta1", "queues")
+async def on_queue(type: str, name: str, body: kopf.Body, **kwargs: Any) -> None:
+    """A queue created, opened or given a child: wake its jobs and its parent's (leaf check).
+
+    The hierarchy itself is read from the queue index (watches.queue_children), which kopf
+    fills from its listing before any handler runs: never from what handlers have seen so far.
+    """
+    if type is None:
+        return
+    for queue in {name, _field(body, "parent")} - {None}:
+        for key in _waiting_on(kwargs, "queue", queue):
+            _wake(kwargs["memo"], key)
+
+
+def _field(body: kopf.Body, *path: str) -> Any:
+    """spec.<path> of a job whatever its shape (kopf's Spec view raises on a non-dict)."""
+    value: Any = body.get("spec")
+    for part in path:
+        value = value.get(part) if isinstance(value, Mapping) else None
+    return value
+
+
+def _uses_fsx(body: kopf.Body, **_: Any) -> bool:
+    return bool(_field(body, "storage", "fsx"))
+
+
+@kopf.on.delete(GROUP, VERSION, PLURAL, when=_uses_fsx)
+def on_delete(namespace: str | None, name: str, meta: kopf.Meta, memo: Any, **_: Any) -> None:
+    """FSx jobs only (a finalizer holds them): delete the cluster-scoped PV we created.
+
+    It holds the job's key as a pass would: a pass that read the job before its deletion ends
+    first (its PV is deleted here), and no later pass creates anything (issue 18, bug 2).
+    The PV's protection finalizer keeps it until its claim (owned by the job) is gone, so the
+    data is never cut off from running pods; the FSx file system itself is never touched.
+    """
+    if namespace is None:
+        return
+    with _passes(memo).finalize((namespace, name), meta.get("uid") or ""):
+        k8s.delete_volume(naming.volume_name(namespace, name))
+
+
+# ---- Per-job state metrics (issue 11): a kopf index of statuses, read at scrape time ----------
+
+
+@kopf.index(GROUP, VERSION, PLURAL)
+async def trainiumjob_statuses(
+    namespace: str | None, name: str, status: kopf.Status, **_: Any
+) -> dict[tuple[str, str], Json]:
+    """Each job's status by (namespace, name); kopf drops the entry when the job is deleted."""
+    return {(namespace or "", name): metrics.indexed_status(status)}
+
+
+@kopf.on.startup()
+def serve_job_states(**kwargs: Any) -> None:
+    """Metrics read the live index at each scrape (kopf hands indices to startup handlers)."""
+    metrics.watch_jobs(kwargs["trainiumjob_statuses"])
