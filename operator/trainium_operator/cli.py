@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -62,12 +63,13 @@ def cmd_run(args: argparse.Namespace) -> int:
 OPERATOR_DESCRIPTION = """\
 Run the operator against the current kubeconfig (or the in-cluster service account): it watches
 TrainiumJobs and drives their storage, compile cache and Volcano jobs (kopf underneath).
-Run one process with --standalone, or several with --peering=NAME (one acts, the others wait).\
+Run one process with --standalone, or several with --leader-elect=NAME: they elect one leader
+through the Lease NAME in $POD_NAMESPACE; only the leader writes, the others stand by.\
 """
 OPERATOR_EXAMPLES = """\
 examples:
   trainium operator --standalone --all-namespaces
-  trainium operator --peering=trainium -n team-a -n team-b --liveness=http://0.0.0.0:8080/healthz\
+  trainium operator --leader-elect=trainium -n team-a -n team-b --liveness=http://0.0.0.0:8080/healthz\
 """
 
 
@@ -81,8 +83,11 @@ def operator_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawTextHelpFormatter,
     )
     who = p.add_mutually_exclusive_group()
-    who.add_argument("--standalone", action="store_true", help="the only operator: no peering")
-    who.add_argument("-P", "--peering", metavar="NAME", help="coordinate with peers in NAME")
+    who.add_argument("--standalone", action="store_true", help="the only operator: no election")
+    who.add_argument(
+        "--leader-elect", "-P", "--peering", dest="lease", metavar="NAME",
+        help="elect one acting replica through the Lease NAME (--peering: its old name)",
+    )  # fmt: skip
     where = p.add_mutually_exclusive_group()
     where.add_argument("-A", "--all-namespaces", action="store_true", help="watch every namespace")
     where.add_argument(
@@ -91,8 +96,6 @@ def operator_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "-L", "--liveness", metavar="URL", help="serve /healthz, e.g. http://0.0.0.0:8080/healthz"
     )
-    p.add_argument("-p", "--priority", type=int, help="this process's priority among peers")
-    p.add_argument("--dev", action="store_true", help="development mode: peering priority 666")
     level = p.add_mutually_exclusive_group()
     for short, name in (("-v", "verbose"), ("-d", "debug"), ("-q", "quiet")):
         level.add_argument(short, f"--{name}", action="store_true", help=f"{name} logging")
@@ -106,13 +109,13 @@ def operator_parser() -> argparse.ArgumentParser:
 def kopf_argv(argv: Sequence[str]) -> list[str]:
     """Our operator flags as `kopf run` arguments for our handlers module."""
     a = operator_parser().parse_args(list(argv))
-    out = ["run", "-m", "trainium_operator.runtime.handlers"]
-    flags = ("standalone", "all_namespaces", "dev", "verbose", "debug", "quiet")
-    out += [f"--{f.replace('_', '-')}" for f in flags[:2] if getattr(a, f)]
-    out += [f"--peering={a.peering}"] if a.peering else []
+    # kopf itself always runs alone: who acts is our Lease's to decide (runtime/leadership.py).
+    out = ["run", "-m", "trainium_operator.runtime.handlers", "--standalone"]
+    flags = ("all_namespaces", "verbose", "debug", "quiet")
+    out += ["--all-namespaces"] if a.all_namespaces else []
     out += [f"--namespace={ns}" for ns in a.namespace]
-    out += [f"--{f}" for f in flags[2:] if getattr(a, f)]
-    for name in ("liveness", "priority", "log_format", "log_refkey"):
+    out += [f"--{f}" for f in flags[1:] if getattr(a, f)]
+    for name in ("liveness", "log_format", "log_refkey"):
         if getattr(a, name) is not None:
             out.append(f"--{name.replace('_', '-')}={getattr(a, name)}")
     if a.log_prefix is not None:
@@ -233,12 +236,14 @@ def _print_labelled(streams: list[tuple[int, str, Any]], target: Any, parallel: 
 def cmd_operator(argv: Sequence[str]) -> int:
     """`kopf run` of our handlers with the user's options (parsed here: --help is ours)."""
     args = kopf_argv(argv)
+    lease = operator_parser().parse_args(list(argv)).lease
     import kopf.cli
 
-    from trainium_operator.runtime import footprint, kopfpause
+    from trainium_operator.runtime import footprint, leadership
 
     footprint.cap_malloc_arenas()
-    kopfpause.install()  # before kopf spawns its tasks: our passes pause when kopf does
+    if lease:  # the startup handler reads it there (kopf runs our handlers module by name)
+        os.environ[leadership.LEASE_ENV] = lease
     kopf.cli.main(args=args, prog_name="trainium operator")
     return 0
 

@@ -129,7 +129,7 @@ def test_only_the_training_stage_gets_the_report_env_on_a_cluster() -> None:
 
 def test_the_pod_watch_remembers_only_a_newer_training_report() -> None:
     passes = Passes(lambda *_: Outcome(None), lambda *_: None, workers=0)
-    key, train = ("ns", "job"), {builders.LABEL_STAGE: "train"}
+    key, train = "uid-1", {builders.LABEL_STAGE: "train"}
     status = pod(line(5))["status"]
     remember = handlers._remember_checkpoint
     assert remember(passes, key, {builders.LABEL_STAGE: "precompile"}, status) is False

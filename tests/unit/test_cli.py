@@ -361,7 +361,12 @@ def test_operator_help_is_ours_not_kopfs(capsys: pytest.CaptureFixture[str]) -> 
     out = capsys.readouterr().out
     assert out.startswith("usage: trainium operator")
     assert "PATHS" not in out and "--module" not in out  # kopf's `run [PATHS]` is not ours
-    for flag in ("--standalone", "--peering", "-A, --all-namespaces", "-n NAMESPACE, --namespace"):
+    for flag in (
+        "--standalone",
+        "--leader-elect",
+        "-A, --all-namespaces",
+        "-n NAMESPACE, --namespace",
+    ):
         assert flag in out, flag
 
 
@@ -372,9 +377,9 @@ def test_operator_help_is_ours_not_kopfs(capsys: pytest.CaptureFixture[str]) -> 
             ["--standalone", "-A", "--liveness=http://0.0.0.0:8080/healthz"],
             ["--standalone", "--all-namespaces", "--liveness=http://0.0.0.0:8080/healthz"],
         ),
-        (
-            ["--peering=ops", "-n", "a", "--namespace=b", "-v", "--log-format", "json"],
-            ["--peering=ops", "--namespace=a", "--namespace=b", "--verbose", "--log-format=json"],
+        (  # the election is ours (a Lease): kopf runs alone in every replica
+            ["--leader-elect=ops", "-n", "a", "--namespace=b", "-v", "--log-format", "json"],
+            ["--standalone", "--namespace=a", "--namespace=b", "--verbose", "--log-format=json"],
         ),
         (["-A", "--standalone", "-d", "--no-log-prefix"], None),
     ],

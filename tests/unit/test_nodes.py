@@ -58,9 +58,10 @@ def test_every_pod_of_the_next_gang_keeps_out_of_excluded_nodes() -> None:
         pod = task["template"]["spec"]
         required = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
         (term,) = required["nodeSelectorTerms"]
-        assert term == {
+        assert term == {  # one value per field requirement: the API server allows no more
             "matchFields": [
-                {"key": "metadata.name", "operator": "NotIn", "values": ["ip-1", "ip-2"]}
+                {"key": "metadata.name", "operator": "NotIn", "values": ["ip-1"]},
+                {"key": "metadata.name", "operator": "NotIn", "values": ["ip-2"]},
             ]
         }
         assert pod["nodeSelector"]["node.kubernetes.io/instance-type"] == spec.instanceType
@@ -85,3 +86,14 @@ def test_an_operator_restart_for_a_hang_spends_a_retry_until_none_is_left() -> N
     spent = budget.replaced(budget.Accounted(got.tally), "Hung", max_retries=3)
     assert spent.exhausted is not None and spent.exhausted.reason == "MaxRetriesExceeded"
     assert spent.tally.restarts == 3
+
+
+def test_any_number_of_excluded_nodes_meets_the_api_servers_one_value_rule() -> None:
+    """kube-apiserver: 'must be only one value when operator is In or NotIn for node field
+    selector' (issue 25, bug 4: the second bad node made every replacement gang refused)."""
+    many = tuple(f"ip-{i}" for i in range(nodes.MAX_EXCLUDED))
+    (term,) = nodes.affinity(many)["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]["nodeSelectorTerms"]
+    assert all(len(r["values"]) == 1 for r in term["matchFields"])
+    assert [r["values"][0] for r in term["matchFields"]] == list(many)

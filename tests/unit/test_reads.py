@@ -10,6 +10,7 @@ from typing import Any
 
 import kopf
 import pytest
+from kubernetes.client.exceptions import ApiException
 from support import job
 
 from trainium_operator.api import naming
@@ -345,9 +346,13 @@ class FakeApi:
         del self.objects[(Kind.LEASE, observed["metadata"]["name"])]
         self.deleted.append((Kind.LEASE, observed["metadata"]["name"]))
 
-    def patch_status(self, namespace: str, name: str, status: Json) -> Json:
+    def patch_status(
+        self, namespace: str, name: str, status: Json, *, resource_version: str | None = None
+    ) -> Json:
         self.patches += 1
         body = copy.deepcopy(self.objects[(Kind.TRAINIUMJOB, name)])
+        if resource_version and resource_version != body["metadata"]["resourceVersion"]:
+            raise ApiException(status=409, reason="Conflict")  # as the API server answers
         body["status"] = {**(body.get("status") or {}), **status}
         return self.store(Kind.TRAINIUMJOB, body)
 

@@ -22,11 +22,12 @@ from trainium_operator.cluster.reads import Kind
 from trainium_operator.cluster.reconcile import Outcome, Transition
 from trainium_operator.domain.lifecycle import Action
 from trainium_operator.domain.model import Rejection
-from trainium_operator.runtime import handlers, kopfpause
+from trainium_operator.runtime import handlers
 from trainium_operator.runtime.passes import RESYNC, Passes, backoff, next_look
 from trainium_operator.runtime.queue import FIRST
 
-KEY = ("ns", "job")
+KEY = "uid-1"
+WHERE = ("ns", "job")
 
 
 class Script:
@@ -45,8 +46,10 @@ class Script:
 
 
 def runtime(script: Any) -> Passes:
-    """A runtime without workers, on a clock that stands still."""
-    return Passes(script, lambda *_: None, workers=0, clock=lambda: 1000.0)
+    """A runtime without workers, on a clock that stands still, that has seen the job."""
+    passes = Passes(script, lambda *_: None, workers=0, clock=lambda: 1000.0)
+    passes.records.named(KEY, *WHERE)
+    return passes
 
 
 def step(passes: Passes) -> bool:
@@ -91,9 +94,9 @@ def test_a_programming_error_is_logged_with_its_traceback(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     passes = runtime(Script(KeyError("metadata")))
-    passes.wake(("ns", "broken"))
+    passes.wake(KEY)
     assert step(passes)
-    assert "reconcile of ns/broken failed (Internal)" in caplog.text and "KeyError" in caplog.text
+    assert "reconcile of ns/job failed (Internal)" in caplog.text and "KeyError" in caplog.text
 
 
 @pytest.mark.parametrize(
@@ -165,7 +168,7 @@ def test_bug7_events_while_the_job_is_queued_make_one_pass() -> None:
     script = Script()
     passes = runtime(script)
     for version in ("1", "2", "3"):
-        passes.job_event(KEY, "uid-1", version, first=False)
+        passes.job_event(KEY, WHERE, version, first=False)
     passes.pod_event(KEY)
     assert step(passes) and not step(passes)
     assert len(script.views) == 1
@@ -174,33 +177,57 @@ def test_bug7_events_while_the_job_is_queued_make_one_pass() -> None:
 def test_the_echo_of_our_own_status_patch_needs_no_pass() -> None:
     script = Script(Outcome("Training", written_version="7"))
     passes = runtime(script)
-    passes.job_event(KEY, "uid-1", "6", first=True)
+    passes.job_event(KEY, WHERE, "6", first=True)
     assert step(passes)
-    passes.job_event(KEY, "uid-1", "7", first=False)
+    passes.job_event(KEY, WHERE, "7", first=False)
     assert not step(passes)
-    passes.job_event(KEY, "uid-1", "8", first=False)
+    passes.job_event(KEY, WHERE, "8", first=False)
     assert step(passes)
 
 
 def test_a_new_jobs_first_pass_goes_first() -> None:
     seen: list[str] = []
     passes = runtime(lambda ns, name, *_: seen.append(name) or Outcome("Training"))
-    passes.job_event(("ns", "old"), "u1", "5", first=False)
-    passes.job_event(("ns", "new"), "u2", "1", first=True)
+    passes.job_event("u1", ("ns", "old"), "5", first=False)
+    passes.job_event("u2", ("ns", "new"), "1", first=True)
     while step(passes):
         pass
-    assert seen == ["new", "old"] and FIRST == 0
+    assert seen[:2] == ["new", "old"] and FIRST == 0
 
 
 def test_a_name_reused_by_a_new_object_starts_a_new_record() -> None:
     passes = runtime(Script())
     passes.pod_event(KEY)
-    passes.job_event(KEY, "uid-1", "1", first=True)
-    first = passes.records.get(KEY)
-    passes.job_event(KEY, "uid-2", "9", first=True)
-    second = passes.records.get(KEY)
+    passes.job_event("uid-2", WHERE, "9", first=True)
+    first, second = passes.records.get(KEY), passes.records.get("uid-2")
     assert first is not None and second is not None and first is not second
     assert second.uid == "uid-2" and not second.pods_changed
+    assert passes.records.resolve(*WHERE) == "uid-2"
+
+
+def test_the_old_objects_delete_after_the_new_ones_create_forgets_only_the_old() -> None:
+    """kopf serializes by uid: the old object's DELETED may come after the new one's ADDED."""
+    script = Script()
+    passes = runtime(script)
+    passes.job_event(KEY, WHERE, "1", first=False)
+    passes.job_event("uid-2", WHERE, "9", first=True)  # re-applied under the same name
+    passes.gone(KEY)  # the old object's DELETED, processed late
+    assert passes.records.get(KEY) is None and passes.records.resolve(*WHERE) == "uid-2"
+    assert step(passes) and not step(passes)  # the new job's first pass is still queued
+    assert [v.uid for v in script.views] == ["uid-2"]
+    passes.pod_event(KEY)  # the old object's late pod: no record comes back
+    assert passes.records.get(KEY) is None and not step(passes)
+
+
+def test_a_pass_for_the_old_object_sees_the_new_one_and_ends_the_old() -> None:
+    """A body of another uid under the name: the old job is gone, the new untouched."""
+
+    class Reader:
+        def get(self, kind: Kind, ns: str, name: str) -> dict[str, Any]:
+            return {"metadata": {"name": name, "namespace": ns, "uid": "uid-2"}}
+
+    views = Views(uid=KEY, reader=Reader())  # type: ignore[arg-type]
+    assert reconcile.reconcile("ns", "job", lambda *_: None, views).phase is None
 
 
 # ---- bug 6: what a pass remembers survives its failure; a pass ending after the job went ------
@@ -244,7 +271,7 @@ def test_bug6_a_pass_in_flight_when_the_job_goes_leaves_nothing_behind() -> None
         return Outcome("Training", transition=moved)
 
     passes = runtime(slow)
-    passes.job_event(KEY, "uid-1", "1", first=True)
+    passes.job_event(KEY, WHERE, "1", first=True)
     worker = threading.Thread(target=step, args=(passes,))
     worker.start()
     assert inside.wait(10)
@@ -270,14 +297,14 @@ def test_bug2_cleanup_waits_for_a_running_pass_and_later_passes_create_nothing()
         return Outcome("Pending")
 
     passes = runtime(creates)
-    passes.job_event(KEY, "uid-1", "1", first=True)
+    passes.job_event(KEY, WHERE, "1", first=True)
     worker = threading.Thread(target=step, args=(passes,))
     worker.start()
     assert inside.wait(10)
 
     def on_delete() -> None:
-        with passes.finalize(KEY, "uid-1"):
-            volumes.discard(KEY[1])  # the PV delete (404 if it came first)
+        with passes.finalize(KEY):
+            volumes.discard(WHERE[1])  # the PV delete (404 if it came first)
 
     cleanup = threading.Thread(target=on_delete)
     cleanup.start()
@@ -305,7 +332,7 @@ def test_on_delete_holds_the_key_through_the_runtime(monkeypatch: pytest.MonkeyP
 
     memo = Memo()
     memo.passes = passes  # type: ignore[attr-defined]
-    handlers.on_delete(namespace="ns", name="job", meta={"uid": "u"}, memo=memo)
+    handlers.on_delete(namespace="ns", name="job", meta={"uid": KEY}, memo=memo)
     record = passes.records.get(KEY)
     assert deleted and record is not None and record.finalizing
 
@@ -384,54 +411,6 @@ def test_a_queue_refusal_waits_instead_of_failing_the_job(message: str, reason: 
     assert other.permanent and other.reason == "TrainingRejected"
 
 
-# ---- bug 3: kopf's pause reaches the queue -----------------------------------------------------
-
-
-def test_bug3_kopfs_pause_toggles_pause_and_resume_our_passes(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    from kopf._cogs.aiokits import aiotoggles
-    from kopf._core.reactor import orchestration
-
-    monkeypatch.setattr(kopfpause, "FOLLOWERS", kopfpause._Followers())
-    monkeypatch.setattr(orchestration, "orchestrator", orchestration.orchestrator)
-    script = Script()
-    passes = runtime(script)
-    seen: list[bool] = []
-
-    async def kopfs_orchestrator(*, operator_paused: Any, **_: Any) -> None:
-        await asyncio.sleep(0)
-        seen.append(passes.queue.paused)  # started paused (peering), mirrored: off -> resumed
-        toggle = await operator_paused.make_toggle(True, name="a higher-priority peer")
-        await asyncio.sleep(0)
-        seen.append(passes.queue.paused)
-        passes.wake(KEY)
-        seen.append(step(passes))  # queued, not run
-        await toggle.turn_to(False)
-        await asyncio.sleep(0)
-        seen.append(passes.queue.paused)
-
-    monkeypatch.setattr(orchestration, "orchestrator", kopfs_orchestrator)
-    assert kopfpause.install()
-    passes.start(follow_kopf_pause=True, start_paused=True)
-    assert passes.queue.paused
-    paused = aiotoggles.ToggleSet(any)
-    asyncio.run(orchestration.orchestrator(operator_paused=paused))
-    assert seen == [False, True, False, False]
-    assert step(passes) and len(script.views) == 1
-    passes.stop()
-
-
-def test_the_pause_hook_fits_the_pinned_kopf() -> None:
-    """kopf's internals this hook needs: fails on an upgrade that moves them, not in production."""
-    import inspect
-
-    from kopf._core.reactor import orchestration, running
-
-    assert "operator_paused" in inspect.signature(orchestration.orchestrator).parameters
-    assert "orchestration.orchestrator(" in inspect.getsource(running.spawn_tasks)
-
-
 def test_handlers_hold_no_module_level_mutable_state() -> None:
     """handlers.py is registrations only: what passes remember lives in the runtime's records."""
     import re
@@ -442,15 +421,22 @@ def test_handlers_hold_no_module_level_mutable_state() -> None:
     assert not re.findall(r"^[A-Za-z_]+ = (Scheduler|RankedPool|Passes)\(", source, re.MULTILINE)
 
 
-def test_the_operator_command_installs_the_pause_hook(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_operator_command_elects_through_a_lease_and_kopf_runs_alone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import os
+
     import kopf.cli
 
     from trainium_operator import cli
+    from trainium_operator.runtime import leadership
 
-    installed: list[bool] = []
-    monkeypatch.setattr(kopfpause, "install", lambda: installed.append(True) or True)
-    monkeypatch.setattr(kopf.cli, "main", lambda **_: None)
-    assert cli.cmd_operator(["--standalone"]) == 0 and installed == [True]
+    ran: list[list[str]] = []
+    monkeypatch.delenv(leadership.LEASE_ENV, raising=False)
+    monkeypatch.setattr(kopf.cli, "main", lambda args, **_: ran.append(args))
+    assert cli.cmd_operator(["--leader-elect=trainium", "-A"]) == 0
+    assert os.environ[leadership.LEASE_ENV] == "trainium"
+    assert "--standalone" in ran[0] and not any("peering" in a for a in ran[0])
 
 
 # ---- issue 17 bug 5: the failure's cause from the pod watch event, at once --------------------
@@ -538,38 +524,6 @@ def test_status_is_composed_purely_and_a_settled_status_is_returned_as_is(
     assert same is first  # nothing changed: no patch
 
 
-def test_namespaced_peering_objects_are_created_where_the_chart_says(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    from trainium_operator.cluster import peering
-
-    made: list[tuple[str, str]] = []
-
-    class Objects:
-        def __init__(self, _api: Any) -> None:
-            pass
-
-        def create_namespaced_custom_object(self, g: str, v: str, ns: str, plural: str,
-                                            body: Any) -> None:  # fmt: skip
-            made.append((ns, body["metadata"]["name"]))
-            if ns == "b":
-                raise ApiException(status=409)  # there already: fine
-
-    class Crds:
-        def __init__(self, _api: Any) -> None:
-            pass
-
-        def read_custom_resource_definition(self, name: str) -> None:
-            assert name == "kopfpeerings.kopf.dev"
-
-    monkeypatch.setattr(peering, "CustomObjectsApi", Objects)
-    monkeypatch.setattr(peering, "ApiextensionsV1Api", Crds)
-    monkeypatch.setattr(k8s, "api_client", lambda: None)
-    monkeypatch.setenv(peering.NAMESPACES_ENV, "a,b")
-    assert peering.ensure("trainium", clusterwide=False)
-    assert made == [("a", "trainium"), ("b", "trainium")]
-
-
 def test_the_record_keeps_what_a_job_remembers_between_passes() -> None:
     """Phase entry time and the last metrics read live in the job's record, passed in and back."""
     moved = Transition("ns", "job", "Pending", "Training", "Started", "m", None)
@@ -622,7 +576,8 @@ def _pod_event(passes: Passes, type_: str, name: str, status: dict[str, Any]) ->
     from trainium_trainer import contract
 
     memo = type("Memo", (), {"passes": passes})()
-    meta = {"name": name, "annotations": {builders.ANNOTATION_OWNER: "ns/job"}}
+    meta = {"name": name, "annotations": {builders.ANNOTATION_OWNER: "ns/job",
+                                          builders.ANNOTATION_OWNER_UID: KEY}}  # fmt: skip
     ports = [{"name": contract.METRICS_PORT_NAME, "containerPort": 9400}]
     spec = {"containers": [{"name": "node", "ports": ports, "image": "trainer"}]}
     body = kopf.Body({"metadata": meta, "spec": spec, "status": status})
@@ -643,10 +598,9 @@ def test_rank0_is_known_from_the_pod_watch_so_a_metrics_read_lists_no_pods() -> 
     peer = naming.pod_name(naming.vcjob_name("job", "train"), 1)
     _pod_event(passes, "MODIFIED", peer, {"podIP": "10.0.0.8"})
     _pod_event(passes, "MODIFIED", rank0, {"phase": "Pending"})
-    assert passes.records.get(KEY) is None  # no IP yet; a peer is not rank 0
-    _pod_event(passes, "MODIFIED", rank0, {"phase": "Running", "podIP": "10.0.0.7"})
     record = passes.records.get(KEY)
-    assert record is not None
+    assert record is not None and record.rank0_pod is None  # no IP yet; a peer is not rank 0
+    _pod_event(passes, "MODIFIED", rank0, {"phase": "Running", "podIP": "10.0.0.7"})
     assert step(passes)  # rank 0 got an address: that woke the job (its passes waited for one)
     shown = script.views[-1].rank0_pod
     assert shown is not None and shown["status"] == {"podIP": "10.0.0.7"}
@@ -669,8 +623,69 @@ def test_a_deleted_jobs_late_pod_events_leave_no_record_behind() -> None:
     )
     term = {"terminated": {"exitCode": 0, "message": report}}
     ended = {"phase": "Succeeded", "podIP": "10.0.0.7", "containerStatuses": [{"state": term}]}
-    _pod_event(passes, "DELETED", "job-train-node-0-0", ended)
-    assert passes.records.get(KEY) is None
     _pod_event(passes, "MODIFIED", "job-train-node-0-0", ended)  # a live job's pod: remembered
     record = passes.records.get(KEY)
     assert record is not None and record.checkpoint is not None
+    passes.gone(KEY)
+    _pod_event(passes, "DELETED", "job-train-node-0-0", ended)
+    _pod_event(passes, "MODIFIED", "job-train-node-0-0", ended)  # late: the job is gone
+    assert passes.records.get(KEY) is None
+
+
+# ---- issue 25: a term, a stale write, an error outside reconcile -------------------------------
+
+
+def test_a_pass_whose_term_ended_mid_way_writes_nothing_and_is_looked_at_again() -> None:
+    """The fence refuses the write (NotLeader); the job is not lost, nothing is counted."""
+    from trainium_operator.runtime.leadership import NotLeader
+
+    passes = runtime(Script(NotLeader("term over"), Outcome("Training")))
+    passes.wake(KEY)
+    assert step(passes)
+    assert passes.queue.pending_after(KEY) is not None and passes.queue.pending_fresh(KEY)
+
+
+def test_a_write_that_lost_a_race_reads_again_with_gets() -> None:
+    """409 Conflict on the resourceVersion the pass read: the next pass reads fresh, decides
+    again, never overwrites."""
+    passes = runtime(Script(ApiException(status=409, reason="Conflict"), Outcome("Training")))
+    passes.wake(KEY)
+    assert step(passes) and passes.queue.pending_fresh(KEY)
+
+
+def test_an_error_after_reconcile_still_sets_the_next_look(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    passes = runtime(Script(Outcome("Training")))
+
+    def broken(*_: Any) -> None:
+        raise RuntimeError("metrics broke")
+
+    monkeypatch.setattr(passes, "_count", broken)
+    passes.wake(KEY)
+    assert step(passes) and passes.queue.pending_after(KEY) is not None
+
+
+def test_a_new_term_looks_at_every_job_with_gets_and_ends_paused() -> None:
+    script = Script()
+    passes = runtime(script)
+    passes.job_event("uid-2", ("ns", "other"), "3", first=False)
+    passes.end_term()
+    assert not step(passes)  # paused: nothing runs outside a term
+    passes.start_term()
+    while step(passes):
+        pass
+    assert sorted(v.uid for v in script.views) == ["uid-1", "uid-2"]
+
+
+def test_a_finished_objects_stale_read_creates_nothing() -> None:
+    """Our pass wrote Failed; a later read still shows Training: read again, never act."""
+
+    class Reader:
+        def get(self, kind: Kind, ns: str, name: str) -> dict[str, Any]:
+            md = {"name": name, "namespace": ns, "uid": KEY, "generation": 1}
+            return {"metadata": md, "status": {"phase": "Training"}}
+
+    views = Views(uid=KEY, finished=True, reader=Reader())  # type: ignore[arg-type]
+    with pytest.raises(reconcile.StaleRead):
+        reconcile.reconcile("ns", "job", lambda *_: None, views)

@@ -142,3 +142,16 @@ def test_progress_goes_once_no_gang_trains(monkeypatch: pytest.MonkeyPatch) -> N
         scrape.look(spec, OWNER, Child.RESTARTING, "u", {"progress": {"step": 1}}, T0).write is None
     )
     assert calls == []
+
+
+def test_a_replaced_gang_shows_no_progress_until_its_first_reading(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """After a hang restart the old gang's 150/1000 and its ETA are not the new gang's."""
+    calls = with_pods(monkeypatch, [])
+    spec = parse(job())
+    old = {"progress": {"gang": "old-gang", "step": 150, "totalSteps": 1000, "etaSeconds": 1800}}
+    assert scrape.look(spec, OWNER, Child.PENDING, "new-gang", old, T0).write == {}
+    same = {"progress": {"gang": "new-gang", "step": 3}}
+    assert scrape.look(spec, OWNER, Child.RESTARTING, "new-gang", same, T0).write is None
+    assert calls == []

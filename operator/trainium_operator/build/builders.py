@@ -20,14 +20,14 @@ from torchx.schedulers.kubernetes_scheduler import PLACEHOLDER_FIELD_PATH, Kuber
 from torchx.specs import AppDef, runopts
 from torchx.specs.overlays import set_overlay
 
-from trainium_operator.build import appdef
 from trainium_operator.api import naming, shortcuts
-from trainium_operator.domain import nodes
-from trainium_operator.build.appdef import StageContext
-from trainium_operator.domain.cachekey import LABEL_CACHE_ENTRY, cache_key, cache_name, identity
 from trainium_operator.api.crd import GROUP, KIND, VERSION
 from trainium_operator.api.instances import INSTANCE_TYPE_LABEL
 from trainium_operator.api.spec import TrainiumJobSpec
+from trainium_operator.build import appdef
+from trainium_operator.build.appdef import StageContext
+from trainium_operator.domain import nodes
+from trainium_operator.domain.cachekey import LABEL_CACHE_ENTRY, cache_key, cache_name, identity
 from trainium_trainer import contract
 
 Json = dict[str, Any]
@@ -41,6 +41,9 @@ LABEL_CACHE_NAME = f"{GROUP}/cache-name"
 #: "namespace/name" of the owning TrainiumJob, on children that watches map back to their job
 #: (LABEL_JOB holds a hash of the name when it is longer than a label value).
 ANNOTATION_OWNER = f"{GROUP}/owner"
+#: The owning TrainiumJob's uid, on children whose ownerReferences do not name it (pods, PVs):
+#: the operator's key for a job (a new object under an old name is another job).
+ANNOTATION_OWNER_UID = f"{GROUP}/owner-uid"
 FSX_DRIVER = "fsx.csi.aws.com"
 
 
@@ -79,8 +82,24 @@ def labels(owner: Owner, stage: str | None = None) -> dict[str, str]:
 
 
 def owner_annotations(owner: Owner) -> dict[str, str]:
-    """Annotations of children: the owner's namespace/name, which a label cannot always hold."""
-    return {ANNOTATION_OWNER: f"{owner.namespace}/{owner.name}"}
+    """Annotations of children: the owner's namespace/name (a label cannot always hold it) and
+    its uid (which object of that name)."""
+    out = {ANNOTATION_OWNER: f"{owner.namespace}/{owner.name}"}
+    if owner.uid:
+        out[ANNOTATION_OWNER_UID] = owner.uid
+    return out
+
+
+def owner_uid(metadata: Mapping[str, Any]) -> str | None:
+    """The uid of the TrainiumJob a child belongs to: its annotation, else its controller."""
+    uid = (metadata.get("annotations") or {}).get(ANNOTATION_OWNER_UID)
+    if uid:
+        return str(uid)
+    for ref in metadata.get("ownerReferences") or []:
+        group = str(ref.get("apiVersion", "")).split("/")[0]
+        if ref.get("controller") and ref.get("kind") == KIND and group == GROUP and ref.get("uid"):
+            return str(ref["uid"])
+    return None
 
 
 def owner_name(metadata: Mapping[str, Any]) -> str:

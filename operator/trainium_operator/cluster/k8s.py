@@ -40,6 +40,21 @@ FIRST_DELAY, DELAY_CAP = 0.05, 2.0
 sleep: Callable[[float], None] = time.sleep
 
 
+#: Asked before every write is sent (runtime/leadership.py sets it to its fence's `check`): a
+#: replica outside its term raises instead of writing. Reads are never fenced.
+def _unfenced() -> None:
+    """No election (one `--standalone` operator): every write may go."""
+
+
+fence: Callable[[], None] = _unfenced
+_WRITES = ("create_", "patch_", "replace_", "delete_")
+
+
+def writes(call: Callable[..., Any]) -> bool:
+    """Whether a client call changes the cluster (by the kubernetes client's method names)."""
+    return getattr(call, "__name__", "").startswith(_WRITES)
+
+
 def transient(exc: BaseException) -> bool:
     """Whether retrying the same request later may succeed (throttling, server, network)."""
     if isinstance(exc, ApiException):
@@ -77,7 +92,10 @@ def request(call: Callable[..., Any], *args: Any, guarded: bool = False, **kwarg
     Every request we send is idempotent or guarded: a create re-sent after a lost answer meets
     AlreadyExists (its callers treat that as done), a merge patch re-applies the same values.
     """
+    write = writes(call)
     for attempt in range(ATTEMPTS):
+        if write:
+            fence()  # every try: a retry's sleep may outlast the term
         try:
             return call(*args, _request_timeout=TIMEOUT, **kwargs)
         except Exception as exc:
@@ -90,6 +108,7 @@ def request(call: Callable[..., Any], *args: Any, guarded: bool = False, **kwarg
 def post_event(event: Json) -> None:
     """Post a core/v1 Event, once: Events are auxiliary, a failure is logged, never raised."""
     try:
+        fence()
         core().create_namespaced_event(
             event["metadata"]["namespace"], event, _request_timeout=TIMEOUT
         )
@@ -124,6 +143,15 @@ def api_client() -> client.ApiClient:
     api = client.ApiClient(configuration=cfg)
     api.user_agent = f"trainium-operator/{__version__}"  # audit logs name us, not the library
     return api
+
+
+def current_namespace() -> str:
+    """The namespace of the kubeconfig's current context (outside a pod), else "default"."""
+    try:
+        _contexts, current = config.list_kube_config_contexts()
+        return str((current or {}).get("context", {}).get("namespace") or "default")
+    except (config.ConfigException, OSError, TypeError):
+        return "default"
 
 
 def core() -> client.CoreV1Api:
@@ -176,19 +204,46 @@ def get_trainiumjob(namespace: str, name: str) -> Json | None:
     return _missing_is_none(custom().get_namespaced_custom_object, *args)  # type: ignore[no-any-return]
 
 
-def delete_trainiumjob(namespace: str, name: str) -> None:
-    """Delete a TrainiumJob (its children follow through ownerReferences); gone is fine."""
+def delete_trainiumjob(namespace: str, name: str, uid: str | None = None) -> None:
+    """Delete a TrainiumJob (its children follow through ownerReferences); gone is fine.
+
+    With `uid`, only that object: a job re-created under the name meanwhile is not touched (409).
+    """
     args = (GROUP, VERSION, namespace, PLURAL, name)
-    _missing_is_none(custom().delete_namespaced_custom_object, *args)
+    if uid is None:
+        _missing_is_none(custom().delete_namespaced_custom_object, *args)
+        return
+    body = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid))
+    try:
+        _missing_is_none(custom().delete_namespaced_custom_object, *args, body=body, guarded=True)
+    except ApiException as exc:
+        if exc.status != 409:  # another object has the name now: not ours to delete
+            raise
 
 
-def patch_trainiumjob_status(namespace: str, name: str, status: Json) -> Json:
-    """Merge-patch the status subresource; returns the job as patched."""
+def patch_trainiumjob_status(
+    namespace: str, name: str, status: Json, *, resource_version: str | None = None
+) -> Json:
+    """Merge-patch the status subresource; returns the job as patched.
+
+    With `resource_version` (the one the pass read), the API server refuses the patch (409
+    Conflict) when anyone wrote the job since: the pass reads again and decides again, so a
+    write from a stale view never overwrites a newer one.
+    """
+    body: Json = {"status": status}
+    if resource_version:
+        body["metadata"] = {"resourceVersion": resource_version}
     out = request(
         custom().patch_namespaced_custom_object_status,
-        GROUP, VERSION, namespace, PLURAL, name, {"status": status}, _content_type=MERGE_PATCH,
+        GROUP, VERSION, namespace, PLURAL, name, body, _content_type=MERGE_PATCH,
+        guarded=bool(resource_version),
     )  # fmt: skip
     return out or {}  # type: ignore[no-any-return]
+
+
+def conflict(exc: BaseException) -> bool:
+    """A guarded write lost a race (409 Conflict): read again, decide again."""
+    return isinstance(exc, ApiException) and exc.status == 409 and _reason(exc) != "AlreadyExists"
 
 
 def get_claim(namespace: str, name: str) -> Json | None:
@@ -388,3 +443,36 @@ def log_lines(data: bytes | str | None, lines: int) -> list[str]:
     """A log body as its last lines of text (undecodable bytes replaced, never fatal)."""
     text = data.decode("utf-8", errors="replace") if isinstance(data, bytes) else data or ""
     return text.splitlines()[-lines:]
+
+
+class ElectionLease:
+    """The operator's own Lease, for runtime/leadership.py: unfenced (it is how a term begins),
+    one try per call (the election's loop is the retry) and a short deadline (a renewal that
+    takes longer than the renew deadline is worth nothing)."""
+
+    def __init__(self, namespace: str, name: str, timeout: float = 5.0) -> None:
+        self.namespace, self.name, self.timeout = namespace, name, timeout
+
+    def get(self) -> Json | None:
+        try:
+            found = coordination().read_namespaced_lease(
+                self.name, self.namespace, _request_timeout=self.timeout
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return to_dict(found)
+
+    def create(self, body: Json) -> Json:
+        made = coordination().create_namespaced_lease(
+            self.namespace, body, _request_timeout=self.timeout
+        )
+        return to_dict(made) or {}
+
+    def replace(self, body: Json) -> Json:
+        """PUT with the resourceVersion read: 409 when anyone wrote it since."""
+        done = coordination().replace_namespaced_lease(
+            self.name, self.namespace, body, _request_timeout=self.timeout
+        )
+        return to_dict(done) or {}

@@ -54,6 +54,11 @@ class Views:
     #: Live precompile Volcano jobs by (namespace, cache entry), as watched (a kopf index);
     #: None: list them (outside the operator, and in the backstop's passes that heal a watch).
     precompiles: Mapping[tuple[str, str], Iterable[Json]] | None = None
+    #: The object this pass is for (its uid; empty: whatever holds the name, outside the
+    #: operator): a body of another uid is another job, and this one is gone.
+    uid: str = ""
+    #: A pass of this object wrote a finished phase: nothing is created for it again.
+    finished: bool = False
 
     def has_children(self, queue: str) -> bool:
         """Whether any listed queue names this one as its parent (a non-leaf queue)."""

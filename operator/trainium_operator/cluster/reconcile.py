@@ -84,6 +84,13 @@ class Outcome:
     metrics_read_at: float | None = None
     #: The pass's look at a pending gang's FailedCreate Events, for the job's record.
     events_looked: EventLook | None = None
+    #: The job is finished for good (Succeeded, or Failed after it was admitted): the record
+    #: keeps it, and no later pass of this object creates anything.
+    final: bool = False
+
+
+class StaleRead(Exception):
+    """The pass read an older status than this object's passes wrote: read again, later."""
 
 
 def reconcile(
@@ -97,9 +104,11 @@ def reconcile(
     views = views or Views()
     read = views.reader
     body = read.get(Kind.TRAINIUMJOB, namespace, name)
-    if body is None or body["metadata"].get("deletionTimestamp"):
-        return Outcome(None)
+    if body is None or body["metadata"].get("deletionTimestamp") or _another(body, views.uid):
+        return Outcome(None)  # this object is gone (the name may hold a new one: not ours)
     previous = _status_of(body)
+    if views.finished and not lifecycle.is_final(previous):
+        raise StaleRead(f"{namespace}/{name}: read a status older than our finished one")
     generation = int(body["metadata"].get("generation", 1))
     if settled(previous, generation):
         rv = _late_checkpoint(body, previous, views.checkpoint, read)
@@ -140,6 +149,11 @@ def reconcile(
         metrics_read_at=seen.metrics_read_at,
         events_looked=seen.events_looked,
     )
+
+
+def _another(body: Json, uid: str) -> bool:
+    """Whether the name now holds another object than the one this pass is for."""
+    return bool(uid) and body["metadata"].get("uid") != uid
 
 
 def _waiting(decision: Decision, rejections: tuple[Rejection, ...]) -> bool:
@@ -296,6 +310,7 @@ def expire(
     phase = status_now.get("phase")
     if phase not in {p.value for p in lifecycle.TERMINAL}:
         return Outcome(phase)
+    final = lifecycle.is_final(status_now)
     if spec is None:
         spec = _valid_spec(body, status_now)
     ttl = spec.runPolicy.ttlSecondsAfterFinished if spec else None
@@ -303,10 +318,10 @@ def expire(
     remaining = lifecycle.ttl_remaining(status_now.get("completionTime"), ttl, now)
     if remaining is not None and remaining <= 0:
         meta = body["metadata"]
-        k8s.delete_trainiumjob(meta["namespace"], meta["name"])
+        k8s.delete_trainiumjob(meta["namespace"], meta["name"], meta.get("uid"))
         (reader or ApiReader()).deleted(Kind.TRAINIUMJOB, meta["namespace"], meta["name"])
-        return Outcome(phase)
-    return Outcome(phase, ttl_remaining=remaining)
+        return Outcome(phase, final=final)
+    return Outcome(phase, ttl_remaining=remaining, final=final)
 
 
 def _valid_spec(body: Json, status_now: Json) -> TrainiumJobSpec | None:
@@ -413,7 +428,9 @@ def _report(
     if new is previous:
         return previous, None, None
     excluded_node = _excluded_node(obs, previous)
-    patched = k8s.patch_trainiumjob_status(meta["namespace"], owner_name, new)
+    patched = k8s.patch_trainiumjob_status(
+        meta["namespace"], owner_name, new, resource_version=meta.get("resourceVersion")
+    )
     read.wrote(Kind.TRAINIUMJOB, meta["namespace"], owner_name, patched)
     rv = _written_version(patched)
     max_retries = spec.runPolicy.maxRetries if spec is not None else 0
@@ -442,7 +459,9 @@ def _late_checkpoint(
         return None
     meta = body["metadata"]
     patch = {"lastCheckpoint": kept.to_status()}
-    patched = k8s.patch_trainiumjob_status(meta["namespace"], meta["name"], patch)
+    patched = k8s.patch_trainiumjob_status(
+        meta["namespace"], meta["name"], patch, resource_version=meta.get("resourceVersion")
+    )
     read.wrote(Kind.TRAINIUMJOB, meta["namespace"], meta["name"], patched)
     return _written_version(patched)
 

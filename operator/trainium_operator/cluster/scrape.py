@@ -95,7 +95,10 @@ def look(
     if training not in (Child.RUNNING, Child.PENDING, Child.RESTARTING) or gang_uid is None:
         return Reading(write=CLEAR if previous else None)
     if training is not Child.RUNNING:
-        return Reading(read_at=last_read)
+        # A replaced gang (a hang restart, a bad node) shows nothing until its first reading:
+        # the old gang's step and ETA are not this one's.
+        old = previous is not None and previous.get("gang") not in (None, gang_uid)
+        return Reading(write=CLEAR if old else None, read_at=last_read)
     clock = time.monotonic() if clock is None else clock
     if last_read is not None and clock - last_read < interval():
         return Reading(next_read_in=interval() - (clock - last_read), read_at=last_read)

@@ -8,7 +8,9 @@ vocabulary (phases, child states, actions, Observed, Decision) lives in model.py
 from __future__ import annotations
 
 import datetime
+from collections.abc import Mapping
 from dataclasses import replace
+from typing import Any
 
 from trainium_operator.domain.model import (
     _PHASES,
@@ -76,6 +78,14 @@ def decide(obs: Observed) -> Decision:
     if before is not None and now is not None and before > now and not _idle_blocked(decision, obs):
         return replace(decision, phase=Phase(obs.previous_phase))
     return decision
+
+
+def is_final(status: Mapping[str, Any]) -> bool:
+    """A status that no spec change runs again: finished after the job was admitted."""
+    if status.get("phase") not in {p.value for p in TERMINAL}:
+        return False
+    conditions = status.get("conditions") or []
+    return not any(isinstance(c, Mapping) and c.get("reason") == "InvalidSpec" for c in conditions)
 
 
 def _finished(obs: Observed) -> bool:

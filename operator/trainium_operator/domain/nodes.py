@@ -47,10 +47,16 @@ def record(status: Mapping[str, Any], node: str, reason: str, now: str) -> list[
 
 
 def affinity(nodes: Sequence[str]) -> Json:
-    """A pod's required node affinity that keeps it off these nodes ({} when there are none)."""
+    """A pod's required node affinity that keeps it off these nodes ({} when there are none).
+
+    One requirement per node, ANDed in one term: the API server allows a single value in a
+    `metadata.name` field requirement ("must be only one value when operator is 'In' or
+    'NotIn' for node field selector"), so the second bad node would refuse every new gang.
+    """
     if not nodes:
         return {}
-    term = {"matchFields": [{"key": NODE_NAME_FIELD, "operator": "NotIn", "values": list(nodes)}]}
+    fields = [{"key": NODE_NAME_FIELD, "operator": "NotIn", "values": [n]} for n in nodes]
+    term = {"matchFields": fields}
     return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
         "nodeSelectorTerms": [term]
     }}}  # fmt: skip

@@ -1,11 +1,12 @@
 """kopf registrations only: watch events of a job and its world run one level-based reconcile.
 
 Event handlers only queue a pass (in kopf's event loop) into the runtime (runtime/passes.py: one
-work queue, its workers and the per-job records, kept in kopf's memo); passes read what the
-watches stream (reads.py) and write nothing of kopf's own (no progress annotations), so an
-unsettled job costs no requests between events; a timed look re-checks it rarely. The only
-finalizer is on jobs with an FSx file system: their cluster-scoped PV must really be deleted
-with them.
+work queue, its workers and the per-job records, kept in kopf's memo), keyed by the job's uid;
+passes read what the watches stream (reads.py) and write nothing of kopf's own (no progress
+annotations), so an unsettled job costs no requests between events; a timed look re-checks it
+rarely. Every replica watches; only the one holding the Lease runs passes and writes
+(runtime/leadership.py). The only finalizer is on jobs with an FSx file system: their
+cluster-scoped PV must really be deleted with them.
 """
 
 from __future__ import annotations
@@ -28,14 +29,14 @@ from trainium_operator.build.builders import (
     LABEL_MANAGED_BY,
     LABEL_STAGE,
     MANAGED_BY,
-    owner_name,
+    owner_uid,
 )
 from trainium_operator.build.cache import LABEL_CACHE_ENTRY
-from trainium_operator.cluster import k8s, peering, scrape, watches
+from trainium_operator.cluster import k8s, scrape, watches
 from trainium_operator.cluster.reconcile import reconcile
 from trainium_operator.domain import checkpoints, events, failures
 from trainium_operator.domain.status import clip
-from trainium_operator.runtime import essence, footprint, metrics, standalone
+from trainium_operator.runtime import essence, footprint, leadership, metrics
 from trainium_operator.runtime.passes import WORKERS, Passes
 from trainium_operator.runtime.records import Key
 
@@ -75,23 +76,31 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any) -
     # but a settled job's TTL delete is a request: keep threads to spare for retries' waits.
     settings.execution.max_workers = WORKERS
     logging.getLogger("kopf.objects").addFilter(_quiet_events)
-    if settings.peering.mandatory:
-        settings.peering.priority = peering.distinct_priority(settings.peering.priority)
-        settings.peering.lifetime = peering.lifetime()
-        log.warning("peering %r with priority %d: the highest-priority peer acts, the others "
-                    "stand by", settings.peering.name, settings.peering.priority)  # fmt: skip
-        peering.ensure(settings.peering.name, clusterwide=settings.peering.clusterwide)
     metrics.start_from_env()
     passes = Passes(reconcile, _emit, on_idle=footprint.Trimmer().idle)
     passes.reads.indices.update(watches.indices(kwargs))
     passes.reads.queue_children = kwargs["queue_children"]
     passes.reads.precompiles = kwargs["precompiles"]
-    mandatory = settings.peering.mandatory
-    passes.start(follow_kopf_pause=True, start_paused=mandatory)
+    lease = os.environ.get(leadership.LEASE_ENV)
+    passes.start(paused=bool(lease))
     memo.passes = passes
-    if settings.peering.standalone and os.environ.get("POD_NAME"):  # in a pod (the chart's)
-        memo.presence = standalone.Presence()
-        memo.presence.start()
+    if lease:
+        memo.election = _elect(lease, passes)
+
+
+def _elect(lease: str, passes: Passes) -> leadership.Election:
+    """Stand for the Lease: passes run inside our terms; every write asks the fence first."""
+    namespace = os.environ.get("POD_NAMESPACE") or k8s.current_namespace()
+    election = leadership.Election(
+        k8s.ElectionLease(namespace, lease), leadership.identity(), name=lease,
+        namespace=namespace, timing=leadership.timing_from(),
+        on_start=passes.start_term, on_stop=passes.end_term,
+    )  # fmt: skip
+    k8s.fence = election.fence.check
+    log.warning("standing for the Lease %s/%s as %s: the holder acts, the others stand by",
+                namespace, lease, election.identity)  # fmt: skip
+    election.start()
+    return election
 
 
 def _quiet_events(record: logging.LogRecord) -> bool:
@@ -108,18 +117,20 @@ def shutdown(memo: kopf.Memo, **_: Any) -> None:
     passes = getattr(memo, "passes", None)
     if passes is not None:
         passes.stop()
-    presence = getattr(memo, "presence", None)
-    if presence is not None:
-        presence.stop()
+    election = getattr(memo, "election", None)
+    if election is not None:  # after the passes: they wrote inside our term until now
+        election.stop(release=True)
 
 
 @kopf.index(GROUP, VERSION, PLURAL)
-async def tj_wakers(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> dict[Any, Key]:
-    """Jobs by what wakes them: the claim they mount, their Volcano queue, their cache entry.
+async def tj_wakers(
+    namespace: str | None, name: str, uid: str | None, body: kopf.Body, **_: Any
+) -> dict[Any, Key]:
+    """Jobs (uids) by what wakes them: the claim they mount, their queue, their cache entry.
 
     One index, not three: kopf runs every index function on every event of every job.
     """
-    key: Key = (namespace or "", name)
+    key: Key = uid or ""
     claim = _field(body, "storage", "claimName") or naming.claim_name(name)
     out: dict[Any, Key] = {
         ("claim", namespace, claim): key,
@@ -168,19 +179,21 @@ def _wake_cache_users(namespace: str, body: kopf.Body, kwargs: Mapping[str, Any]
 async def on_job(
     type: str, body: kopf.Body, namespace: str | None, name: str, **kwargs: Any
 ) -> None:
-    """The job changed (or was listed at start-up): a pass (a finished job's only ages out)."""
-    if namespace is None:
+    """The job changed (or was listed at start-up): a pass (a finished job's only ages out).
+
+    Its uid is its key: a DELETED event forgets that object only, never a new one of the name.
+    """
+    uid = body.metadata.get("uid")
+    if namespace is None or not uid:
         return
-    key = (namespace, name)
     passes = _passes(kwargs["memo"])
     if type == "DELETED":
-        passes.gone(key)
+        passes.gone(uid)
         _wake_cache_users(namespace, body, kwargs)  # a writer gone mid-compile frees its entry
         return
-    meta = body.metadata
-    uid, version = meta.get("uid") or "", meta.get("resourceVersion")
+    version = body.metadata.get("resourceVersion")
     context = contextvars.copy_context()
-    passes.job_event(key, uid, version, first=not _phase(body), context=context)
+    passes.job_event(uid, (namespace, name), version, first=not _phase(body), context=context)
 
 
 def _phase(body: kopf.Body) -> str | None:
@@ -210,7 +223,9 @@ async def on_vcjob(
     """
     if type is None or namespace is None:  # the initial listing: the job listing covers it
         return
-    _wake(kwargs["memo"], (namespace, owner_name(meta)))
+    owner = _owner_key(meta, _passes(kwargs["memo"]))
+    if owner is not None:
+        _wake(kwargs["memo"], owner)
     entry = labels.get(LABEL_CACHE_ENTRY)
     if entry and (type == "DELETED" or meta.get("deletionTimestamp")):
         _wake_entry_users(namespace, entry, kwargs)
@@ -233,10 +248,10 @@ async def on_pod(
     A training pod whose container ended with a newer checkpoint report wakes its job too (the
     initial listing only remembers it, so a restarted operator keeps what the pods say).
     """
-    key = _owner_key(meta)
+    passes = _passes(memo)
+    key = _owner_key(meta, passes)
     if key is None:
         return
-    passes = _passes(memo)
     newer = _remember_checkpoint(passes, key, labels, status, create=type != "DELETED")
     addressed = _remember_rank0(passes, key, type, meta, labels, spec, status)
     if type is None:
@@ -269,6 +284,8 @@ async def _log_tail(passes: Passes, key: Key, pod: Json) -> tuple[str, ...]:
     md = pod["metadata"]
     container = failures.failed_container(pod)
     if not container or not md.get("uid") or passes.records.has_log(key, md["uid"]):
+        return ()
+    if not passes.records.live_job(key):  # killed by the job's own deletion: nothing to tell
         return ()
     shown = failures.classify_pod(pod)
     if shown is not None and shown.reason in failures.GANG_DISRUPTIONS:
@@ -304,17 +321,22 @@ def _remember_rank0(
 ) -> bool:
     """Keep where rank 0 serves its live metrics (a pass reads them without listing pods);
     whether rank 0 has a new address (its job is woken to read it)."""
-    if not scrape.is_rank0(key[1], str(meta.get("name") or ""), labels):
+    job = passes.records.get(key)
+    if job is None or not scrape.is_rank0(job.name, str(meta.get("name") or ""), labels):
         return False
     gone = type == "DELETED" or meta.get("deletionTimestamp")
     shown = {"metadata": dict(meta), "spec": dict(spec), "status": dict(status)}
     return passes.records.rank0(key, None if gone else scrape.slim_rank0(shown))
 
 
-def _owner_key(meta: kopf.Meta) -> Key | None:
-    """(namespace, name) of the job a cluster-wide or pod child belongs to (its annotation)."""
+def _owner_key(meta: kopf.Meta, passes: Passes) -> Key | None:
+    """The uid of the job a child belongs to: its owner-uid annotation or ownerReference;
+    children made before either existed resolve their owner's name (records.resolve)."""
+    uid = owner_uid(meta)
+    if uid:
+        return uid
     ns, _sep, name = ((meta.annotations or {}).get(ANNOTATION_OWNER) or "").partition("/")
-    return (ns, name) if ns and name else None
+    return passes.records.resolve(ns, name) if ns and name else None
 
 
 def _troubled(status: Json) -> bool:
@@ -351,7 +373,7 @@ async def on_claim(type: str, namespace: str | None, name: str, **kwargs: Any) -
 @kopf.on.event("", "v1", "persistentvolumes", labels={LABEL_MANAGED_BY: MANAGED_BY})
 async def on_volume(type: str, meta: kopf.Meta, memo: Any, **_: Any) -> None:
     """Our static PV changed (bound, released, gone): wake the job that wants it."""
-    key = _owner_key(meta)
+    key = _owner_key(meta, _passes(memo))
     if type is not None and key is not None:
         _wake(memo, key)
 
@@ -393,8 +415,11 @@ def on_delete(namespace: str | None, name: str, meta: kopf.Meta, memo: Any, **_:
     """
     if namespace is None:
         return
-    with _passes(memo).finalize((namespace, name), meta.get("uid") or ""):
-        k8s.delete_volume(naming.volume_name(namespace, name))
+    try:
+        with _passes(memo).finalize(meta.get("uid") or ""):
+            k8s.delete_volume(naming.volume_name(namespace, name))
+    except leadership.NotLeader as exc:  # the leader's own kopf deletes it
+        raise kopf.TemporaryError(str(exc), delay=5) from exc
 
 
 # ---- Per-job state metrics (issue 11): a kopf index of statuses, read at scrape time ----------

@@ -1,11 +1,12 @@
 """The operator's passes: every trigger goes through one work queue; what they remember, records.
 
-A kopf handler only calls `wake` (or `pod_event`, `finalize`, `gone`) and returns. A worker takes
-the job's key, reconciles it once (reconcile.py), and sets the next look without an event: soon
-after an API error (rate-limited backoff), a backoff while a refusal may lift, the TTL or the
-deadline exactly, else a rare backstop. Those timed looks read with GETs (`fresh`) and heal what
-a watch missed. The queue keeps one pass per job at a time, merges triggers, follows kopf's
-pause (kopfpause.py), and lets `on_delete` hold the job: a finalizing job's passes create nothing.
+A kopf handler only calls `wake` (or `job_event`, `pod_event`, `finalize`, `gone`) and returns.
+Every key is a job's uid. A worker takes it, reconciles the object once (reconcile.py), and sets
+the next look without an event: soon after an API error (rate-limited backoff), a backoff while
+a refusal may lift, the TTL or the deadline exactly, else a rare backstop. Those timed looks read
+with GETs (`fresh`) and heal what a watch missed. The queue keeps one pass per job at a time,
+merges triggers, runs only inside a leadership term (leadership.py: `start_term`/`end_term`),
+and lets `on_delete` hold the job: a finalizing job's passes create nothing.
 """
 
 from __future__ import annotations
@@ -23,10 +24,11 @@ from kubernetes.client.exceptions import ApiException
 from trainium_operator.cluster import k8s
 from trainium_operator.cluster.observe import Views
 from trainium_operator.cluster.reads import Indices, Kind, Overlay, Reader, WatchReader
-from trainium_operator.cluster.reconcile import Emit, Outcome
+from trainium_operator.cluster.reconcile import Emit, Outcome, StaleRead
 from trainium_operator.domain.checkpoints import Checkpoint
 from trainium_operator.domain.lifecycle import TERMINAL
-from trainium_operator.runtime import kopfpause, metrics
+from trainium_operator.runtime import metrics
+from trainium_operator.runtime.leadership import NotLeader
 from trainium_operator.runtime.queue import FIRST, FOLLOW_UP, Item, WorkQueue
 from trainium_operator.runtime.records import JobRecord, Key, Records
 from trainium_operator.runtime.workers import Workers
@@ -115,15 +117,29 @@ class Passes:
         self.reads = Reads()
         self._workers = Workers(self.queue, self.run, workers, on_idle=on_idle)
 
-    def start(self, *, follow_kopf_pause: bool = False, start_paused: bool = False) -> None:
-        if follow_kopf_pause:
-            kopfpause.follow(self.queue, start_paused=start_paused)
+    def start(self, *, paused: bool = False) -> None:
+        """Start the workers; `paused`: no pass runs before `start_term` (an election runs)."""
+        if paused:
+            self.queue.pause()
         self._workers.start()
 
     def stop(self, timeout: float | None = 10.0) -> bool:
         """Take no more passes; wait for the running ones."""
-        kopfpause.unfollow(self.queue)
         return self.queue.shut_down(timeout)
+
+    # ---- leadership -------------------------------------------------------------------------
+
+    def start_term(self) -> None:
+        """This replica leads now: every known job gets a pass that reads with GETs (the
+        watches may still show the world from before a pause), then passes run."""
+        self.records.new_term()
+        for key in self.records.uids():
+            self.queue.add(key, rank=FIRST, fresh=True)
+        self.queue.resume()
+
+    def end_term(self) -> None:
+        """This replica's term ended: no new pass starts (a running one's writes are fenced)."""
+        self.queue.pause()
 
     # ---- what handlers call -----------------------------------------------------------------
 
@@ -134,10 +150,11 @@ class Passes:
         self.queue.add(key, rank=rank)
 
     def job_event(
-        self, key: Key, uid: str, version: str | None, *, first: bool, context: Any = None
-    ) -> None:
-        """The job changed: a pass, unless the event only echoes our own status patch."""
-        self.records.ensure(key, uid)
+        self, key: Key, where: tuple[str, str], version: str | None, *, first: bool,
+        context: Any = None,
+    ) -> None:  # fmt: skip
+        """The object changed: bind its uid to its name; a pass, unless it echoes our patch."""
+        self.records.named(key, *where)
         if not self.records.is_echo(key, version):
             self.wake(key, FIRST if first else FOLLOW_UP, context)
 
@@ -149,19 +166,20 @@ class Passes:
         `pod` is the pod as its watch event showed it, `log` its failed container's log tail
         read then: the cause, even when both are gone by the pass.
         """
+        if not self.records.known(key):
+            return  # a forgotten object's late pod
         self.records.pod_event(key, pod, log)
         self.wake(key, context=context)
 
     @contextlib.contextmanager
-    def finalize(self, key: Key, uid: str = "") -> Iterator[None]:
+    def finalize(self, key: Key) -> Iterator[None]:
         """Hold the job for its cleanup: no pass beside it, and none after creates anything."""
         with self.queue.hold(key):
-            self.records.ensure(key, uid)
             self.records.finalizing(key)
             yield
 
     def gone(self, key: Key) -> None:
-        """The job is gone: its record, queued work, timers and metrics go, in this one place."""
+        """The object is gone: its record, queued work, timers and metrics go, in this one place."""
         with self.records.lock:
             self.records.drop(key)
             self.queue.discard(key)
@@ -169,31 +187,29 @@ class Passes:
     # ---- one pass ---------------------------------------------------------------------------
 
     def run(self, item: Item[Key]) -> None:
-        """One reconcile of one job (a worker holds its key); then set its next look."""
-        key = item.key
-        record = self.records.ensure(key)
-        if record.finalizing:
-            return  # on_delete has run or runs: nothing may be created for this job
+        """One reconcile of one job (a worker holds its key); any error backs off, never lost."""
+        record = self.records.get(item.key)
+        if record is None or not record.name or record.finalizing:
+            return  # forgotten, not yet seen by its own watch, or being cleaned up
+        try:
+            self._pass(record, fresh=item.fresh)
+        except Exception as exc:  # never crash a worker: count, log, back off, retry
+            self._failed(item.key, record, exc)
+
+    def _pass(self, record: JobRecord, *, fresh: bool) -> None:
+        key = record.uid
         seen, shown = self.records.pods_to_read(record)
         views = replace(
-            self._views(record, fresh=item.fresh),
+            self._views(record, fresh=fresh),
             failed_pods=shown,
             pod_logs=self.records.logs_read(record),
         )
-        try:
-            with metrics.reconcile_timer():
-                outcome = self._reconcile(key[0], key[1], self._emit, views)
-        except Exception as exc:  # never crash a worker: count, log, back off, retry
-            self._failed(key, record, exc)
-            return
+        with metrics.reconcile_timer():
+            outcome = self._reconcile(record.namespace, record.name, self._emit, views)
         self.queue.forget(key)
-        self.records.pods_read(record, seen, shown)
-        self.records.wrote(record, outcome.written_version)
-        self.records.metrics_read(record, outcome.metrics_read_at)
-        self.records.looked(record, outcome.events_looked)
+        self._keep(record, outcome, seen, shown)
         if outcome.phase is None:
-            if not record.finalizing:
-                self.gone(key)
+            self.gone(key)
             return
         with self.records.live(key, record) as live:
             if live:  # a job deleted meanwhile is neither counted nor looked at again
@@ -202,9 +218,22 @@ class Passes:
                 if look is not None:
                     self.queue.add_after(key, look[0], fresh=look[1])
 
+    def _keep(
+        self, record: JobRecord, outcome: Outcome, seen: int, shown: tuple[Json, ...]
+    ) -> None:
+        """What the pass leaves in the job's record for the next one."""
+        self.records.pods_read(record, seen, shown)
+        self.records.wrote(record, outcome.written_version)
+        self.records.metrics_read(record, outcome.metrics_read_at)
+        self.records.looked(record, outcome.events_looked)
+        if outcome.final:
+            self.records.finish(record)
+
     def _views(self, record: JobRecord, *, fresh: bool) -> Views:
         checkpoint: Checkpoint | None = record.checkpoint
         views = Views(
+            uid=record.uid,
+            finished=record.finished,
             queue_children=self.reads.queue_children,
             pods_changed=record.pods_changed,
             checkpoint=checkpoint,
@@ -220,14 +249,21 @@ class Passes:
         return replace(views, reader=read, pods_watched=True, precompiles=precompiles)
 
     def _failed(self, key: Key, record: JobRecord, exc: Exception) -> None:
-        kind = f"Api{exc.status}" if isinstance(exc, ApiException) else "Internal"
-        kind = "Network" if isinstance(exc, k8s.NETWORK_ERRORS) else kind
-        metrics.count_error(kind)
-        level = logging.WARNING if k8s.transient(exc) else logging.ERROR
-        log.log(level, "reconcile of %s/%s failed (%s): %s", *key, kind, exc, exc_info=level > 30)
+        """Back off and look again: with GETs after a lost race, quietly outside our term."""
+        if isinstance(exc, NotLeader):
+            log.info("pass of %s/%s stopped: %s", record.namespace, record.name, exc)
+        elif isinstance(exc, StaleRead) or k8s.conflict(exc):
+            log.info("pass of %s/%s read again: %s", record.namespace, record.name, exc)
+        else:
+            kind = f"Api{exc.status}" if isinstance(exc, ApiException) else "Internal"
+            kind = "Network" if isinstance(exc, k8s.NETWORK_ERRORS) else kind
+            metrics.count_error(kind)
+            level = logging.WARNING if k8s.transient(exc) else logging.ERROR
+            log.log(level, "reconcile of %s/%s failed (%s): %s", record.namespace, record.name,
+                    kind, exc, exc_info=level > 30)  # fmt: skip
         with self.records.live(key, record) as live:
             if live:
-                self.queue.add_rate_limited(key)
+                self.queue.add_rate_limited(key)  # a timed look: it reads with GETs
 
     def _count(self, record: JobRecord, outcome: Outcome) -> None:
         """Metrics of this pass; the record keeps when the job entered its phase (stage seconds)."""

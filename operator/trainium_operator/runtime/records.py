@@ -1,8 +1,10 @@
-"""What passes remember of a job between events: one record per job, dropped in one place.
+"""What passes remember of a job between events: one record per object (uid), dropped in one place.
 
-A record belongs to one object (uid): a job deleted and created again under the same name starts
-a new record. The pod watch, the job watch and the passes all change records, from kopf's loop
-and the workers, so every change is a method under the store's lock.
+The uid is the key of everything the runtime remembers or schedules, as it is kopf's: a job
+deleted and created again under the same name is another object, with a record of its own, and
+the old one's late events (its delete, its pods) touch only the old record. A name resolves to
+a uid here and nowhere else (`resolve`). The pod watch, the job watch and the passes all change
+records, from kopf's loop and the workers, so every change is a method under the store's lock.
 """
 
 from __future__ import annotations
@@ -17,8 +19,14 @@ from trainium_operator.cluster.observe import EventLook
 from trainium_operator.domain import checkpoints
 from trainium_operator.domain.checkpoints import Checkpoint
 
-Key = tuple[str, str]
+#: A job's uid: the key of its record, its queue entry and its timers.
+Key = str
 Json = dict[str, Any]
+#: Forgotten uids remembered, so a gone job's late pod events start no record.
+_GONE_KEPT = 4096
+#: Log tails kept per job (oldest dropped): a read one is never read again, so a 404 or an
+#: empty read after Volcano deleted the pod cannot replace it (issue 25, bug 5).
+_LOGS_KEPT = 64
 
 
 @dataclass
@@ -26,6 +34,11 @@ class JobRecord:
     """One job's memory: what the watches told, what our passes wrote and how they went."""
 
     uid: str = ""
+    #: Where the object lives (from its own watch event; empty until that arrives).
+    namespace: str = ""
+    name: str = ""
+    #: A pass wrote a finished phase for this object: it never gets a new gang.
+    finished: bool = False
     #: Pod events that asked for a pod read; `pods_read` of them a pass read successfully.
     pods_seen: int = 0
     pods_read: int = 0
@@ -50,7 +63,7 @@ class JobRecord:
     #: deletes a failed pod ~60 ms after it fails, before a pass can read it (issue 17, bug 5).
     failed_pods: dict[str, Json] = field(default_factory=dict)
     #: The failed container's log tail, read as its pod's watch event arrived (pod uid ->
-    #: lines): by the pass, Volcano may have deleted the pod and its log with it.
+    #: lines): by the pass, Volcano may have deleted the pod and its log with it. Kept once read.
     pod_logs: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     @property
@@ -60,11 +73,30 @@ class JobRecord:
 
 
 class Records:
-    """The records of every live job, by (namespace, name)."""
+    """The records of every live job, by uid; names resolve to uids here only."""
 
     def __init__(self) -> None:
         self.lock = threading.RLock()
         self._by_key: dict[Key, JobRecord] = {}
+        self._names: dict[tuple[str, str], Key] = {}
+        self._gone: dict[Key, None] = {}
+
+    def resolve(self, namespace: str, name: str) -> Key | None:
+        """The uid the name belongs to now (the one place a name becomes a uid)."""
+        with self.lock:
+            return self._names.get((namespace, name))
+
+    def uids(self) -> list[Key]:
+        with self.lock:
+            return list(self._by_key)
+
+    def named(self, key: Key, namespace: str, name: str) -> JobRecord:
+        """The object's own watch event: its record, bound to its name (a new object's is new)."""
+        with self.lock:
+            record = self.ensure(key)
+            record.namespace, record.name = namespace, name
+            self._names[(namespace, name)] = key
+            return record
 
     def __len__(self) -> int:
         return len(self._by_key)
@@ -73,20 +105,35 @@ class Records:
         with self.lock:
             return self._by_key.get(key)
 
-    def ensure(self, key: Key, uid: str = "") -> JobRecord:
-        """The job's record; a new one when the name now belongs to another object."""
+    def ensure(self, key: Key) -> JobRecord:
+        """The object's record (a new, empty one for a uid not seen before)."""
         with self.lock:
             record = self._by_key.get(key)
-            if record is None or (uid and record.uid and record.uid != uid):
-                record = self._by_key[key] = JobRecord(uid)
-            elif uid and not record.uid:
-                record.uid = uid
+            if record is None:
+                record = self._by_key[key] = JobRecord(key)
             return record
 
     def drop(self, key: Key) -> JobRecord | None:
-        """The job is gone: its record goes (the one place that forgets a job)."""
+        """The object is gone: its record goes (the one place that forgets a job)."""
         with self.lock:
-            return self._by_key.pop(key, None)
+            record = self._by_key.pop(key, None)
+            if record is not None and self._names.get((record.namespace, record.name)) == key:
+                del self._names[(record.namespace, record.name)]
+            self._gone[key] = None
+            if len(self._gone) > _GONE_KEPT:
+                del self._gone[next(iter(self._gone))]
+            return record
+
+    def live_job(self, key: Key) -> bool:
+        """Whether the job is there and not being deleted (its pods' ends then tell nothing)."""
+        with self.lock:
+            record = self._by_key.get(key)
+            return record is not None and not record.finalizing
+
+    def known(self, key: Key) -> bool:
+        """Whether events about this uid may start a record (it is not a forgotten object)."""
+        with self.lock:
+            return key not in self._gone
 
     @contextmanager
     def live(self, key: Key, record: JobRecord) -> Iterator[bool]:
@@ -97,13 +144,17 @@ class Records:
     def pod_event(self, key: Key, pod: Json | None = None, log: tuple[str, ...] = ()) -> None:
         """A troubled pod: the next pass reads the pods, and this pod as its event showed it."""
         with self.lock:
+            if not self.known(key):
+                return
             record = self.ensure(key)
             record.pods_seen += 1
             if pod is not None:
                 record.failed_pods[pod["metadata"]["name"]] = pod
                 uid = pod["metadata"].get("uid")
-                if uid and log:
+                if uid and log and uid not in record.pod_logs:  # the first read is the one kept
                     record.pod_logs[uid] = log
+                    while len(record.pod_logs) > _LOGS_KEPT:
+                        del record.pod_logs[next(iter(record.pod_logs))]
 
     def has_log(self, key: Key, uid: str) -> bool:
         """Whether the failed container's log tail of this pod was read already."""
@@ -129,7 +180,6 @@ class Records:
                 name = pod["metadata"]["name"]
                 if record.failed_pods.get(name) is pod:  # not replaced by a newer event meanwhile
                     del record.failed_pods[name]
-                    record.pod_logs.pop(pod["metadata"].get("uid") or "", None)
 
     def checkpoint(self, key: Key, found: Checkpoint | None, *, create: bool = True) -> bool:
         """Keep a newer checkpoint a training pod reported; whether it was newer.
@@ -138,7 +188,7 @@ class Records:
         deleted job go after its record did, and must not leave a new one behind.
         """
         with self.lock:
-            if found is None or (not create and key not in self._by_key):
+            if found is None or (not create and key not in self._by_key) or not self.known(key):
                 return False
             record = self.ensure(key)
             known = record.checkpoint
@@ -153,7 +203,8 @@ class Records:
         A new place wakes the job: its passes read nothing while rank 0 had no address.
         """
         with self.lock:
-            record = self.ensure(key) if pod is not None else self._by_key.get(key)
+            live = pod is not None and self.known(key)
+            record = self.ensure(key) if live else self._by_key.get(key)
             if record is None:
                 return False
             before, record.rank0_pod = record.rank0_pod, pod
@@ -194,3 +245,15 @@ class Records:
     def finalizing(self, key: Key) -> None:
         with self.lock:
             self.ensure(key).finalizing = True
+
+    def finish(self, record: JobRecord) -> None:
+        """A pass wrote (or read) a finished phase: no pass of this object creates again."""
+        with self.lock:
+            record.finished = True
+
+    def new_term(self) -> None:
+        """A new leadership term: what our earlier writes told is not to be trusted to echo."""
+        with self.lock:
+            for record in self._by_key.values():
+                record.written_version = None
+                record.events_looked = None

@@ -1,0 +1,265 @@
+"""One active replica, inside a term it holds: a Lease election with a fence, as client-go's.
+
+Modelled on client-go's `tools/leaderelection` (the Go operators' standard): a
+`coordination.k8s.io/v1` Lease names its holder; the holder renews every `retry` seconds; a
+candidate takes the Lease only when it has seen no renewal for `duration` seconds (measured on
+its own clock from when it saw the last change, so clocks need not agree); and a holder that has
+not renewed within `deadline` (< duration) stops acting before anyone else may start. Every
+write the operator sends asks the fence first (cluster/k8s.py): after a SIGSTOP, a GC pause or a
+frozen VM, the woken holder's clock shows its term over and the write is refused, before any
+request leaves. The clock is CLOCK_BOOTTIME where there is one: it counts a suspended VM too.
+
+Why not a library's: kopf's peering is presence, not a fence (a paused replica still writes
+from its view); the kubernetes client's `leaderelection` uses the wall clock, a ConfigMap lock
+in its releases pinned here, and has no fence a write can ask. Both were read, neither fits.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+log = logging.getLogger(__name__)
+Json = dict[str, Any]
+#: The Lease's name (`trainium operator --leader-elect=NAME` sets it); unset: no election.
+LEASE_ENV = "TRAINIUM_LEASE_NAME"
+#: The three durations (seconds), for the chart: duration, renew deadline, retry period.
+DURATION_ENV = "TRAINIUM_LEASE_DURATION_SECONDS"
+DEADLINE_ENV = "TRAINIUM_LEASE_RENEW_DEADLINE_SECONDS"
+RETRY_ENV = "TRAINIUM_LEASE_RETRY_SECONDS"
+
+
+def boottime() -> float:
+    """Seconds on a clock that keeps counting through SIGSTOP and a suspended VM."""
+    try:
+        return time.clock_gettime(time.CLOCK_BOOTTIME)  # type: ignore[attr-defined,unused-ignore]
+    except (AttributeError, OSError):  # not Linux
+        return time.monotonic()
+
+
+class NotLeader(RuntimeError):
+    """A write was asked for outside a term this replica holds: it is not sent."""
+
+
+@dataclass(frozen=True)
+class Timing:
+    """client-go's three durations (seconds): duration > deadline > retry."""
+
+    duration: float = 10.0
+    deadline: float = 7.0
+    retry: float = 2.0
+
+    def __post_init__(self) -> None:
+        if not self.duration > self.deadline > self.retry > 0:
+            raise ValueError(f"lease timing needs duration > deadline > retry > 0: {self}")
+
+
+def timing_from(environ: Mapping[str, str] = os.environ) -> Timing:
+    """The chart's durations, else the defaults (a standby takes over within ~12 s)."""
+    default = Timing()
+
+    def read(name: str, fallback: float) -> float:
+        text = environ.get(name, "").strip()
+        return float(text) if text else fallback
+
+    return Timing(
+        read(DURATION_ENV, default.duration),
+        read(DEADLINE_ENV, default.deadline),
+        read(RETRY_ENV, default.retry),
+    )
+
+
+def identity(environ: Mapping[str, str] = os.environ) -> str:
+    """This process among the candidates: its pod, and a nonce (a restarted pod is new)."""
+    who = environ.get("POD_NAME") or socket.gethostname()
+    return f"{who}_{uuid.uuid4().hex[:8]}"
+
+
+class LeaseApi(Protocol):
+    """The three calls an election makes (cluster/k8s.py's, or a test's)."""
+
+    def get(self) -> Json | None: ...
+
+    def create(self, body: Json) -> Json: ...
+
+    def replace(self, body: Json) -> Json: ...
+
+
+class Fence:
+    """Whether this replica may write now: inside a term, before its renew deadline."""
+
+    def __init__(self, clock: Callable[[], float] = boottime) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._valid_until: float | None = None
+        self.term = 0
+
+    def open_until(self, until: float, *, new_term: bool) -> None:
+        with self._lock:
+            self._valid_until = until
+            self.term += int(new_term)
+
+    def close(self) -> None:
+        with self._lock:
+            self._valid_until = None
+
+    def holds(self) -> bool:
+        with self._lock:
+            return self._valid_until is not None and self._clock() < self._valid_until
+
+    def check(self) -> None:
+        """Raise NotLeader unless a write may go out now."""
+        if not self.holds():
+            raise NotLeader("this replica does not hold the operator's Lease now")
+
+
+#: The fence writes consult when no election runs (one operator, `--standalone`): always open.
+class OpenFence(Fence):
+    def holds(self) -> bool:
+        return True
+
+
+@dataclass
+class _Seen:
+    """The Lease as last seen, and when (our clock): a candidate waits `duration` from then."""
+
+    record: tuple[Any, ...] | None = None
+    at: float = 0.0
+
+
+class Election:
+    """Acquire, renew, and give up one Lease; callbacks start and stop the acting."""
+
+    def __init__(
+        self,
+        api: LeaseApi,
+        identity: str,
+        *,
+        name: str,
+        namespace: str,
+        timing: Timing = Timing(),
+        fence: Fence | None = None,
+        clock: Callable[[], float] = boottime,
+        on_start: Callable[[], None] = lambda: None,
+        on_stop: Callable[[], None] = lambda: None,
+    ) -> None:
+        self.api, self.identity, self.name, self.namespace = api, identity, name, namespace
+        self.timing, self._clock = timing, clock
+        self.fence = fence or Fence(clock)
+        self._on_start, self._on_stop = on_start, on_stop
+        self._seen = _Seen()
+        self.leading = False
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # ---- one step (what the loop repeats; tests call it with a fake clock) ------------------
+
+    def step(self) -> bool:
+        """Try to acquire or renew once; stop acting when the term ran out. Whether we lead."""
+        sent = self._clock()
+        try:
+            renewed = self._try_acquire_or_renew(sent)
+        except Exception as exc:  # an unreachable API server: the deadline decides
+            log.warning("lease %s/%s: %s", self.namespace, self.name, exc)
+            renewed = False
+        if renewed:
+            first = not self.leading
+            self.fence.open_until(sent + self.timing.deadline, new_term=first)
+            if first:
+                self.leading = True
+                log.warning("lease %s/%s acquired by %s: this replica acts",
+                            self.namespace, self.name, self.identity)  # fmt: skip
+                self._on_start()
+        elif self.leading and not self.fence.holds():
+            self._lose(f"could not renew within {self.timing.deadline:.0f} s")
+        return self.leading
+
+    def _lose(self, why: str) -> None:
+        self.leading = False
+        self.fence.close()
+        log.warning("lease %s/%s lost by %s (%s): this replica stops acting",
+                    self.namespace, self.name, self.identity, why)  # fmt: skip
+        self._on_stop()
+
+    def _try_acquire_or_renew(self, now: float) -> bool:
+        current = self.api.get()
+        if current is None:
+            self.api.create(self._body(None, now))
+            return True
+        spec = current.get("spec") or {}
+        record = (spec.get("holderIdentity"), spec.get("renewTime"),
+                  current["metadata"].get("resourceVersion"))  # fmt: skip
+        if record != self._seen.record:
+            self._seen = _Seen(record, now)
+        holder = spec.get("holderIdentity") or ""
+        if holder != self.identity:
+            if self.leading:  # someone took it: our term is over whatever the clock says
+                self._lose(f"now held by {holder}")
+            if holder and now < self._seen.at + self.timing.duration:
+                return False
+        self.api.replace(self._body(current, now))
+        return True
+
+    def _body(self, current: Json | None, now: float) -> Json:
+        """The Lease with us as holder: renewed, or taken over (new acquireTime, +1 transition)."""
+        stamp = _micro()
+        spec = dict((current or {}).get("spec") or {})
+        ours = spec.get("holderIdentity") == self.identity
+        spec.update(
+            holderIdentity=self.identity,
+            leaseDurationSeconds=int(self.timing.duration),
+            renewTime=stamp,
+            acquireTime=spec.get("acquireTime") if ours and current else stamp,
+            leaseTransitions=int(spec.get("leaseTransitions") or 0)
+            + int(not ours and bool(current)),
+        )
+        metadata: Json = {"name": self.name, "namespace": self.namespace}
+        if current is not None:
+            metadata["resourceVersion"] = current["metadata"]["resourceVersion"]
+        return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                "metadata": metadata, "spec": spec}  # fmt: skip
+
+    # ---- the loop ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="trainium-lease", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self.step()
+            self._stop.wait(self.timing.retry)
+
+    def stop(self, *, release: bool = True) -> None:
+        """Stop; a leader that stops gives the Lease up, so a standby takes over at once."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self.timing.retry + 5)
+        if self.leading:
+            self._lose("shutting down")
+            if release:
+                self._release()
+
+    def _release(self) -> None:
+        try:
+            current = self.api.get()
+            if current and (current.get("spec") or {}).get("holderIdentity") == self.identity:
+                body = self._body(current, self._clock())
+                body["spec"].update(holderIdentity="", leaseDurationSeconds=1)
+                self.api.replace(body)
+        except Exception as exc:  # the standby takes over after `duration` anyway
+            log.warning("lease %s/%s not released: %s", self.namespace, self.name, exc)
+
+
+def _micro() -> str:
+    """A MicroTime as the API server writes it."""
+    now = datetime.datetime.now(datetime.timezone.utc)
+    return now.strftime("%Y-%m-%dT%H:%M:%S.%fZ")

@@ -1,0 +1,162 @@
+"""The Lease election and its fence, on a fake clock and a fake Lease API (every interleaving)."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+from kubernetes.client.exceptions import ApiException
+
+from trainium_operator.cluster import k8s
+from trainium_operator.runtime.leadership import Election, NotLeader, Timing
+
+Json = dict[str, Any]
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class LeaseServer:
+    """One Lease as the API server keeps it: PUT is refused (409) on a stale resourceVersion."""
+
+    def __init__(self) -> None:
+        self.lease: Json | None = None
+        self.version = 0
+        self.down = False
+
+    def api(self) -> Any:
+        server = self
+
+        class Api:
+            def get(self) -> Json | None:
+                server.check()
+                return copy.deepcopy(server.lease)
+
+            def create(self, body: Json) -> Json:
+                server.check()
+                if server.lease is not None:
+                    raise ApiException(status=409, reason="AlreadyExists")
+                return server.store(body)
+
+            def replace(self, body: Json) -> Json:
+                server.check()
+                assert server.lease is not None
+                if (
+                    body["metadata"]["resourceVersion"]
+                    != server.lease["metadata"]["resourceVersion"]
+                ):
+                    raise ApiException(status=409, reason="Conflict")
+                return server.store(body)
+
+        return Api()
+
+    def check(self) -> None:
+        if self.down:
+            raise ApiException(status=503)
+
+    def store(self, body: Json) -> Json:
+        self.version += 1
+        self.lease = copy.deepcopy(body)
+        self.lease["metadata"]["resourceVersion"] = str(self.version)
+        return copy.deepcopy(self.lease)
+
+    @property
+    def holder(self) -> str | None:
+        return None if self.lease is None else self.lease["spec"]["holderIdentity"]
+
+
+TIMING = Timing(duration=10, deadline=7, retry=2)
+
+
+def candidate(server: LeaseServer, clock: Clock, name: str, log: list[str]) -> Election:
+    return Election(
+        server.api(), name, name="trainium", namespace="ops", timing=TIMING, clock=clock,
+        on_start=lambda: log.append(f"{name} starts"), on_stop=lambda: log.append(f"{name} stops"),
+    )  # fmt: skip
+
+
+def test_one_leader_and_a_standby_that_waits_the_lease_duration() -> None:
+    server, clock, log = LeaseServer(), Clock(), []
+    a, b = candidate(server, clock, "a", log), candidate(server, clock, "b", log)
+    assert a.step() and not b.step()
+    assert server.holder == "a" and log == ["a starts"]
+    clock.now += 9  # a is silent (killed): b must wait `duration` from when it saw the change
+    assert not b.step()
+    clock.now += 1.5
+    assert b.step() and server.holder == "b"
+    assert server.lease is not None and server.lease["spec"]["leaseTransitions"] == 1
+
+
+def test_a_leader_that_cannot_renew_stops_before_anyone_may_take_over() -> None:
+    server, clock, log = LeaseServer(), Clock(), []
+    a, b = candidate(server, clock, "a", log), candidate(server, clock, "b", log)
+    assert a.step() and not b.step()
+    server.down = True  # a cannot renew
+    clock.now += 6.9
+    assert a.step() and a.fence.holds()
+    clock.now += 0.2  # past the renew deadline (7 s): a stops, and its writes are refused
+    assert not a.step() and not a.fence.holds()
+    with pytest.raises(NotLeader):
+        a.fence.check()
+    assert log == ["a starts", "a stops"]
+    server.down = False
+    clock.now += 2.5  # 9.6 s after b saw a's last renewal: b still waits
+    assert not b.step()
+    clock.now += 0.5
+    assert b.step()
+
+
+def test_a_paused_leader_wakes_fenced_and_stands_by() -> None:
+    """SIGSTOP past the lease: the clock moved; the woken replica writes nothing and yields."""
+    server, clock, log = LeaseServer(), Clock(), []
+    a, b = candidate(server, clock, "a", log), candidate(server, clock, "b", log)
+    assert a.step() and not b.step()
+    clock.now += 30  # a is stopped; b takes over meanwhile
+    assert b.step()
+    assert not a.fence.holds()  # the first thing a's workers meet on waking: no write goes out
+    assert not a.step()  # its election sees b holding: it stops acting
+    assert log == ["a starts", "b starts", "a stops"] and server.holder == "b"
+
+
+def test_renewals_keep_the_term_and_a_stop_releases_for_a_fast_takeover() -> None:
+    server, clock, log = LeaseServer(), Clock(), []
+    a, b = candidate(server, clock, "a", log), candidate(server, clock, "b", log)
+    for _ in range(10):
+        assert a.step() and not b.step()
+        clock.now += 2
+    term = a.fence.term
+    assert term == 1
+    a.leading = True
+    a.stop(release=True)
+    assert server.holder == "" and log[-1] == "a stops"
+    assert b.step()  # released: no need to wait the duration
+
+
+def test_writes_ask_the_fence_and_reads_do_not(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[str] = []
+
+    def create_namespaced_thing(*_: Any, **__: Any) -> None:
+        calls.append("create")
+
+    def read_namespaced_thing(*_: Any, **__: Any) -> None:
+        calls.append("read")
+
+    def closed() -> None:
+        raise NotLeader("not ours")
+
+    monkeypatch.setattr(k8s, "fence", closed)
+    k8s.request(read_namespaced_thing)
+    with pytest.raises(NotLeader):
+        k8s.request(create_namespaced_thing)
+    assert calls == ["read"]
+
+
+def test_timing_must_let_a_leader_stop_before_a_standby_starts() -> None:
+    with pytest.raises(ValueError):
+        Timing(duration=10, deadline=10, retry=2)
