@@ -14,11 +14,9 @@ FRAMEWORK = {
     ("", "events"): {"create"},
     ("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"},
 }
-PEERING = {  # kopf's peering (the default): the CRD named if missing, the peering object
-    ("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch", "get"},
-    ("kopf.dev", "clusterkopfpeerings"): {"get", "list", "watch", "create", "patch"},
+ELECTION = {  # the replicas' leader election (the default): one Lease, get/update by name
+    ("coordination.k8s.io", "leases"): {"create", "get", "update"},
 }
-NAMESPACED_PEERING = {("kopf.dev", "kopfpeerings"): {"get", "list", "watch", "create", "patch"}}
 CLUSTER_SCOPED = {
     ("", "persistentvolumes"): {"get", "list", "watch", "create", "patch", "delete"},
     ("scheduling.volcano.sh", "queues"): {"get", "list", "watch"},
@@ -54,18 +52,15 @@ def test_default_cluster_roles_are_exactly_framework_and_application(helm_bin: P
     docs = render("rbac.userRoles=false")
     [framework] = named(docs, "ClusterRole", "-framework")
     [application] = named(docs, "ClusterRole", "-application")
-    assert flat(framework) == FRAMEWORK | PEERING
+    assert flat(framework) == FRAMEWORK | ELECTION
     assert flat(application) == CLUSTER_SCOPED | NAMESPACED
     assert not by_kind(docs, "Role")
     [standalone] = named(
         render("peering.enabled=false", "replicaCount=1"), "ClusterRole", "-framework"
     )
     assert flat(standalone) == FRAMEWORK
-    crd_get = [r for r in framework["rules"] if r["verbs"] == ["get"]]
-    assert crd_get and crd_get[0]["resourceNames"] == [
-        "clusterkopfpeerings.kopf.dev",
-        "kopfpeerings.kopf.dev",
-    ]
+    renew = [r for r in framework["rules"] if r["verbs"] == ["get", "update"]]
+    assert renew and renew[0]["resourceNames"] == ["trainium"]  # only the election's Lease
 
 
 def test_watch_namespaces_moves_application_rules_into_roles(helm_bin: Path) -> None:
@@ -74,9 +69,9 @@ def test_watch_namespaces_moves_application_rules_into_roles(helm_bin: Path) -> 
     assert flat(application) == CLUSTER_SCOPED
     roles = by_kind(docs, "Role")
     assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
-    assert all(flat(r) == NAMESPACED | NAMESPACED_PEERING for r in roles)
+    assert all(flat(r) == NAMESPACED for r in roles)
     [framework] = named(docs, "ClusterRole", "-framework")
-    assert ("kopf.dev", "clusterkopfpeerings") not in flat(framework)
+    assert ("coordination.k8s.io", "leases") in flat(framework)  # the election's, by name
     bindings = by_kind(docs, "RoleBinding")
     assert sorted(b["metadata"]["namespace"] for b in bindings) == ["team-a", "team-b"]
     job = Req("create", "batch.volcano.sh", "jobs", namespace="team-a", name="j")

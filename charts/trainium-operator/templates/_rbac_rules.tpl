@@ -4,7 +4,8 @@ uses: tests/e2e/test_zz_rbac_coverage.py checks both ways against the requests i
 (each request allowed, each granted verb used or allow-listed there with the reason).
 */}}
 
-{{/* kopf itself: posting core/v1 Events; listing and watching CRDs (its resource scan). */}}
+{{/* kopf itself: posting core/v1 Events; listing and watching CRDs (its resource scan); the
+replicas' leader election (a Lease of one name, in the release namespace: the ClusterRole names it). */}}
 {{- define "trainium-operator.rules.framework" -}}
 - apiGroups: [""]
   resources: [events]
@@ -13,25 +14,8 @@ uses: tests/e2e/test_zz_rbac_coverage.py checks both ways against the requests i
   resources: [customresourcedefinitions]
   verbs: [list, watch]
 {{- if .Values.peering.enabled }}
-- apiGroups: [apiextensions.k8s.io]
-  resources: [customresourcedefinitions]
-  # the operator says which peering CRD is missing instead of waiting silently (peering.py)
-  resourceNames: [clusterkopfpeerings.kopf.dev, kopfpeerings.kopf.dev]
-  verbs: [get]
-{{- if not .Values.watchNamespaces }}
-- apiGroups: [kopf.dev]
-  resources: [clusterkopfpeerings]
-  # kopf's peering: presence and priority of each replica (create: the object, if missing)
-  verbs: [get, list, watch, create, patch]
+{{ include "trainium-operator.rules.leaderElection" . }}
 {{- end }}
-{{- end }}
-{{- end }}
-
-{{/* kopf's namespaced peering (with watchNamespaces): one KopfPeering per watched namespace. */}}
-{{- define "trainium-operator.rules.peering" -}}
-- apiGroups: [kopf.dev]
-  resources: [kopfpeerings]
-  verbs: [get, list, watch, create, patch]
 {{- end }}
 
 {{/* The operator's cluster-scoped objects: static FSx PVs; Volcano queues and PriorityClasses
@@ -90,4 +74,16 @@ collector through ownerReferences, so no delete on children). */}}
   resources: [leases]
   # one writer per compile-cache entry
   verbs: [get, list, watch, create, patch, delete]
+{{- end }}
+
+{{/* The leader election (runtime/leadership.py). create cannot be limited to a name; reading and
+renewing are. */}}
+{{- define "trainium-operator.rules.leaderElection" -}}
+- apiGroups: [coordination.k8s.io]
+  resources: [leases]
+  verbs: [create]
+- apiGroups: [coordination.k8s.io]
+  resources: [leases]
+  resourceNames: [{{ .Values.peering.name }}]
+  verbs: [get, update]
 {{- end }}

@@ -33,6 +33,9 @@ Json = dict[str, Any]
 LEASE_ENV = "TRAINIUM_LEASE_NAME"
 #: The three durations (seconds), for the chart: duration, renew deadline, retry period.
 DURATION_ENV = "TRAINIUM_LEASE_DURATION_SECONDS"
+#: The chart's `peering.lifetimeSeconds` (its name from kopf peering's days): the duration, when
+#: DURATION_ENV is unset; the renew deadline and retry period then follow from it (0.7, 0.2).
+LIFETIME_ENV = "TRAINIUM_PEERING_LIFETIME_SECONDS"
 DEADLINE_ENV = "TRAINIUM_LEASE_RENEW_DEADLINE_SECONDS"
 RETRY_ENV = "TRAINIUM_LEASE_RETRY_SECONDS"
 
@@ -64,16 +67,16 @@ class Timing:
 
 def timing_from(environ: Mapping[str, str] = os.environ) -> Timing:
     """The chart's durations, else the defaults (a standby takes over within ~12 s)."""
-    default = Timing()
 
     def read(name: str, fallback: float) -> float:
         text = environ.get(name, "").strip()
         return float(text) if text else fallback
 
+    duration = read(DURATION_ENV, read(LIFETIME_ENV, Timing.duration))
     return Timing(
-        read(DURATION_ENV, default.duration),
-        read(DEADLINE_ENV, default.deadline),
-        read(RETRY_ENV, default.retry),
+        duration,
+        read(DEADLINE_ENV, round(duration * 0.7, 3)),
+        read(RETRY_ENV, round(duration * 0.2, 3)),
     )
 
 
