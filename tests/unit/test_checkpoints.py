@@ -16,7 +16,7 @@ from trainium_operator.build.builders import Owner
 from trainium_operator.cluster.reconcile import Outcome
 from trainium_operator.domain import checkpoints, failures
 from trainium_operator.domain.checkpoints import Checkpoint
-from trainium_operator.runtime import handlers
+from trainium_operator.runtime import pods
 from trainium_operator.runtime.passes import Passes
 from trainium_trainer import contract, termination
 
@@ -131,7 +131,7 @@ def test_the_pod_watch_remembers_only_a_newer_training_report() -> None:
     passes = Passes(lambda *_: Outcome(None), lambda *_: None, workers=0)
     key, train = "uid-1", {builders.LABEL_STAGE: "train"}
     status = pod(line(5))["status"]
-    remember = handlers._remember_checkpoint
+    remember = pods.remember_checkpoint
     assert remember(passes, key, {builders.LABEL_STAGE: "precompile"}, status) is False
     assert remember(passes, key, train, status) is True
     assert remember(passes, key, train, status) is False  # the same: no new pass

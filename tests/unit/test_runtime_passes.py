@@ -689,3 +689,57 @@ def test_a_finished_objects_stale_read_creates_nothing() -> None:
     views = Views(uid=KEY, finished=True, reader=Reader())  # type: ignore[arg-type]
     with pytest.raises(reconcile.StaleRead):
         reconcile.reconcile("ns", "job", lambda *_: None, views)
+
+
+def test_a_failed_pods_first_log_read_is_kept_and_a_later_404_never_replaces_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 25 bug 5: read (200), Volcano deletes the pod, read again (404): keep the first."""
+    from test_failures import ended, pod
+
+    from trainium_operator.build import builders
+    from trainium_operator.runtime import pods
+
+    answers: list[list[str] | Exception] = [
+        ["RuntimeError: boom"],
+        ApiException(status=404, reason="NotFound"),
+    ]
+    reads: list[str] = []
+
+    def read_log(ns: str, name: str, container: str, lines: int) -> list[str]:
+        reads.append(name)
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    monkeypatch.setattr(k8s, "pod_log_tail", read_log)
+    script = Script()
+    passes = runtime(script)
+    failed = pod("w-0", ended(1))
+    meta = {"name": "w-0", "namespace": "ns", "uid": "pod-1",
+            "annotations": {builders.ANNOTATION_OWNER_UID: KEY}}  # fmt: skip
+    shown = {"metadata": meta, "spec": {}, "status": failed["status"]}
+    labels = {builders.LABEL_STAGE: "train"}
+    asyncio.run(pods.changed(passes, "MODIFIED", shown, labels, None))
+    assert step(passes)
+    asyncio.run(pods.changed(passes, "DELETED", shown, labels, None))  # Volcano deleted it
+    assert step(passes)
+    assert reads == ["w-0"]  # read once: the deletion's event reads nothing again
+    assert all(v.pod_logs.get("pod-1") == ("RuntimeError: boom",) for v in script.views)
+
+
+def test_the_pods_of_a_job_being_deleted_are_not_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    from test_failures import ended, pod
+
+    from trainium_operator.build import builders
+    from trainium_operator.runtime import pods
+
+    monkeypatch.setattr(k8s, "pod_log_tail", lambda *_: pytest.fail("read a dying job's pod"))
+    passes = runtime(Script())
+    passes.gone(KEY)  # the user deleted the job: its pods are killed
+    meta = {"name": "w-0", "namespace": "ns", "uid": "pod-1",
+            "annotations": {builders.ANNOTATION_OWNER_UID: KEY}}  # fmt: skip
+    shown = {"metadata": meta, "spec": {}, "status": pod("w-0", ended(137))["status"]}
+    asyncio.run(pods.changed(passes, "MODIFIED", shown, {builders.LABEL_STAGE: "train"}, None))
+    assert passes.records.get(KEY) is None and not step(passes)

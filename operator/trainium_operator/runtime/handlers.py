@@ -11,7 +11,6 @@ cluster-scoped PV must really be deleted with them.
 
 from __future__ import annotations
 
-import asyncio
 import contextvars
 import logging
 import os
@@ -24,19 +23,16 @@ import kopf
 from trainium_operator.api import naming
 from trainium_operator.api.crd import GROUP, PLURAL, VERSION
 from trainium_operator.build.builders import (
-    ANNOTATION_OWNER,
     LABEL_JOB,
     LABEL_MANAGED_BY,
-    LABEL_STAGE,
     MANAGED_BY,
-    owner_uid,
 )
 from trainium_operator.build.cache import LABEL_CACHE_ENTRY
-from trainium_operator.cluster import k8s, scrape, watches
+from trainium_operator.cluster import k8s, watches
 from trainium_operator.cluster.reconcile import reconcile
-from trainium_operator.domain import checkpoints, events, failures
+from trainium_operator.domain import events
 from trainium_operator.domain.status import clip
-from trainium_operator.runtime import essence, footprint, leadership, metrics
+from trainium_operator.runtime import essence, footprint, leadership, metrics, pods
 from trainium_operator.runtime.passes import WORKERS, Passes
 from trainium_operator.runtime.records import Key
 
@@ -223,7 +219,7 @@ async def on_vcjob(
     """
     if type is None or namespace is None:  # the initial listing: the job listing covers it
         return
-    owner = _owner_key(meta, _passes(kwargs["memo"]))
+    owner = pods.owner_key(meta, _passes(kwargs["memo"]))
     if owner is not None:
         _wake(kwargs["memo"], owner)
     entry = labels.get(LABEL_CACHE_ENTRY)
@@ -241,124 +237,9 @@ async def on_pod(
     memo: Any,
     **_: Any,
 ) -> None:
-    """A gang pod failed or cannot start: keep what its event shows (the cause, at once), wake.
-
-    The failed container's log tail is read here, before the wake: Volcano deletes a failed
-    pod ~60 ms after it fails, and its log with it, long before a pass would read it.
-    A training pod whose container ended with a newer checkpoint report wakes its job too (the
-    initial listing only remembers it, so a restarted operator keeps what the pods say).
-    """
-    passes = _passes(memo)
-    key = _owner_key(meta, passes)
-    if key is None:
-        return
-    newer = _remember_checkpoint(passes, key, labels, status, create=type != "DELETED")
-    addressed = _remember_rank0(passes, key, type, meta, labels, spec, status)
-    if type is None:
-        return
-    if _troubled(dict(status)):
-        pod = _as_shown(meta, labels, spec, status)
-        log = await _log_tail(passes, key, pod)
-        passes.pod_event(key, pod, context=contextvars.copy_context(), log=log)
-    elif newer or addressed:
-        _wake(memo, key)
-
-
-def _as_shown(
-    meta: kopf.Meta, labels: Mapping[str, str], spec: Mapping[str, Any], status: kopf.Status
-) -> Json:
-    """What the pod watch event says of a pod that classification weighs (failures.py)."""
-    kept = ("name", "namespace", "uid", "deletionTimestamp", "deletionGracePeriodSeconds")
-    metadata = {k: meta.get(k) for k in kept if meta.get(k) is not None}
-    # ownerReferences: which Volcano job instance the pod was of (observe.of_instance).
-    owners = list(meta.get("ownerReferences") or [])
-    return {
-        "metadata": {**metadata, "labels": dict(labels), "ownerReferences": owners},
-        "spec": {"nodeName": spec.get("nodeName")} if spec.get("nodeName") else {},
-        "status": dict(status),
-    }
-
-
-async def _log_tail(passes: Passes, key: Key, pod: Json) -> tuple[str, ...]:
-    """The failed container's log tail, read once per pod; () when gone or unreadable."""
-    md = pod["metadata"]
-    container = failures.failed_container(pod)
-    if not container or not md.get("uid") or passes.records.has_log(key, md["uid"]):
-        return ()
-    if not passes.records.live_job(key):  # killed by the job's own deletion: nothing to tell
-        return ()
-    shown = failures.classify_pod(pod)
-    if shown is not None and shown.reason in failures.GANG_DISRUPTIONS:
-        return ()  # the disruption explains it: no log read delays telling the pass
-    try:
-        lines = await asyncio.to_thread(
-            k8s.pod_log_tail, key[0], md["name"], container, failures.LOG_TAIL_LINES
-        )
-    except Exception as exc:  # evidence only: the pass still classifies by the pod's state
-        log.debug("log of pod %s/%s not read: %s", key[0], md["name"], exc)
-        return ()
-    return tuple(lines)
-
-
-def _remember_checkpoint(
-    passes: Passes, key: Key, labels: Mapping[str, str], status: kopf.Status, *, create: bool = True
-) -> bool:
-    """Keep the newest checkpoint a training pod reported; whether it is newer than the last."""
-    if labels.get(LABEL_STAGE) != "train":
-        return False
-    found = checkpoints.from_pod({"status": dict(status)})
-    return passes.records.checkpoint(key, found, create=create)
-
-
-def _remember_rank0(
-    passes: Passes,
-    key: Key,
-    type: str | None,
-    meta: kopf.Meta,
-    labels: Mapping[str, str],
-    spec: kopf.Spec,
-    status: kopf.Status,
-) -> bool:
-    """Keep where rank 0 serves its live metrics (a pass reads them without listing pods);
-    whether rank 0 has a new address (its job is woken to read it)."""
-    job = passes.records.get(key)
-    if job is None or not scrape.is_rank0(job.name, str(meta.get("name") or ""), labels):
-        return False
-    gone = type == "DELETED" or meta.get("deletionTimestamp")
+    """A gang pod changed: pods.changed keeps what its event shows and wakes its job."""
     shown = {"metadata": dict(meta), "spec": dict(spec), "status": dict(status)}
-    return passes.records.rank0(key, None if gone else scrape.slim_rank0(shown))
-
-
-def _owner_key(meta: kopf.Meta, passes: Passes) -> Key | None:
-    """The uid of the job a child belongs to: its owner-uid annotation or ownerReference;
-    children made before either existed resolve their owner's name (records.resolve)."""
-    uid = owner_uid(meta)
-    if uid:
-        return uid
-    ns, _sep, name = ((meta.annotations or {}).get(ANNOTATION_OWNER) or "").partition("/")
-    return passes.records.resolve(ns, name) if ns and name else None
-
-
-def _troubled(status: Json) -> bool:
-    """A container terminated non-zero or stuck waiting on an error; or the pod failed.
-
-    Or it is being disrupted (DisruptionTarget): evicted pods go within milliseconds, and
-    Volcano restarts the gang on the deletion's first event, before the pod has failed.
-    """
-    if status.get("phase") == "Failed" or status.get("reason") == "Evicted":
-        return True
-    for cond in status.get("conditions") or []:
-        if cond.get("type") == "DisruptionTarget" and cond.get("status") == "True":
-            return True
-    for cs in status.get("containerStatuses") or []:
-        for key in ("state", "lastState"):
-            term = (cs.get(key) or {}).get("terminated") or {}
-            if term.get("exitCode") not in (None, 0):
-                return True
-        waiting = ((cs.get("state") or {}).get("waiting") or {}).get("reason") or ""
-        if waiting and waiting not in ("ContainerCreating", "PodInitializing"):
-            return True
-    return False
+    await pods.changed(_passes(memo), type, shown, dict(labels), contextvars.copy_context())
 
 
 @kopf.on.event("", "v1", "persistentvolumeclaims")
@@ -373,7 +254,7 @@ async def on_claim(type: str, namespace: str | None, name: str, **kwargs: Any) -
 @kopf.on.event("", "v1", "persistentvolumes", labels={LABEL_MANAGED_BY: MANAGED_BY})
 async def on_volume(type: str, meta: kopf.Meta, memo: Any, **_: Any) -> None:
     """Our static PV changed (bound, released, gone): wake the job that wants it."""
-    key = _owner_key(meta, _passes(memo))
+    key = pods.owner_key(meta, _passes(memo))
     if type is not None and key is not None:
         _wake(memo, key)
 
