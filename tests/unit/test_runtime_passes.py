@@ -504,7 +504,9 @@ def test_status_is_composed_purely_and_a_settled_status_is_returned_as_is(
 ) -> None:
     from support import spec_of
 
-    from trainium_operator.domain import budget, lifecycle
+    from dataclasses import replace
+
+    from trainium_operator.domain import budget, lifecycle, status
     from trainium_operator.domain.model import Observed
 
     def no_io(*_: Any, **__: Any) -> Any:
@@ -514,13 +516,12 @@ def test_status_is_composed_purely_and_a_settled_status_is_returned_as_is(
     obs = Observed(storage_ready=True)
     decision = lifecycle.decide(obs)
     counted = budget.Accounted(budget.read({}))
-    args = dict(name="job", generation=1, digests={"nodes": "d"}, checkpoint=None,
-                now="2026-11-22T06:40:00Z")  # fmt: skip
-    first = reconcile.compose({}, decision, spec_of(), obs, counted, **args)  # type: ignore[arg-type]
-    again = reconcile.compose({}, decision, spec_of(), obs, counted, **args)  # type: ignore[arg-type]
+    inputs = status.Inputs({}, decision, spec_of(), obs, counted, name="job", generation=1,
+                           digests={"nodes": "d"}, now="2026-11-22T06:40:00Z")  # fmt: skip
+    first, again = status.compose(inputs), status.compose(inputs)
     assert first == again and first["phase"] == decision.phase.value
     assert first["specDigests"] == {"nodes": "d"}
-    same = reconcile.compose(first, decision, spec_of(), obs, counted, **args)  # type: ignore[arg-type]
+    same = status.compose(replace(inputs, previous=first))
     assert same is first  # nothing changed: no patch
 
 

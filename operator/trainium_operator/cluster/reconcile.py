@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from trainium_operator.api import crd, naming
+from trainium_operator.api import crd
 from trainium_operator.api.spec import SpecError, TrainiumJobSpec, parse
 from trainium_operator.build import cache
 from trainium_operator.build.builders import Owner
@@ -30,7 +30,6 @@ from trainium_operator.domain import (
     status,
     supervise,
 )
-from trainium_operator.domain.cachekey import cache_key, cache_name
 from trainium_operator.domain.checkpoints import Checkpoint
 from trainium_operator.domain.lifecycle import Action, Child, Decision, Observed
 from trainium_operator.domain.model import Rejection
@@ -116,7 +115,8 @@ def reconcile(
     try:
         spec = parse_cached(body)
     except SpecError as exc:
-        new, transition, rv = _report(body, lifecycle.invalid(exc.problems), None, emit, read)
+        inputs = _inputs(body, lifecycle.invalid(exc.problems), None)
+        new, transition, rv = _report(body, inputs, emit, read)
         return Outcome(new.get("phase"), transition, written_version=rv)
     owner = Owner(name, namespace, body["metadata"].get("uid", ""))
     deadline_in = _deadline_in(spec, previous)
@@ -135,9 +135,11 @@ def reconcile(
             metrics_read_at=seen.metrics_read_at,
             events_looked=seen.events_looked,
         )
-    new, transition, rv = _report(
-        body, decision, spec, emit, read, observed, counted, seen.checkpoint, seen.progress
-    )
+    inputs = replace(
+        _inputs(body, decision, spec),
+        observed=observed, counted=counted, checkpoint=seen.checkpoint, progress=seen.progress,
+    )  # fmt: skip
+    new, transition, rv = _report(body, inputs, emit, read)
     outcome = expire(body, new, spec, reader=read)
     return replace(
         outcome,
@@ -341,110 +343,45 @@ def settled(previous: Json, generation: int) -> bool:
     return done and previous.get("observedGeneration") == generation
 
 
-def compose(
-    previous: Json,
-    decision: Decision,
-    spec: TrainiumJobSpec | None,
-    obs: Observed,
-    counted: budget.Accounted,
-    *,
-    name: str,
-    generation: int,
-    digests: dict[str, str],
-    checkpoint: Checkpoint | None,
-    now: str,
-    progress: Json | None = None,
-) -> Json:
-    """The whole new status (pure): previous status, decision, observations, tallies, now.
-
-    Everything a status patch carries is decided here; _report only compares and writes.
-    """
-    acts = decision.actions
-    key = cache_key(spec) if spec else None
-    new = status.render(
-        decision,
-        previous,
-        generation=generation,
-        now=now,
-        cache_key=key,
-        cache_name=cache_name(spec, key) if spec and key else None,
-        precompile_job=_job_name(name, "precompile", obs.precompile is not Child.ABSENT, acts),
-        training_job=_job_name(name, "train", obs.training is not Child.ABSENT, acts),
-        cache_extra=_cache_figures(spec, decision, obs) if spec else None,
-        held=bool(obs.changed_fields),
-    )
-    if spec is not None:  # what the job started with: a later change is refused, not followed
-        new["specDigests"] = previous.get("specDigests") or digests
-    new.update(budget.fragment(counted.tally))
-    last = _last_failure(obs) or previous.get("lastFailure")
-    if last:
-        new["lastFailure"] = last
-    excluded_node = _excluded_node(obs, previous)
-    if excluded_node is not None and obs.failure is not None:
-        new["excludedNodes"] = nodes.record(previous, excluded_node, obs.failure.reason, now)
-    if (kept := checkpoints.carried(previous, checkpoint)) is not None:
-        new["lastCheckpoint"] = kept.to_status()
-    if progress is not None:  # {}: no gang trains any more (merge-patch null removes it)
-        new["progress"] = progress or None
-    new["history"] = history.advance(previous, new, now, gang_pending=_gang_pending(decision, obs))
-    if not status.changed(previous, new):
-        return previous
-    job_cost = history.job_cost(spec, new["history"], now) if spec is not None else None
-    if job_cost is not None:  # as of this write: the estimate moves with the status, not the clock
-        new["cost"] = cost.status_fragment(job_cost)
-        eta = (new.get("progress") or previous.get("progress") or {}).get("etaSeconds")
-        if decision.phase is lifecycle.Phase.TRAINING and spec is not None:
-            new["cost"] = cost.with_projection(new["cost"], eta, spec.nodes)
-    return new
-
-
-def _excluded_node(obs: Observed, previous: Json) -> str | None:
-    """A node this failure newly points at (the next gang keeps out of it)."""
-    return nodes.newly_faulty(obs.failure, previous) if obs.replace_gang else None
+def _inputs(body: Json, decision: Decision, spec: TrainiumJobSpec | None) -> status.Inputs:
+    """What every status is composed from: the job as read, the decision, the spec, now."""
+    meta, previous = body["metadata"], _status_of(body)
+    return status.Inputs(
+        previous, decision, spec, Observed(), budget.Accounted(budget.read(previous)),
+        name=meta["name"], generation=int(meta.get("generation", 1)),
+        digests=digests_cached(body) if spec is not None else {}, now=now_iso(),
+    )  # fmt: skip
 
 
 def _report(
-    body: Json,
-    decision: Decision,
-    spec: TrainiumJobSpec | None,
-    emit: Emit,
-    read: Reader,
-    obs: Observed | None = None,
-    counted: budget.Accounted | None = None,
-    checkpoint: Checkpoint | None = None,
-    progress: Json | None = None,
+    body: Json, inputs: status.Inputs, emit: Emit, read: Reader
 ) -> tuple[Json, Transition | None, str | None]:
     """Patch status when it changed; Events on a phase transition and on a new blocker."""
-    meta = body["metadata"]
-    previous = _status_of(body)
-    counted = counted or budget.Accounted(budget.read(previous))
-    owner_name, now, obs = meta["name"], now_iso(), obs or Observed()
-    new = compose(
-        previous, decision, spec, obs, counted, name=owner_name,
-        generation=int(meta.get("generation", 1)),
-        digests=digests_cached(body) if spec is not None else {},
-        checkpoint=checkpoint, now=now, progress=progress,
-    )  # fmt: skip
+    meta, previous, decision = body["metadata"], inputs.previous, inputs.decision
+    new = status.compose(inputs)
     if new is previous:
         return previous, None, None
-    excluded_node = _excluded_node(obs, previous)
     patched = k8s.patch_trainiumjob_status(
-        meta["namespace"], owner_name, new, resource_version=meta.get("resourceVersion")
+        meta["namespace"], meta["name"], new, resource_version=meta.get("resourceVersion")
     )
-    read.wrote(Kind.TRAINIUMJOB, meta["namespace"], owner_name, patched)
-    rv = _written_version(patched)
-    max_retries = spec.runPolicy.maxRetries if spec is not None else 0
-    for reason, message in budget.events(counted, max_retries):
-        emit(body, "Warning", reason, message, events.RESTART)
-    if excluded_node is not None and obs.failure is not None:
-        emit(
-            body, "Warning", "NodeExcluded", nodes.event(excluded_node, obs.failure), events.RESTART
-        )
+    read.wrote(Kind.TRAINIUMJOB, meta["namespace"], meta["name"], patched)
+    _warn(body, inputs, emit)
     transition = _announce(body, previous, new, decision, emit)
-    if transition and decision.phase in lifecycle.TERMINAL:
-        job_cost = history.job_cost(spec, new["history"], now) if spec is not None else None
+    if transition and decision.phase in lifecycle.TERMINAL and inputs.spec is not None:
+        job_cost = history.job_cost(inputs.spec, new["history"], inputs.now)
         transition = replace(transition, cost=job_cost)  # counted once, when the job finishes
-    return new, transition, rv
+    return new, transition, _written_version(patched)
+
+
+def _warn(body: Json, inputs: status.Inputs, emit: Emit) -> None:
+    """Warnings a written status carries: budget spent or gone, a node kept out."""
+    spec, obs = inputs.spec, inputs.observed
+    max_retries = spec.runPolicy.maxRetries if spec is not None else 0
+    for reason, message in budget.events(inputs.counted, max_retries):
+        emit(body, "Warning", reason, message, events.RESTART)
+    node = inputs.excluded_node
+    if node is not None and obs.failure is not None:
+        emit(body, "Warning", "NodeExcluded", nodes.event(node, obs.failure), events.RESTART)
 
 
 def _late_checkpoint(
@@ -469,38 +406,6 @@ def _late_checkpoint(
 def _written_version(patched: Json) -> str | None:
     """The resourceVersion a status patch produced (its watch event needs no new pass)."""
     return version(patched) if (patched.get("metadata") or {}).get("resourceVersion") else None
-
-
-def _gang_pending(decision: Decision, obs: Observed) -> bool:
-    """The live stage's gang exists (or is created now) but is not running yet."""
-    if decision.phase is lifecycle.Phase.PRECOMPILING:
-        state, create = obs.precompile, Action.CREATE_PRECOMPILE
-    elif decision.phase is lifecycle.Phase.TRAINING:
-        state, create = obs.training, Action.CREATE_TRAINING
-    else:
-        return False
-    return state is Child.PENDING or (state is Child.ABSENT and create in decision.actions)
-
-
-def _last_failure(obs: Observed) -> Json | None:
-    """The latest classified gang failure, with its evidence (kept once seen)."""
-    failure = obs.failure
-    if failure is None:
-        return None
-    tail = "\n".join(failure.log_tail)
-    message = status.clip(failure.message + ("\nlast log lines:\n" + tail if tail else ""))
-    return {"reason": failure.reason, "message": message, "retry": failure.retry}
-
-
-def _cache_figures(spec: TrainiumJobSpec, decision: Decision, obs: Observed) -> Json:
-    """The entry this job uses, and the compile time it spent or a hit saved."""
-    out: Json = {"entry": cache.identity(spec).record_name}
-    seconds = obs.cache_seconds
-    if seconds is not None and decision.cache_hit:
-        out["savedSeconds"] = seconds
-    elif seconds is not None and obs.precompile is Child.SUCCEEDED and obs.cache_recorded:
-        out["compileSeconds"] = seconds
-    return out
 
 
 def _announce(
@@ -529,12 +434,6 @@ def _announce(
     return Transition(
         meta["namespace"], meta["name"], old_phase, new["phase"], reason, decision.message, first
     )
-
-
-def _job_name(owner: str, stage: str, present: bool, actions: tuple[Action, ...]) -> str | None:
-    """Name a stage's job on status once it exists or is being created now."""
-    create = Action.CREATE_PRECOMPILE if stage == "precompile" else Action.CREATE_TRAINING
-    return naming.vcjob_name(owner, stage) if present or create in actions else None
 
 
 def _reason(decision: Decision) -> str:

@@ -1,11 +1,19 @@
-"""Pure rendering of a lifecycle Decision into the TrainiumJob status subresource."""
+"""Pure: a lifecycle Decision and what a pass saw, composed into the TrainiumJob status."""
 
 from __future__ import annotations
 
 import datetime
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
+from trainium_operator.api import naming
+from trainium_operator.api.spec import TrainiumJobSpec
+from trainium_operator.domain import budget, checkpoints, cost, history, nodes
+from trainium_operator.domain.cachekey import cache_key, cache_name, identity
+from trainium_operator.domain.checkpoints import Checkpoint
 from trainium_operator.domain.lifecycle import TERMINAL, Condition, Decision
+from trainium_operator.domain.model import Action, Child, Observed, Phase
 
 Json = dict[str, Any]
 
@@ -118,3 +126,132 @@ def render(
 def changed(previous: Json, new: Json) -> bool:
     """Whether new differs from previous in anything but timestamps that only move on change."""
     return {k: v for k, v in previous.items() if k in new} != new or not previous
+
+
+# ---- composition: the whole new status from one typed argument --------------------------------
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """Everything a pass's new status is composed from (one argument: it used to be eleven)."""
+
+    previous: Json
+    decision: Decision
+    spec: TrainiumJobSpec | None
+    observed: Observed
+    counted: budget.Accounted
+    name: str
+    generation: int
+    digests: Mapping[str, str]
+    now: str
+    checkpoint: Checkpoint | None = None
+    #: {}: no gang trains any more (a merge-patch null removes status.progress).
+    progress: Json | None = None
+
+    @property
+    def excluded_node(self) -> str | None:
+        """A node this failure newly points at (the next gang keeps out of it)."""
+        obs = self.observed
+        return nodes.newly_faulty(obs.failure, self.previous) if obs.replace_gang else None
+
+
+def compose(inputs: Inputs) -> Json:
+    """The whole new status (pure); the previous one itself when nothing changed.
+
+    Everything a status patch carries is decided here; the pass only compares and writes.
+    """
+    previous, decision = inputs.previous, inputs.decision
+    new = _rendered(inputs)
+    if inputs.spec is not None:  # what the job started with: a later change is refused
+        new["specDigests"] = previous.get("specDigests") or dict(inputs.digests)
+    new.update(budget.fragment(inputs.counted.tally))
+    _add_evidence(new, inputs)
+    pending = _gang_pending(decision, inputs.observed)
+    new["history"] = history.advance(previous, new, inputs.now, gang_pending=pending)
+    if not changed(previous, new):
+        return previous
+    _add_cost(new, inputs)
+    return new
+
+
+def _rendered(inputs: Inputs) -> Json:
+    spec, obs, acts = inputs.spec, inputs.observed, inputs.decision.actions
+    key = cache_key(spec) if spec else None
+    return render(
+        inputs.decision,
+        inputs.previous,
+        generation=inputs.generation,
+        now=inputs.now,
+        cache_key=key,
+        cache_name=cache_name(spec, key) if spec and key else None,
+        precompile_job=_job_name(inputs.name, "precompile", obs.precompile, acts),
+        training_job=_job_name(inputs.name, "train", obs.training, acts),
+        cache_extra=_cache_figures(spec, inputs.decision, obs) if spec else None,
+        held=bool(obs.changed_fields),
+    )
+
+
+def _add_evidence(new: Json, inputs: Inputs) -> None:
+    """The last failure, the excluded nodes, the newest checkpoint and the progress."""
+    previous, obs = inputs.previous, inputs.observed
+    last = _last_failure(obs) or previous.get("lastFailure")
+    if last:
+        new["lastFailure"] = last
+    node = inputs.excluded_node
+    if node is not None and obs.failure is not None:
+        new["excludedNodes"] = nodes.record(previous, node, obs.failure.reason, inputs.now)
+    if (kept := checkpoints.carried(previous, inputs.checkpoint)) is not None:
+        new["lastCheckpoint"] = kept.to_status()
+    if inputs.progress is not None:
+        new["progress"] = inputs.progress or None
+
+
+def _add_cost(new: Json, inputs: Inputs) -> None:
+    """The cost as of this write: the estimate moves with the status, not the clock."""
+    spec = inputs.spec
+    job_cost = history.job_cost(spec, new["history"], inputs.now) if spec is not None else None
+    if job_cost is None or spec is None:
+        return
+    new["cost"] = cost.status_fragment(job_cost)
+    eta = (new.get("progress") or inputs.previous.get("progress") or {}).get("etaSeconds")
+    if inputs.decision.phase is Phase.TRAINING:
+        new["cost"] = cost.with_projection(new["cost"], eta, spec.nodes)
+
+
+def _last_failure(obs: Observed) -> Json | None:
+    """The latest classified gang failure, with its evidence (kept once seen)."""
+    failure = obs.failure
+    if failure is None:
+        return None
+    tail = "\n".join(failure.log_tail)
+    message = clip(failure.message + ("\nlast log lines:\n" + tail if tail else ""))
+    return {"reason": failure.reason, "message": message, "retry": failure.retry}
+
+
+def _cache_figures(spec: TrainiumJobSpec, decision: Decision, obs: Observed) -> Json:
+    """The entry this job uses, and the compile time it spent or a hit saved."""
+    out: Json = {"entry": identity(spec).record_name}
+    seconds = obs.cache_seconds
+    if seconds is not None and decision.cache_hit:
+        out["savedSeconds"] = seconds
+    elif seconds is not None and obs.precompile is Child.SUCCEEDED and obs.cache_recorded:
+        out["compileSeconds"] = seconds
+    return out
+
+
+def _job_name(owner: str, stage: str, state: Child, actions: tuple[Action, ...]) -> str | None:
+    """Name a stage's job on status once it exists or is being created now."""
+    create = Action.CREATE_PRECOMPILE if stage == "precompile" else Action.CREATE_TRAINING
+    present = state is not Child.ABSENT
+    return naming.vcjob_name(owner, stage) if present or create in actions else None
+
+
+def _gang_pending(decision: Decision, obs: Observed) -> bool:
+    """The live stage's gang exists (or is created now) but is not running yet."""
+    if decision.phase is Phase.PRECOMPILING:
+        state, create = obs.precompile, Action.CREATE_PRECOMPILE
+    elif decision.phase is Phase.TRAINING:
+        state, create = obs.training, Action.CREATE_TRAINING
+    else:
+        return False
+    return state is Child.PENDING or (state is Child.ABSENT and create in decision.actions)
