@@ -16,7 +16,7 @@ from trainium_operator.build import builders, cache
 from trainium_operator.build.builders import Owner
 from trainium_operator.cluster import fsx, k8s
 from trainium_operator.cluster.reads import ApiReader, Kind, Reader, lookup
-from trainium_operator.domain import budget, checkpoints, failures, lifecycle
+from trainium_operator.domain import budget, checkpoints, failures, lifecycle, unschedulable
 from trainium_operator.domain.checkpoints import Checkpoint
 from trainium_operator.domain.lifecycle import TERMINAL, Blocker, Child, Observed
 
@@ -324,7 +324,7 @@ def startup_left(job: Json | None, deadline: int | None, now: str) -> float | No
 
 def stuck_failure(owner: Owner, stage: str) -> failures.Failure:
     """A gang unscheduled past its startup deadline: what the scheduler says is short."""
-    found = failures.unschedulable(gang_pods(owner, stage))
+    found = unschedulable.unschedulable(gang_pods(owner, stage))
     if found is not None:
         return found
     msg = f"the {stage} gang was not scheduled within runPolicy.startupDeadlineSeconds"

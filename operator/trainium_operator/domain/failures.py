@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from trainium_operator.domain import checkpoints
+from trainium_operator.domain import checkpoints, logrules
 from trainium_trainer import contract
 
 Json = Mapping[str, Any]
@@ -95,133 +95,6 @@ class Failure:
         return self.reason in NODE_FAULTS and bool(self.node)
 
 
-@dataclass(frozen=True)
-class Rule:
-    """Log lines that prove one failure class; the first line matching any pattern is shown."""
-
-    reason: str
-    patterns: tuple[re.Pattern[str], ...]
-
-
-def _rule(reason: str, *patterns: str) -> Rule:
-    """A rule with its patterns compiled once, at import."""
-    return Rule(reason, tuple(re.compile(p) for p in patterns))
-
-
-# Ordered by specificity: the first rule with a matching line wins, wherever the line is.
-# Each pattern names the public report its text was taken from.
-LOG_RULES: tuple[Rule, ...] = (
-    # trainer/trainium_trainer/preflight.py: "preflight failed: 0 Neuron devices in /dev (...)".
-    _rule("PreflightFailed", rf"^(?:\[[^\]]*\]:?\s*)?{re.escape(contract.PREFLIGHT_FAILED)} "),
-    _rule(
-        "LossDiverged",
-        # trainer/trainium_trainer/errors.py NonFiniteLoss via __main__.py: "error: non-finite
-        # loss nan (mean over ranks) at step 7; ..." and "error: 3 non-finite weights at step 7".
-        r"\berror: .*\bnon-finite (?:loss|weights?)\b.*\bat step \d+",
-    ),
-    _rule(
-        "NeuronCompilerError",
-        # aws-neuron/aws-neuron-sdk#690 "neuronx-cc failed with 1", #1369 "neuronx-cc
-        # compilation failed with 70", #601 "INTERNAL: neuronx-cc compilation failed."
-        r"neuronx-cc (?:compilation )?failed\b",
-        # huggingface/optimum-neuron#698, aws-neuron-sdk#947 "ERROR ||NEURON_CC_WRAPPER||: Failed
-        # compilation with [...]", #1023 "Got a cached failed neff", #601 (||NCC_WRAPPER||).
-        r"\|\|N(?:EURON_)?CC_WRAPPER\|\|: (?:Failed compilation|Compilation failed"
-        r"|Got a cached failed neff|There was a compilation error)",
-        # aws-neuron-sdk#1000 "[F134] neuronx-cc terminated abnormally".
-        r"neuronx-cc terminated abnormally",
-        # Compiler diagnostics: aws-neuron-sdk#1023 "[NLA001] Unhandled exception", #947
-        # "[TEN404] ... Internal tensorizer error"; NCC_ codes as public trn1/trn2 ports quote
-        # them: "[NCC_EVRF029] Operation sort is not supported", "[NCC_EOOM002] ... HBM limit".
-        r"\[(?:NCC_[A-Z]+\d+|NLA\d{3}|TEN\d{3})\]",
-        # aws-neuron-sdk#422/#284 "ERROR [neuron-cc]: An Internal Compiler Error has occurred".
-        r"An Internal Compiler Error has occurred",
-        # aws-neuron-sdk#947 "[root]: Subcommand returned with exitcode=70".
-        r"Subcommand returned with exitcode=[1-9]\d*",
-    ),
-    _rule(
-        "EfaInitFailed",
-        # aws-neuron-sdk#851: "CCOM WARN NET/OFI aws-ofi-nccl initialization failed" and
-        # "CCOM WARN OFI plugin initNet() failed is EFA enabled?"
-        r"OFI plugin initNet\(\) failed",
-        r"NET/OFI .*initiali[sz]ation failed",
-        # ofiwg/libfabric#12708, aws/aws-ofi-nccl#889: "fi_getinfo: provider efa output empty
-        # list", "fi_getinfo: -61 (No data available)"; libfabric#5689 "fi_getinfo failed".
-        r"fi_getinfo(?:_\(\))?\b.*(?:empty list|-61|No data available|failed)",
-        # aws/aws-ofi-nccl#24 "NET/OFI Couldn't open AV"; libfabric#12708 "ibv_open_device failed".
-        r"NET/OFI Couldn't (?:open|create|get)",
-        r"ibv_open_device failed",
-    ),
-    _rule(
-        "DeviceOutOfMemory",
-        # vllm-project/vllm#12443 'nrt_tensor_allocate status=4 message="Allocation Failure"'.
-        r"nrt_tensor_allocate status=4\b",
-        r'message="Allocation Failure"',
-    ),
-    _rule(
-        "NeuronRuntimeError",
-        # Runtime/driver log lines: aws-neuron-sdk#851 "ERROR   NRT:nrt_init  Failed to
-        # initialize devices", "ERROR  TDRV:tdrv_init_mla_phase1 Could not open the nd3", #779
-        # "ERROR   ENC:enc_load_operations", "ERROR  NMGR:dlr_kelf_stage".
-        r"\bERROR\s+(?:NRT|TDRV|NMGR|ENC):\w+",
-        # huggingface/optimum-neuron#668 "Failure: NRT_RESOURCE in nrt_load()"; aws-neuron-sdk#351
-        # "nrt_execute: status=1004"; #493 "NRTD response code 'NERR_RESOURCE_NC'".
-        r"Failure: NRT_\w+ in nrt_\w+",
-        r"\bnrt_\w+:? status=\d+",
-        r"\bNERR_[A-Z_]+",
-        # aws-neuron-samples#44, aws-neuron-sdk#718 (runtime could not start).
-        r"Neuron [Rr]untime (?:cannot|could not) be initiali[sz]ed",
-        r"No neuron device available",
-        # aws-neuron-sdk#713/#851: Neuron collectives (CCOM) bootstrap timeouts between nodes.
-        r"CCOM WARN Timeout waiting for",
-    ),
-    _rule(
-        "RendezvousTimeout",
-        # torchrun/c10d: ymcui/Chinese-LLaMA-Alpaca-2#274 RendezvousTimeoutError; pytorch#79388
-        # and meta-pytorch/torchtune#2676 RendezvousConnectionError ("The connection to the C10d
-        # store has failed"); pytorch#116974 RendezvousClosedError.
-        r"Rendezvous(?:Timeout|Connection|Closed)Error",
-        # nvidia-cosmos/cosmos-rl#681 "torch.distributed.DistNetworkError: The client socket has
-        # timed out after 300000ms"; pytorch#79388 "[c10d] The client socket has timed out".
-        r"DistNetworkError",
-        r"The client socket has timed out",
-        # torchtune#2676 gloo "Timed out waiting 1800000ms for recv operation to complete";
-        # aws-neuron-sdk#1369 gloo "Connection closed by peer".
-        r"Timed out waiting \d+ms for (?:recv|send) operation",
-        r"gloo.*Connection closed by peer",
-    ),
-    _rule(
-        "OOMKilled",
-        # Host-memory exhaustion a worker reports itself (the kernel OOM killer shows up as
-        # terminated.reason OOMKilled instead): C++ std::bad_alloc, Python MemoryError, ENOMEM.
-        r"std::bad_alloc",
-        r"(?:^|[\s:\]])MemoryError\b",
-        r"Cannot allocate memory",
-    ),
-    _rule(
-        "Interrupted",
-        # trainer/trainium_trainer/__main__.py after a SIGTERM: "stopped: SIGTERM: stopped after
-        # step 40, checkpointed; ..." (torchrun --tee prefixes "[default0]:"), and its torchrun
-        # wrapper (trainium_trainer/torchrun.py): "stopped: torchrun got signal 15 (SIGTERM)..."
-        r"(?:^|\]:)\s*stopped: "
-        r"(?:SIGTERM: stopped after step \d+|torchrun(?:'s workers)? got signal)",
-        # torchrun's agent itself (torch/distributed/elastic/multiprocessing/api.py): ahead of
-        # the generic traceback rule, which would read this exception as the user's code.
-        r"\bSignalException: Process \d+ got signal: \d+",
-    ),
-    _rule(
-        "UserCodeError",
-        # trainer/trainium_trainer/__main__.py: a mistake the user can fix is one "error: ..."
-        # line (torchrun --tee prefixes "[default0]:").
-        r"(?:^|\]:)\s*error: \S",
-        # The exception line that ends a Python traceback, but not torchrun's own summary.
-        r"^(?:\[[^\]]*\]:?\s*)?(?:[A-Za-z_]\w*\.)*(?!ChildFailedError)[A-Za-z_]\w*"
-        r"(?:Error|Exception)(?::\s|\s*$)",
-    ),
-    # A traceback whose exception line fell out of the tail still says the code raised.
-    _rule("UserCodeError", r"Traceback \(most recent call last\)"),
-)
-
 # Kubernetes core/v1 DisruptionTarget reasons (k8s.io/api/core/v1/types.go, Kubernetes >= 1.26;
 # 1.25's alpha name was PreemptionByKubeScheduler). Volcano's evictor instead sets Ready=False
 # with reason "Evict" and "Pod is evicted, because of preempt|reclaim" (pkg/scheduler/cache).
@@ -276,7 +149,7 @@ def classify_gang(pods: Sequence[Json], logs: Mapping[str, Sequence[str]]) -> Fa
     let any primary cause beat the SECONDARY ones, and within a tier the first by finishedAt.
     """
     found = [
-        (i, f) for i, pod in enumerate(pods) if (f := _classify(pod, logs.get(_name(pod), ())))
+        (i, f) for i, pod in enumerate(pods) if (f := _classify(pod, logs.get(pod_name(pod), ())))
     ]
     if not found:
         return None
@@ -303,7 +176,7 @@ def _classify(pod: Json, log_tail: Sequence[str]) -> _Found | None:
 
 def _weigh(pod: Json, log_tail: Sequence[str]) -> _Found | None:
     """Weigh the evidence in order: disruption, waiting error, terminated container, phase."""
-    name, status = _name(pod), pod.get("status") or {}
+    name, status = pod_name(pod), pod.get("status") or {}
     disrupted = _disruption(name, status, log_tail)
     if disrupted:
         return disrupted
@@ -344,93 +217,6 @@ def _killed_by_deletion(pod: Json, term: Json) -> bool:
     since = deleted - datetime.timedelta(seconds=grace if isinstance(grace, int) else 0)
     finished = _time(term.get("finishedAt"))
     return finished is None or finished >= since - datetime.timedelta(seconds=1)
-
-
-def unschedulable(pods: Sequence[Json]) -> Failure | None:
-    """A gang pod the scheduler cannot place, and which resource is short (None: all placed)."""
-    stuck = [(pod, msg) for pod in pods if (msg := _unschedulable_message(pod)) is not None]
-    if not stuck:
-        return None
-    # Volcano marks the gang's other pods with a gang summary; a pod with a node reason says more.
-    pod, msg = next(((p, m) for p, m in stuck if short_resource(m)), stuck[0])
-    text, short = msg or "no message from the scheduler", short_resource(msg)
-    said = f", short of {short}" if short else ""
-    return make_failure(
-        "Unschedulable", f"pod {_name(pod)} cannot be scheduled{said}: {text}", (), short
-    )
-
-
-def short_resource(message: str) -> str | None:
-    """What the scheduler's message says is short: the Insufficient resources, else the top reason.
-
-    kube-scheduler: "0/3 nodes are available: 1 node(s) had untolerated taint {k: v}, 2
-    Insufficient aws.amazon.com/neuron. preemption: ..."; Volcano (pkg/scheduler/api/
-    unschedule_info.go): "0/4 nodes are unavailable: 4 Insufficient aws.amazon.com/neuron."
-    """
-    head = message.split(". preemption:")[0].strip().rstrip(".")
-    nodes = _NODES.match(head)
-    items = [(int(n), t.strip()) for n, t in _ITEM.findall(nodes.group("items") if nodes else "")]
-    if not items:
-        if gang := _GANG.search(head):
-            return (
-                f"free nodes for the whole gang ({gang['stuck']} of {gang['size']} pods fit none)"
-            )
-        return next((label for rx, label in _WHOLE if rx.search(head)), None)
-    short = [
-        m.group(1) for _, t in sorted(items, key=lambda i: -i[0]) if (m := _INSUFFICIENT.match(t))
-    ]
-    if short:
-        return ", ".join(dict.fromkeys(short))
-    return _label(max(items, key=lambda i: i[0])[1])
-
-
-_NODES = re.compile(
-    r"^(?:\d+/\d+ nodes are (?:un)?available|all nodes are unavailable)\s*:\s*(?P<items>.*)$"
-)
-#: "2 Insufficient cpu", "1 node(s) had untolerated taint {aws.amazon.com/neuron: true}".
-_ITEM = re.compile(r"(\d+)\s+((?:[^,{]|\{[^}]*\})+)")
-_INSUFFICIENT = re.compile(r"^Insufficient (\S+)")
-_LABELS: tuple[tuple[re.Pattern[str], str], ...] = (
-    (re.compile(r"taint (\{[^}]*\})"), r"toleration for taint \1"),
-    (
-        re.compile(r"didn't match (?:Pod's )?node (?:affinity|selector)"),
-        "node matching the pod's node affinity/selector",
-    ),
-    (re.compile(r"resource fit failed"), "node resources (Volcano: resource fit failed)"),
-    (re.compile(r"volume node affinity conflict"), "node in the volume's zone"),
-    (re.compile(r"Too many pods|pod number exceeded"), "pods"),
-    (re.compile(r"were unschedulable"), "schedulable (uncordoned) nodes"),
-)
-#: Volcano's gang summary (every pod of a gang that does not fit at once carries it):
-#: "pod group is not ready, 5 Pending, 5 minAvailable; Pending: 1 Unschedulable, 4 Schedulable".
-_GANG = re.compile(r"(?P<size>\d+) minAvailable; Pending: (?P<stuck>\d+) Unschedulable")
-_WHOLE: tuple[tuple[re.Pattern[str], str], ...] = (
-    (re.compile(r"unbound immediate PersistentVolumeClaims"), "bound PersistentVolumeClaim"),
-    (re.compile(r"no nodes available"), "nodes"),
-)
-
-
-def _label(text: str) -> str:
-    """A short name for one scheduler reason; the reason itself when none is known."""
-    for rx, label in _LABELS:
-        m = rx.search(text)
-        if m:
-            return m.expand(label)
-    return text
-
-
-_STUCK = ("PodScheduled", "False", "Unschedulable")
-
-
-def _unschedulable_message(pod: Json) -> str | None:
-    """The PodScheduled=False/Unschedulable message of a Pending pod; None if it is not stuck."""
-    status = pod.get("status") or {}
-    if status.get("phase", "Pending") != "Pending":
-        return None
-    for cond in status.get("conditions") or ():
-        if (cond.get("type"), cond.get("status"), cond.get("reason")) == _STUCK:
-            return str(cond.get("message") or "")
-    return None
 
 
 def _disruption(name: str, status: Json, log_tail: Sequence[str]) -> _Found | None:
@@ -516,7 +302,7 @@ def _from_log(
 ) -> Failure:
     """The first rule (most specific first) with a matching line; Unknown when none matches."""
     tail = lines if tail is None else tail
-    for rule in LOG_RULES:
+    for rule in logrules.LOG_RULES:
         line = next((ln for ln in lines if any(p.search(ln) for p in rule.patterns)), None)
         if line is not None:
             return make_failure(rule.reason, f"{where} ({how}): {_cut(line.strip())}", tail)
@@ -535,7 +321,7 @@ def _cut(line: str) -> str:
     return line if len(line) <= _EVIDENCE_CHARS else line[: _EVIDENCE_CHARS - 3] + "..."
 
 
-def _name(pod: Json) -> str:
+def pod_name(pod: Json) -> str:
     """The pod's name as the API has it."""
     return str((pod.get("metadata") or {}).get("name", "?"))
 

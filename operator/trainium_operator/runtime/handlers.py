@@ -28,6 +28,7 @@ from trainium_operator.build.builders import (
     MANAGED_BY,
 )
 from trainium_operator.build.cache import LABEL_CACHE_ENTRY
+from trainium_operator.cluster import election as lease_io
 from trainium_operator.cluster import k8s, watches
 from trainium_operator.cluster.reconcile import reconcile
 from trainium_operator.domain import events
@@ -86,9 +87,9 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any) -
 
 def _elect(lease: str, passes: Passes) -> leadership.Election:
     """Stand for the Lease: passes run inside our terms; every write asks the fence first."""
-    namespace = os.environ.get("POD_NAMESPACE") or k8s.current_namespace()
+    namespace = os.environ.get("POD_NAMESPACE") or lease_io.current_namespace()
     election = leadership.Election(
-        k8s.ElectionLease(namespace, lease), leadership.identity(), name=lease,
+        lease_io.ElectionLease(namespace, lease), leadership.identity(), name=lease,
         namespace=namespace, timing=leadership.timing_from(),
         on_start=passes.start_term, on_stop=passes.end_term,
     )  # fmt: skip

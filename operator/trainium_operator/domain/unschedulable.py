@@ -1,0 +1,105 @@
+"""Pure: why a gang cannot be placed, in the scheduler's words and in a few of ours.
+
+kube-scheduler and Volcano say it in one sentence per pod (PodScheduled=False/Unschedulable);
+this reads which resource is short, so a blocker can name it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from trainium_operator.domain import failures
+
+Json = dict[str, Any]
+
+
+def unschedulable(pods: Sequence[Json]) -> failures.Failure | None:
+    """A gang pod the scheduler cannot place, and which resource is short (None: all placed)."""
+    stuck = [(pod, msg) for pod in pods if (msg := _unschedulable_message(pod)) is not None]
+    if not stuck:
+        return None
+    # Volcano marks the gang's other pods with a gang summary; a pod with a node reason says more.
+    pod, msg = next(((p, m) for p, m in stuck if short_resource(m)), stuck[0])
+    text, short = msg or "no message from the scheduler", short_resource(msg)
+    said = f", short of {short}" if short else ""
+    return failures.make_failure(
+        "Unschedulable",
+        f"pod {failures.pod_name(pod)} cannot be scheduled{said}: {text}",
+        (),
+        short,
+    )
+
+
+def short_resource(message: str) -> str | None:
+    """What the scheduler's message says is short: the Insufficient resources, else the top reason.
+
+    kube-scheduler: "0/3 nodes are available: 1 node(s) had untolerated taint {k: v}, 2
+    Insufficient aws.amazon.com/neuron. preemption: ..."; Volcano (pkg/scheduler/api/
+    unschedule_info.go): "0/4 nodes are unavailable: 4 Insufficient aws.amazon.com/neuron."
+    """
+    head = message.split(". preemption:")[0].strip().rstrip(".")
+    nodes = _NODES.match(head)
+    items = [(int(n), t.strip()) for n, t in _ITEM.findall(nodes.group("items") if nodes else "")]
+    if not items:
+        if gang := _GANG.search(head):
+            return (
+                f"free nodes for the whole gang ({gang['stuck']} of {gang['size']} pods fit none)"
+            )
+        return next((label for rx, label in _WHOLE if rx.search(head)), None)
+    short = [
+        m.group(1) for _, t in sorted(items, key=lambda i: -i[0]) if (m := _INSUFFICIENT.match(t))
+    ]
+    if short:
+        return ", ".join(dict.fromkeys(short))
+    return _label(max(items, key=lambda i: i[0])[1])
+
+
+_NODES = re.compile(
+    r"^(?:\d+/\d+ nodes are (?:un)?available|all nodes are unavailable)\s*:\s*(?P<items>.*)$"
+)
+#: "2 Insufficient cpu", "1 node(s) had untolerated taint {aws.amazon.com/neuron: true}".
+_ITEM = re.compile(r"(\d+)\s+((?:[^,{]|\{[^}]*\})+)")
+_INSUFFICIENT = re.compile(r"^Insufficient (\S+)")
+_LABELS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"taint (\{[^}]*\})"), r"toleration for taint \1"),
+    (
+        re.compile(r"didn't match (?:Pod's )?node (?:affinity|selector)"),
+        "node matching the pod's node affinity/selector",
+    ),
+    (re.compile(r"resource fit failed"), "node resources (Volcano: resource fit failed)"),
+    (re.compile(r"volume node affinity conflict"), "node in the volume's zone"),
+    (re.compile(r"Too many pods|pod number exceeded"), "pods"),
+    (re.compile(r"were unschedulable"), "schedulable (uncordoned) nodes"),
+)
+#: Volcano's gang summary (every pod of a gang that does not fit at once carries it):
+#: "pod group is not ready, 5 Pending, 5 minAvailable; Pending: 1 Unschedulable, 4 Schedulable".
+_GANG = re.compile(r"(?P<size>\d+) minAvailable; Pending: (?P<stuck>\d+) Unschedulable")
+_WHOLE: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"unbound immediate PersistentVolumeClaims"), "bound PersistentVolumeClaim"),
+    (re.compile(r"no nodes available"), "nodes"),
+)
+
+
+def _label(text: str) -> str:
+    """A short name for one scheduler reason; the reason itself when none is known."""
+    for rx, label in _LABELS:
+        m = rx.search(text)
+        if m:
+            return m.expand(label)
+    return text
+
+
+_STUCK = ("PodScheduled", "False", "Unschedulable")
+
+
+def _unschedulable_message(pod: Json) -> str | None:
+    """The PodScheduled=False/Unschedulable message of a Pending pod; None if it is not stuck."""
+    status = pod.get("status") or {}
+    if status.get("phase", "Pending") != "Pending":
+        return None
+    for cond in status.get("conditions") or ():
+        if (cond.get("type"), cond.get("status"), cond.get("reason")) == _STUCK:
+            return str(cond.get("message") or "")
+    return None
