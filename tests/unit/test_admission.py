@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from trainium_operator.cluster import k8s, observe
+from trainium_operator.cluster import eventlooks, k8s, observe
 
 Json = dict[str, Any]
 NOW = "2026-11-25T10:00:00Z"
@@ -32,7 +32,7 @@ def event(at: str, message: str = "pods is forbidden: no PriorityClass with name
 
 def pods_not_created(namespace: str, job: Json | None, now: str) -> Any:
     """The blocker a pass sees from its own look at the gang's Events."""
-    return observe.failed_create(observe.look_at_events(namespace, job, now), now)
+    return eventlooks.failed_create(eventlooks.look_at_events(namespace, job, now), now)
 
 
 @pytest.fixture
@@ -90,8 +90,8 @@ def test_only_a_pending_gang_is_looked_at(
 def test_a_pending_gang_is_looked_at_a_few_times_then_left(
     created: str, expected: float | None
 ) -> None:
-    assert observe.next_event_look(vcjob(created=created), NOW) == expected
-    assert observe.next_event_look(vcjob("Running", created), NOW) is None
+    assert eventlooks.next_event_look(vcjob(created=created), NOW) == expected
+    assert eventlooks.next_event_look(vcjob("Running", created), NOW) is None
 
 
 @pytest.mark.parametrize(
@@ -100,27 +100,27 @@ def test_a_pending_gang_is_looked_at_a_few_times_then_left(
      (1800, 5), (2700, 6)],
 )  # fmt: skip
 def test_looks_are_numbered_by_age(age: float, number: int) -> None:
-    assert observe.look_number(age) == number
+    assert eventlooks.look_number(age) == number
 
 
 def test_events_are_listed_once_per_look_not_per_pass(events: list[Json]) -> None:
     """Passes between two looks reuse the last look; its recency is judged at each pass."""
     events.append(event("2026-11-25T09:59:50Z"))
-    first = observe.look_at_events("team-a", vcjob(), NOW)
+    first = eventlooks.look_at_events("team-a", vcjob(), NOW)
     assert first is not None and first.number == 2 and first.at == "2026-11-25T09:59:50Z"
     events.clear()  # a list now would find nothing
-    again = observe.look_at_events("team-a", vcjob(), "2026-11-25T10:00:30Z", first)
+    again = eventlooks.look_at_events("team-a", vcjob(), "2026-11-25T10:00:30Z", first)
     assert again is first
-    assert observe.failed_create(again, "2026-11-25T10:00:30Z") is not None
-    assert observe.failed_create(again, "2026-11-25T10:11:00Z") is None  # no longer recent
-    later = observe.look_at_events("team-a", vcjob(), "2026-11-25T10:04:00Z", first)
+    assert eventlooks.failed_create(again, "2026-11-25T10:00:30Z") is not None
+    assert eventlooks.failed_create(again, "2026-11-25T10:11:00Z") is None  # no longer recent
+    later = eventlooks.look_at_events("team-a", vcjob(), "2026-11-25T10:04:00Z", first)
     assert later is not None and later.number == 3 and not later.at  # the next look lists
 
 
 def test_a_new_gang_instance_is_looked_at_anew(events: list[Json]) -> None:
     events.append(event("2026-11-25T09:59:50Z"))
-    before = observe.EventLook("u0", 2, "j-train", "2026-11-25T09:50:00Z", "old gang")
-    looked = observe.look_at_events("team-a", vcjob(), NOW, before)
+    before = eventlooks.EventLook("u0", 2, "j-train", "2026-11-25T09:50:00Z", "old gang")
+    looked = eventlooks.look_at_events("team-a", vcjob(), NOW, before)
     assert looked is not None and looked.gang == "u1" and looked.message != "old gang"
 
 

@@ -10,7 +10,7 @@ from support import job
 from trainium_operator.api.spec import parse
 from trainium_operator.build import cache
 from trainium_operator.build.builders import Owner
-from trainium_operator.cluster import k8s, observe, watches
+from trainium_operator.cluster import k8s, observe, storage, watches
 from trainium_operator.cluster.observe import Views
 from trainium_operator.cluster.reads import Kind
 
@@ -72,7 +72,7 @@ def pv(ref_uid: str | None, deleting: bool = False) -> dict[str, Any]:
 def test_static_volume(
     volume: Any, found_claim: Any, ready: bool, released: bool, reason: str | None
 ) -> None:
-    got = observe._static_volume(volume, found_claim)
+    got = storage.static_volume(volume, found_claim)
     assert (got.ready, got.released) == (ready, released)
     assert (got.blocker.reason if got.blocker else None) == reason
 

@@ -17,7 +17,8 @@ import urllib3
 from kubernetes.client.exceptions import ApiException
 
 from trainium_operator.cluster import k8s, reconcile
-from trainium_operator.cluster.observe import EventLook, Views, queue_blocker
+from trainium_operator.cluster.eventlooks import EventLook
+from trainium_operator.cluster.observe import Views, queue_blocker
 from trainium_operator.cluster.reads import Kind
 from trainium_operator.cluster.reconcile import Outcome, Transition
 from trainium_operator.domain.lifecycle import Action
@@ -502,9 +503,9 @@ def test_17_bug5_the_pod_watch_keeps_the_failed_pod_until_a_pass_reads_it() -> N
 def test_status_is_composed_purely_and_a_settled_status_is_returned_as_is(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from support import spec_of
-
     from dataclasses import replace
+
+    from support import spec_of
 
     from trainium_operator.domain import budget, lifecycle, status
     from trainium_operator.domain.model import Observed

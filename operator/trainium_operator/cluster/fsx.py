@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -15,6 +16,10 @@ class FsxNames:
 
     dns_name: str
     mount_name: str
+
+
+#: Looks a file system up by id (describe, or a test's fake).
+FsxLookup = Callable[[str], FsxNames]
 
 
 class FsxLookupError(Exception):

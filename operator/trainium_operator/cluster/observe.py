@@ -6,7 +6,7 @@ what its watches already stream; GETs elsewhere. The queue hierarchy comes in th
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,13 +15,19 @@ from trainium_operator.api.spec import TrainiumJobSpec
 from trainium_operator.build import builders, cache
 from trainium_operator.build.builders import Owner
 from trainium_operator.cluster import fsx, k8s
+from trainium_operator.cluster.eventlooks import (
+    EventLook,
+    failed_create,
+    look_at_events,
+    next_event_look,
+)
 from trainium_operator.cluster.reads import ApiReader, Kind, Reader, lookup
+from trainium_operator.cluster.storage import storage_of
 from trainium_operator.domain import budget, checkpoints, failures, lifecycle, unschedulable
 from trainium_operator.domain.checkpoints import Checkpoint
 from trainium_operator.domain.lifecycle import TERMINAL, Blocker, Child, Observed
 
 Json = dict[str, Any]
-FsxLookup = Callable[[str], fsx.FsxNames]
 
 
 @dataclass(frozen=True)
@@ -103,11 +109,11 @@ class Seen:
 
 
 def observe(
-    spec: TrainiumJobSpec, owner: Owner, views: Views, lookup: FsxLookup | None = None
+    spec: TrainiumJobSpec, owner: Owner, views: Views, lookup: fsx.FsxLookup | None = None
 ) -> Seen:
     """Read the job's world: storage, queue, cache record and both Volcano jobs."""
     read = views.reader
-    storage = _storage(spec, owner, lookup or fsx.describe, read)
+    storage = storage_of(spec, owner, lookup or fsx.describe, read)
     pre = read.get(Kind.VCJOB, owner.namespace, naming.vcjob_name(owner.name, "precompile"))
     train = read.get(Kind.VCJOB, owner.namespace, naming.vcjob_name(owner.name, "train"))
     stopping = train is not None and bool(train["metadata"].get("deletionTimestamp"))
@@ -363,170 +369,6 @@ def priority_blocker(name: str | None) -> Blocker | None:
         "pods could not be created: create it (scheduling.k8s.io/v1) or pick another"
     )
     return Blocker("PriorityClassNotFound", msg)
-
-
-#: A FailedCreate Event older than this no longer speaks for the gang (Volcano retries sooner).
-RECENT_SECONDS = 600.0
-#: Ages (seconds) of a pending gang at which its Events are read again: nothing watches Events,
-#: so a gang whose pods cannot be created is found by these few looks, not by polling.
-EVENT_LOOKS = (15.0, 60.0, 300.0, 900.0)
-
-
-@dataclass(frozen=True)
-class EventLook:
-    """What one look at a pending gang's FailedCreate Events found (kept in the job's record)."""
-
-    #: The Volcano job instance looked at (its uid) and which look it was (look_number).
-    gang: str
-    number: int
-    #: The Volcano job's name, and the newest FailedCreate's time and words ("" if none).
-    job: str = ""
-    at: str = ""
-    message: str = ""
-
-
-def look_number(age: float) -> int:
-    """Which look a gang of this age is due (0: none yet): EVENT_LOOKS, then one per last."""
-    last = EVENT_LOOKS[-1]
-    passed = sum(1 for at in EVENT_LOOKS if at <= age)
-    return passed + (int((age - last) // last) if age >= last else 0)
-
-
-def look_at_events(
-    namespace: str, job: Json | None, now: str, last: EventLook | None = None
-) -> EventLook | None:
-    """The pending gang's newest FailedCreate Event as of its latest look (None: no look due).
-
-    Listed once per look, not per pass: every pass of a gang pending past its first look had
-    listed Events (4.5 lists per job at 1000 jobs). A young gang is Volcano still at work.
-    """
-    if job is None or _child(job) is not Child.PENDING or not now:
-        return None
-    number = look_number(_age(job, now))
-    if number == 0:
-        return None
-    md = job["metadata"]
-    gang = str(md.get("uid") or md["name"])
-    if last is not None and (last.gang, last.number) == (gang, number):
-        return last
-    events = [e for e in k8s.list_events(namespace, md["name"], "FailedCreate") if _about(e, job)]
-    newest = max(events, key=_event_time, default=None)
-    if newest is None:
-        return EventLook(gang, number, md["name"])
-    said = " ".join(str(newest.get("message") or "no message").split())
-    return EventLook(gang, number, md["name"], _event_time(newest), said)
-
-
-def failed_create(looked: EventLook | None, now: str) -> Blocker | None:
-    """Why Volcano cannot create a pending gang's pods: its newest FailedCreate, while recent."""
-    if looked is None or not looked.at or not now:
-        return None
-    if cache.seconds_between(looked.at, now) > RECENT_SECONDS:
-        return None
-    msg = f"Volcano cannot create the pods of {looked.job} (FailedCreate): {looked.message}"
-    return Blocker("FailedCreate", msg)
-
-
-def _about(event: Json, job: Json) -> bool:
-    """The Event is about this Volcano job (kind, group and, when both say, uid)."""
-    ref = event.get("involvedObject") or {}
-    uid, job_uid = ref.get("uid"), job["metadata"].get("uid")
-    group = str(ref.get("apiVersion") or "").partition("/")[0]
-    return ref.get("kind") == "Job" and group == "batch.volcano.sh" and uid in (None, job_uid)
-
-
-def _event_time(event: Json) -> str:
-    """When an Event last happened, whichever field its writer filled."""
-    series = (event.get("series") or {}).get("lastObservedTime")
-    md = event.get("metadata") or {}
-    times = (
-        series,
-        event.get("lastTimestamp"),
-        event.get("eventTime"),
-        md.get("creationTimestamp"),
-    )
-    return next((str(t) for t in times if t), "")
-
-
-def next_event_look(job: Json | None, now: str) -> float | None:
-    """Seconds until the next look at a pending gang's Events (None: no more looks)."""
-    if job is None or _child(job) is not Child.PENDING or not now:
-        return None
-    age = _age(job, now)
-    return next((at - age for at in EVENT_LOOKS if at > age), None)
-
-
-def _age(job: Json, now: str) -> float:
-    """Seconds since the Volcano job was created (0 when it says no time)."""
-    return cache.seconds_between(job["metadata"].get("creationTimestamp") or now, now)
-
-
-@dataclass(frozen=True)
-class _Storage:
-    ready: bool = False
-    blocker: Blocker | None = None
-    released: bool = False
-    names: fsx.FsxNames | None = None
-    volume: Json | None = None
-
-
-def _storage(spec: TrainiumJobSpec, owner: Owner, lookup: FsxLookup, read: Reader) -> _Storage:
-    """Ready means the claim is Bound; a Pending claim, a terminating or stale PV wait."""
-    if spec.storage.claimName:
-        return _user_claim(spec.storage.claimName, owner.namespace, read)
-    claim = read.get(Kind.CLAIM, owner.namespace, naming.claim_name(owner.name))
-    volume = read.get(Kind.VOLUME, "", naming.volume_name(owner.namespace, owner.name))
-    if volume is not None:
-        return _static_volume(volume, claim)
-    return _Storage(**_fsx_names(spec, lookup))
-
-
-def _user_claim(name: str, namespace: str, read: Reader) -> _Storage:
-    claim = read.get(Kind.CLAIM, namespace, name)
-    what = f"PersistentVolumeClaim {name!r} (spec.storage.claimName)"
-    if claim is None:
-        msg = f"{what} not found in namespace {namespace!r}; waiting for it to be created"
-        return _Storage(blocker=Blocker("ClaimNotFound", msg))
-    phase = (claim.get("status") or {}).get("phase") or "Pending"
-    if phase == "Bound":
-        return _Storage(ready=True)
-    if phase == "Lost":
-        msg = f"{what} is Lost: its PersistentVolume is gone; recreate the claim"
-        return _Storage(blocker=Blocker("ClaimLost", msg))
-    msg = f"{what} is {phase}, not yet bound to a volume; waiting for it to bind"
-    return _Storage(blocker=Blocker("ClaimPending", msg))
-
-
-def _static_volume(volume: Json, claim: Json | None) -> _Storage:
-    """Our FSx PV exists: wait while it terminates, repair it when Released, else bind."""
-    name = volume["metadata"]["name"]
-    if volume["metadata"].get("deletionTimestamp"):
-        msg = f"PersistentVolume {name!r} of an earlier job is being deleted; waiting to recreate"
-        return _Storage(blocker=Blocker("VolumeTerminating", msg, warn=False), volume=volume)
-    ref_uid = ((volume.get("spec") or {}).get("claimRef") or {}).get("uid")
-    claim_uid = ((claim or {}).get("metadata") or {}).get("uid")
-    if ref_uid and ref_uid != claim_uid:  # bound to a claim that is gone, or another claim
-        return _Storage(released=True, volume=volume)
-    if claim is None:
-        return _Storage(volume=volume)  # CREATE_STORAGE: the PV exists (409), the claim follows
-    phase = (claim.get("status") or {}).get("phase") or "Pending"
-    if phase == "Bound":
-        return _Storage(ready=True, volume=volume)
-    msg = f"claim {claim['metadata']['name']!r} is {phase}; waiting for it to bind to {name!r}"
-    return _Storage(blocker=Blocker("ClaimPending", msg, warn=False), volume=volume)
-
-
-def _fsx_names(spec: TrainiumJobSpec, lookup: FsxLookup) -> dict[str, Any]:
-    """DNS and mount names for a new static PV: given in the spec, or looked up with boto3."""
-    fs = spec.storage.fsx
-    assert fs is not None
-    if fs.dnsName and fs.mountName:
-        return {"names": fsx.FsxNames(fs.dnsName, fs.mountName)}
-    try:
-        found = lookup(fs.fileSystemId)
-    except fsx.FsxLookupError as exc:
-        return {"blocker": Blocker(exc.reason, str(exc))}
-    return {"names": fsx.FsxNames(fs.dnsName or found.dns_name, fs.mountName or found.mount_name)}
 
 
 def _child(job: Json | None) -> Child:

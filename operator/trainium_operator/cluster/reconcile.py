@@ -16,8 +16,8 @@ from trainium_operator.api import crd
 from trainium_operator.api.spec import SpecError, TrainiumJobSpec, parse
 from trainium_operator.build import cache
 from trainium_operator.build.builders import Owner
-from trainium_operator.cluster import actions, k8s, scrape
-from trainium_operator.cluster.observe import EventLook, FsxLookup, Seen, Views, observe
+from trainium_operator.cluster import actions, fsx, k8s, scrape
+from trainium_operator.cluster.observe import EventLook, Seen, Views, observe
 from trainium_operator.cluster.reads import ApiReader, Kind, Reader, version
 from trainium_operator.domain import (
     budget,
@@ -97,7 +97,7 @@ def reconcile(
     name: str,
     emit: Emit,
     views: Views | None = None,
-    lookup: FsxLookup | None = None,
+    lookup: fsx.FsxLookup | None = None,
 ) -> Outcome:
     """One pass over one TrainiumJob: derive, act, report; a finished job only ages out."""
     views = views or Views()
@@ -175,7 +175,7 @@ def _look(
     spec: TrainiumJobSpec,
     owner: Owner,
     views: Views,
-    lookup: FsxLookup | None,
+    lookup: fsx.FsxLookup | None,
     deadline_in: float | None,
 ) -> tuple[Seen, Observed, budget.Accounted]:
     """Observe the job's world, and add what the job itself says (status, budget, spec)."""

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,7 +22,6 @@ from trainium_operator.build.builders import Owner
 from trainium_operator.cluster import fsx
 
 Json = dict[str, Any]
-FsxLookup = Callable[[str], fsx.FsxNames]
 
 #: The API server refuses request bodies over 3 MiB; a TrainiumJob file has no reason to be larger.
 MAX_BYTES = 3 * 1024 * 1024
@@ -211,7 +209,7 @@ def _refused_nulls(doc: Json) -> list[str]:
     return [f"spec.{f}" for f in structural.refused_nulls(spec, spec_schema)] if spec else []
 
 
-def _storage(spec: TrainiumJobSpec, owner: Owner, lookup: FsxLookup | None) -> Rendered:
+def _storage(spec: TrainiumJobSpec, owner: Owner, lookup: fsx.FsxLookup | None) -> Rendered:
     """The static FSx PV and claim; without names, looked up (lookup) or skipped with a note."""
     fs = spec.storage.fsx
     if fs is None:
@@ -237,7 +235,7 @@ def _storage(spec: TrainiumJobSpec, owner: Owner, lookup: FsxLookup | None) -> R
     return Rendered([volume, builders.build_fsx_claim(spec, owner)])
 
 
-def render_job(doc: Json, lookup: FsxLookup | None = None) -> Rendered:
+def render_job(doc: Json, lookup: fsx.FsxLookup | None = None) -> Rendered:
     """Exactly what the operator would create for this job, in creation order."""
     spec, owner = checked(doc)
     out = _storage(spec, owner, lookup)

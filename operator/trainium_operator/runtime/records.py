@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainium_operator.cluster.observe import EventLook
+from trainium_operator.cluster.eventlooks import EventLook
 from trainium_operator.domain import checkpoints
 from trainium_operator.domain.checkpoints import Checkpoint
 
