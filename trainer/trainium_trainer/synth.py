@@ -116,21 +116,33 @@ def write_bert_shards(
 _DTYPES = ("i4", "i4", "i4", "i4", "i4", "i1")  # NVIDIA/AWS create_pretraining_data's dtypes
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """`trainium data synth-bert` shares these flags."""
-    p = argparse.ArgumentParser(prog="synth-bert", description=__doc__.splitlines()[0])
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags, shared by `python -m trainium_trainer.synth` and `trainium data synth-bert`."""
     p.add_argument("--out", type=Path, required=True, help="directory for the shards")
     p.add_argument("--shards", type=int, default=4)
     p.add_argument("--samples-per-shard", type=int, default=256)
     p.add_argument("--seq-len", type=int, default=64)
     p.add_argument("--vocab-size", type=int, default=1024, help="1024 fits --model-config tiny")
     p.add_argument("--seed", type=int, default=0)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """`python -m trainium_trainer.synth`."""
+    p = argparse.ArgumentParser(prog="synth-bert", description=DESCRIPTION)
+    add_arguments(p)
     return p
 
 
+DESCRIPTION = __doc__.splitlines()[0]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Parse the flags, then write the shards."""
+    return run(build_parser().parse_args(argv))
+
+
+def run(args: argparse.Namespace) -> int:
     """Write the shards and print where they went."""
-    args = build_parser().parse_args(argv)
     if args.shards < 1 or args.samples_per_shard < 1:
         print("error: --shards and --samples-per-shard must be >= 1", file=sys.stderr)
         return 2
