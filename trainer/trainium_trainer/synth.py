@@ -20,8 +20,10 @@ import numpy as np
 
 from trainium_trainer.data import BERT_KEYS
 
-PAD_ID, CLS_ID, SEP_ID, MASK_ID = 0, 101, 102, 103  # bert-base-uncased's ids
+PAD_ID, UNK_ID, CLS_ID, SEP_ID, MASK_ID = 0, 100, 101, 102, 103  # bert-base-uncased's ids
 FIRST_WORD = 104
+#: Beside the shards: the vocabulary their ids index (the trainer saves it as the tokenizer).
+VOCAB_FILE = "vocab.txt"
 FOLLOW_PROB = 0.9
 WORDS = 64  # distinct words used: few enough that a tiny model learns the chain in ~100 steps
 MASK_RATE = 0.15
@@ -90,7 +92,7 @@ def write_bert_shards(
     vocab_size: int = 1024,
     seed: int = 0,
 ) -> list[Path]:
-    """Write `synth_training_{i}.hdf5` shards with AWS's keys; returns their paths."""
+    """Write `synth_training_{i}.hdf5` shards with AWS's keys and their vocab.txt; the shards."""
     import h5py
 
     if vocab_size <= FIRST_WORD + 1 or seq_len < 8:
@@ -110,7 +112,17 @@ def write_bert_shards(
             for key, col, dtype in zip(BERT_KEYS, cols, _DTYPES, strict=True):
                 f.create_dataset(key, data=col.astype(dtype))
         paths.append(path)
+    write_vocab(out / VOCAB_FILE, vocab_size)
     return paths
+
+
+def write_vocab(path: Path, vocab_size: int) -> None:
+    """A WordPiece vocab.txt in bert-base-uncased's layout: specials at its ids, words `w<id>`."""
+    names = {PAD_ID: "[PAD]", UNK_ID: "[UNK]", CLS_ID: "[CLS]", SEP_ID: "[SEP]", MASK_ID: "[MASK]"}
+    tokens = [
+        names.get(i) or (f"[unused{i - 1}]" if i < UNK_ID else f"w{i}") for i in range(vocab_size)
+    ]
+    path.write_text("\n".join(tokens) + "\n", encoding="utf-8")
 
 
 _DTYPES = ("i4", "i4", "i4", "i4", "i4", "i1")  # NVIDIA/AWS create_pretraining_data's dtypes
