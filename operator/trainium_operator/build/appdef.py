@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from torchx import specs
 
 from trainium_operator.api import naming
-from trainium_operator.domain.budget import VOLCANO_MAX_RETRY
-from trainium_operator.domain.cachekey import strip_flag
 from trainium_operator.api.instances import EFA_RESOURCE, INSTANCE_TYPE_LABEL
 from trainium_operator.api.spec import TrainiumJobSpec
+from trainium_operator.domain.budget import VOLCANO_MAX_RETRY
+from trainium_operator.domain.cachekey import strip_flag
 from trainium_trainer import config, contract
 
 RDZV_PORT = 29500

@@ -20,14 +20,14 @@ from torchx.schedulers.kubernetes_scheduler import PLACEHOLDER_FIELD_PATH, Kuber
 from torchx.specs import AppDef, runopts
 from torchx.specs.overlays import set_overlay
 
-from trainium_operator.build import appdef
 from trainium_operator.api import naming, shortcuts
-from trainium_operator.domain import nodes
-from trainium_operator.build.appdef import StageContext
-from trainium_operator.domain.cachekey import LABEL_CACHE_ENTRY, cache_key, cache_name, identity
 from trainium_operator.api.crd import GROUP, KIND, VERSION
 from trainium_operator.api.instances import INSTANCE_TYPE_LABEL
 from trainium_operator.api.spec import TrainiumJobSpec
+from trainium_operator.build import appdef
+from trainium_operator.build.appdef import StageContext
+from trainium_operator.domain import nodes
+from trainium_operator.domain.cachekey import LABEL_CACHE_ENTRY, cache_key, cache_name, identity
 from trainium_trainer import contract
 
 Json = dict[str, Any]

@@ -13,6 +13,7 @@ import datetime
 from dataclasses import dataclass
 from typing import Any
 
+from trainium_operator.api.spec import TrainiumJobSpec
 from trainium_operator.build.builders import (
     LABEL_CACHE_KEY,
     LABEL_CACHE_NAME,
@@ -25,7 +26,6 @@ from trainium_operator.build.builders import (
 from trainium_operator.domain.cachekey import LABEL_CACHE_ENTRY as LABEL_CACHE_ENTRY
 from trainium_operator.domain.cachekey import Identity as Identity
 from trainium_operator.domain.cachekey import identity as identity
-from trainium_operator.api.spec import TrainiumJobSpec
 
 Json = dict[str, Any]
 #: A record's states (records of older operators may say "Compiling": not Ready either).
