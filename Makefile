@@ -38,8 +38,9 @@ promtool: ## Fetch promtool into .tools/bin (from Debian's prometheus package, n
 	@bash scripts/fetch-promtool.sh $(TOOLS)
 
 run: $(STAMP) ## Train examples/local-tiny-bert.yaml on this machine (TorchX local scheduler)
-	@echo ">> trainium run -f examples/local-tiny-bert.yaml: synthetic data, precompile, then" \
-	  "2-process training on CPU (a few minutes); outputs in runs/local-tiny-bert/" >&2
+	@# No stage list here: on a cache hit there is no precompile; `trainium run` says which first.
+	@echo ">> trainium run -f examples/local-tiny-bert.yaml: a tiny BERT, 2 processes on CPU" \
+	  "(a few minutes); outputs in runs/local-tiny-bert/" >&2
 	@$(BIN)/trainium run -f examples/local-tiny-bert.yaml
 
 render: $(STAMP) ## Print the manifests the operator would create for the BERT tutorial job

@@ -8,8 +8,9 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
+from trainium_operator import __version__
 from trainium_operator.cluster import fsx
 from trainium_operator.local import render
 from trainium_operator.local.render import UsageError
@@ -30,6 +31,17 @@ examples:
   trainium logs bert-large-pretrain --rank 0 -f
   trainium operator --standalone --all-namespaces\
 """
+
+
+class Parser(argparse.ArgumentParser):
+    """Usage mistakes as one line, as kubectl and helm print them: what, and where help is."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"error: {message} (see {self.prog} --help)\n")
+
+
+class CommandError(Exception):
+    """A command that could not do its work (no cluster, no access): one line, exit code 1."""
 
 
 def cmd_render(args: argparse.Namespace) -> int:
@@ -75,7 +87,7 @@ examples:
 
 def operator_parser() -> argparse.ArgumentParser:
     """`trainium operator`: kopf's run options we support, by our names (no module paths)."""
-    p = argparse.ArgumentParser(
+    p = Parser(
         prog="trainium operator",
         allow_abbrev=False,  # --standalon must not pass for --standalone
         description=OPERATOR_DESCRIPTION,
@@ -125,6 +137,29 @@ def kopf_argv(argv: Sequence[str]) -> list[str]:
 
 def cmd_logs(args: argparse.Namespace) -> int:
     """Print (or follow) a job's pod logs, each line labelled `node N rank R | `."""
+    from kubernetes.client.exceptions import ApiException
+    from kubernetes.config import ConfigException
+
+    from trainium_operator.cluster import k8s
+
+    try:
+        return _logs(args)
+    except ConfigException as exc:
+        raise CommandError(
+            f"no usable kubeconfig ({exc}): set KUBECONFIG or write ~/.kube/config"
+        ) from exc
+    except k8s.NETWORK_ERRORS as exc:
+        reason = str(getattr(exc, "reason", None) or exc).split(": ")[-1]
+        host = k8s.api_client().configuration.host
+        raise CommandError(f"cannot reach the Kubernetes API at {host}: {reason}") from exc
+    except ApiException as exc:
+        raise CommandError(
+            f"the API server refused ({exc.status}): {k8s.api_message(exc)}"
+        ) from exc
+
+
+def _logs(args: argparse.Namespace) -> int:
+    """`trainium logs` once the cluster answers."""
     from trainium_operator.cluster import k8s
     from trainium_operator.domain import logs
 
@@ -132,10 +167,13 @@ def cmd_logs(args: argparse.Namespace) -> int:
     body = k8s.get_trainiumjob(ns, args.job)
     if body is None:
         raise UsageError([f"TrainiumJob {args.job!r} not found in namespace {ns!r}"])
-    target = logs.Target(args.stage, args.node, args.rank, _nprocs(body))
+    nodes, nprocs = _topology(body)
+    target = logs.Target(args.stage, args.node, args.rank, nprocs)
+    if (wrong := logs.out_of_range(args.job, target, nodes)) is not None:
+        raise UsageError([wrong])
     pods = k8s.list_pods(ns, _stage_selector(args.job, args.stage))
     chosen = logs.select(pods, target)
-    note = logs.ended_note(args.job, body.get("status") or {})
+    note = logs.ended_note(args.job, body.get("status") or {}, ns)
     if not chosen:
         print(f"no {args.stage} pods of job {args.job} match in namespace {ns}", file=sys.stderr)
     # Each pod's trainer container by name (TorchX names it per replica: node-0, node-1...).
@@ -152,14 +190,15 @@ def cmd_logs(args: argparse.Namespace) -> int:
     return 0 if chosen or note else 1
 
 
-def _nprocs(body: Json) -> int:
-    """Processes per node of the job (1 when its spec does not parse)."""
+def _topology(body: Json) -> tuple[int | None, int]:
+    """(nodes, processes per node) of the job; (None, 1) when its spec does not parse."""
     from trainium_operator.api.spec import SpecError, parse
 
     try:
-        return parse(body).procs_per_node
+        spec = parse(body)
     except SpecError:
-        return 1
+        return None, 1
+    return spec.nodes, spec.procs_per_node
 
 
 def _stage_selector(job: str, stage: str) -> str:
@@ -248,24 +287,52 @@ def cmd_operator(argv: Sequence[str]) -> int:
     return 0
 
 
-def cmd_data(argv: Sequence[str]) -> int:
-    """Synthetic data for tests and the local run."""
+DATA_EXAMPLES = """\
+examples:
+  trainium data synth-bert --out runs/bert-synth --shards 4 --seq-len 64\
+"""
+
+
+def data_parser() -> argparse.ArgumentParser:
+    """`trainium data TOOL`: the synthetic-data tools (the trainer's own flags)."""
     from trainium_trainer import synth
 
-    if not argv or argv[0] != "synth-bert":
-        raise UsageError(["usage: trainium data synth-bert --out DIR [--shards N ...]"])
-    return int(synth.main(list(argv[1:])) or 0)
+    p = Parser(
+        prog="trainium data",
+        description="Data tools: synthetic BERT phase-1 shards for tests and `trainium run`.",
+        epilog=DATA_EXAMPLES,
+        formatter_class=argparse.RawTextHelpFormatter,
+    )
+    tools = p.add_subparsers(dest="tool", metavar="TOOL")
+    bert = tools.add_parser("synth-bert", help=synth.DESCRIPTION, description=synth.DESCRIPTION)
+    synth.add_arguments(bert)
+    return p
+
+
+def cmd_data(argv: Sequence[str]) -> int:
+    """Synthetic data for tests and the local run."""
+    try:
+        p = data_parser()
+    except ImportError as exc:  # numpy and h5py come with the [trainer] extra
+        raise CommandError(f"trainium data needs the trainer's packages ({exc})") from exc
+    args = p.parse_args(list(argv))
+    if args.tool is None:
+        p.error("a tool is required: synth-bert")
+    from trainium_trainer import synth
+
+    return synth.run(args)
 
 
 def parser() -> argparse.ArgumentParser:
     """The `trainium` command line."""
-    p = argparse.ArgumentParser(
+    p = Parser(
         prog="trainium",
         description=DESCRIPTION,
         epilog=EXAMPLES,
         formatter_class=argparse.RawTextHelpFormatter,
     )
-    sub = p.add_subparsers(dest="command", required=True)
+    p.add_argument("--version", action="version", version=f"trainium {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
     r = sub.add_parser("render", help="print the manifests the operator would create (offline)")
     r.add_argument("-f", "--filename", required=True, help="TrainiumJob YAML file, or - for stdin")
     r.add_argument("-o", "--output", choices=["yaml", "json"], default="yaml")
@@ -286,7 +353,7 @@ def parser() -> argparse.ArgumentParser:
     lg.add_argument("--rank", type=int, help="only this global rank (its node's lines)")
     lg.add_argument("-f", "--follow", action="store_true", help="keep printing new lines")
     sub.add_parser("operator", help="run the operator (`trainium operator --help`)", add_help=False)
-    sub.add_parser("data", help="data tools: synth-bert", add_help=False)
+    sub.add_parser("data", help="data tools: synth-bert (`trainium data --help`)", add_help=False)
     return p
 
 
@@ -298,10 +365,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_operator(argv[1:])
         if argv[:1] == ["data"]:
             return cmd_data(argv[1:])
-        args = parser().parse_args(argv)
+        p = parser()
+        args = p.parse_args(argv)
+        if args.command is None:
+            p.error("a command is required: render, run, logs, operator or data")
         commands = {"render": cmd_render, "run": cmd_run, "logs": cmd_logs}
         return int(commands[args.command](args))
     except UsageError as exc:
         for problem in exc.problems:
             print(f"error: {problem}", file=sys.stderr)
         return 2
+    except CommandError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1

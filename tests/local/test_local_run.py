@@ -57,6 +57,11 @@ def test_local_run_trains_then_hits_the_cache(tmp_path: Path) -> None:
     assert summary["cache_hit"] is False
     # What the user sees: a line while precompiling, the bar (elapsed<ETA) and where TensorBoard is.
     assert "[precompile] extracting graphs:" in first.stdout, first.stdout
+    # Before anything runs, what will: the cache has no entry yet, so a precompile comes first.
+    plan = "[run] local-tiny-bert: cache tiny-bert has no entry for this job: precompile (3 steps)"
+    assert first.stdout.splitlines()[0].startswith(plan), first.stdout
+    # The seconds before the bar are explained: the processes start, then build the model.
+    assert "[train] starting 2 processes (torchrun)" in first.stdout, first.stdout
     bar = first.stderr.replace("\r", "\n").splitlines()
     assert any(ln.startswith("[train]") and "12/12" in ln and "<" in ln for ln in bar), first.stderr
     (done,) = [ln for ln in first.stdout.splitlines() if ln.startswith("[done]")]
@@ -71,6 +76,9 @@ def test_local_run_trains_then_hits_the_cache(tmp_path: Path) -> None:
     second = trainium_run(job, runs)
     assert second.returncode == 0, second.stdout + second.stderr
     assert "Precompiling" not in second.stdout and "cache=hit" in second.stdout
+    assert second.stdout.splitlines()[0] == (
+        "[run] local-tiny-bert: cache tiny-bert has this job's graphs (hit): no precompile, train"
+    ), second.stdout
     assert json.loads((root / "summary.json").read_text())["cache_hit"] is True
     assert list((root / "history").iterdir()), "the first run's outputs were kept"
 

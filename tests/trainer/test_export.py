@@ -143,3 +143,87 @@ def test_bert_pretrain_saves_a_tied_hf_model(bert_data: Path, tmp_path: Path) ->
     model = AutoModelForPreTraining.from_pretrained(tmp_path / "model")
     decoder = model.cls.predictions.decoder.weight
     assert decoder is model.bert.embeddings.word_embeddings.weight
+
+
+def _bert_run(data: Path, out: Path, *extra: str) -> int:
+    args = ["bert-pretrain", "--data-dir", str(data), "--output-dir", str(out), *extra]
+    return main([*args, "--max-steps", "2", "--precision", "fp32"])
+
+
+def _shards_only(bert_data: Path, where: Path) -> Path:
+    """The synthetic shards without the vocabulary they were made with (as AWS ships its data)."""
+    where.mkdir()
+    for shard in bert_data.glob("*.hdf5"):
+        shutil.copy(shard, where / shard.name)
+    return where
+
+
+def test_synthetic_shards_come_with_their_vocabulary(bert_data: Path) -> None:
+    vocab = (bert_data / "vocab.txt").read_text(encoding="utf-8").splitlines()
+    assert len(vocab) == 1024  # --vocab-size, the tiny model's
+    # bert-base-uncased's places: the ids synth.py writes mean what they mean there.
+    assert (vocab[0], vocab[100], vocab[101], vocab[102], vocab[103]) == (
+        "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]",
+    )  # fmt: skip
+
+
+def test_bert_pretrain_saves_the_tokenizer_its_shards_were_made_with(
+    bert_data: Path, tmp_path: Path
+) -> None:
+    import h5py
+    from transformers import AutoModelForPreTraining, AutoTokenizer
+
+    assert _bert_run(bert_data, tmp_path) == 0
+    model_dir = tmp_path / "model"
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForPreTraining.from_pretrained(model_dir)
+    assert len(tok) == model.config.vocab_size
+    assert (tok.pad_token_id, tok.cls_token_id, tok.sep_token_id, tok.mask_token_id) == (
+        0, 101, 102, 103,
+    )  # fmt: skip
+    with h5py.File(sorted(bert_data.glob("*.hdf5"))[0]) as f:
+        row = [int(i) for i in f["input_ids"][0] if i != 0]
+    text = tok.decode(row)  # "[CLS] w120 w161 [MASK] ... [SEP] ... [SEP]": ids read as text
+    assert tok(text, add_special_tokens=False)["input_ids"] == row
+    assert summary(tmp_path)["tokenizer"] == str(bert_data / "vocab.txt")
+
+
+def test_bert_pretrain_takes_the_vocabulary_from_the_tokenizer_flag(
+    bert_data: Path, tmp_path: Path
+) -> None:
+    from transformers import AutoTokenizer
+
+    data = _shards_only(bert_data, tmp_path / "data")
+    vocab_dir = tmp_path / "bert-vocab"
+    vocab_dir.mkdir()
+    shutil.copy(bert_data / "vocab.txt", vocab_dir / "vocab.txt")
+    assert _bert_run(data, tmp_path / "out", "--tokenizer", str(vocab_dir)) == 0
+    tok = AutoTokenizer.from_pretrained(tmp_path / "out" / "model")
+    assert tok.convert_ids_to_tokens([101, 103, 104]) == ["[CLS]", "[MASK]", "w104"]
+
+
+def test_bert_pretrain_without_a_vocabulary_says_what_it_saved(
+    bert_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = _shards_only(bert_data, tmp_path / "data")
+    assert _bert_run(data, tmp_path / "out") == 0
+    model_dir = tmp_path / "out" / "model"
+    assert sorted(p.name for p in model_dir.iterdir()) == ["config.json", "model.safetensors"]
+    notes = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("note: ")]
+    assert notes == [
+        f"note: {model_dir} has no tokenizer: no vocab.txt in {data} and no --tokenizer; "
+        "pass --tokenizer with the vocabulary the shards were made with "
+        "(AWS's tutorial data: bert-large-uncased's vocab.txt)"
+    ]
+    assert summary(tmp_path / "out")["tokenizer"] is None
+
+
+def test_a_vocabulary_larger_than_the_model_is_refused(
+    bert_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    vocab = tmp_path / "vocab.txt"
+    words = (bert_data / "vocab.txt").read_text(encoding="utf-8").splitlines()
+    vocab.write_text("\n".join([*words, *(f"x{i}" for i in range(10))]) + "\n", encoding="utf-8")
+    assert _bert_run(bert_data, tmp_path / "out", "--tokenizer", str(vocab)) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line == f"error: tokenizer {vocab} has 1034 tokens, the model only 1024"

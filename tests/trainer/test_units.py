@@ -127,6 +127,7 @@ def test_synth_cli(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "synth_training_0.hdf5",
         "synth_training_1.hdf5",
+        "vocab.txt",  # the vocabulary the ids index, saved with the model by bert-pretrain
     ]
 
 

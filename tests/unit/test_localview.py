@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import io
+import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -41,8 +44,6 @@ def test_a_resumed_run_starts_the_bar_where_it_resumed(capsys: pytest.CaptureFix
 def test_without_tqdm_one_line_per_record(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import sys
-
     monkeypatch.setitem(sys.modules, "tqdm", None)
     localview.TrainView(None).show({"step": 3, "loss": 2.0, "samples_per_second": 4.0})
     assert capsys.readouterr().out == "[train] step 3/? loss 2.0000 4.0 samples/s\n"
@@ -59,3 +60,96 @@ def test_the_precompile_line_and_the_tensorboard_note(tmp_path: Path) -> None:
     assert localview.tensorboard_note(tmp_path) == (
         f"; TensorBoard: tensorboard --logdir {tmp_path}/tensorboard"
     )
+
+
+class Clock:
+    """tqdm's clock: 1 us a reading, plus what the test adds (records come seconds apart)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        self.now += 1e-6
+        return self.now
+
+
+def _rates(err: str) -> list[str]:
+    return re.findall(r"([\d.?]+)step/s", err.replace("\r", "\n").splitlines()[-1])
+
+
+def test_the_first_record_shows_no_rate_until_a_second_one_times_it(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = Clock()
+    monkeypatch.setattr("tqdm.std.time", clock)
+    view = localview.TrainView(60)
+    view.show({"step": 1, "loss": 7.0, "samples_per_second": 300.0})
+    assert _rates(capsys.readouterr().err) == ["?"]  # not 1 step in a few microseconds
+    clock.now += 2.0
+    view.show({"step": 11, "loss": 6.0, "samples_per_second": 300.0})
+    view.close()
+    (rate,) = _rates(capsys.readouterr().err)
+    assert float(rate) == pytest.approx(5.0, rel=0.01)
+
+
+def test_a_line_said_while_the_bar_runs_starts_on_a_line_of_its_own(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    screen = io.StringIO()  # stdout and stderr on one terminal
+    monkeypatch.setattr(sys, "stdout", screen)
+    monkeypatch.setattr(sys, "stderr", screen)
+    view = localview.TrainView(20)
+    view.show({"step": 20, "loss": 5.0, "samples_per_second": 300.0})
+    localview.say(view, "[phase] Succeeded    cache=miss  training completed")
+    text = screen.getvalue().replace("\r", "\n")
+    before, after = text.split("[phase] Succeeded", 1)
+    assert before.endswith("\n") and "20/20" in before
+    assert "[train]" not in after  # the finished bar is not drawn again below the line
+
+
+def test_say_without_a_bar_just_prints(capsys: pytest.CaptureFixture[str]) -> None:
+    localview.say(None, "[phase] Pending")
+    assert capsys.readouterr().out == "[phase] Pending\n"
+
+
+@pytest.mark.parametrize(
+    ("policy", "cached", "plan"),
+    [
+        (
+            "IfNotCached",
+            False,
+            "cache c has no entry for this job: precompile (10 steps), then train",
+        ),
+        ("IfNotCached", True, "cache c has this job's graphs (hit): no precompile, train"),
+        ("Always", True, "precompile (10 steps, policy Always), then train"),
+        ("Never", False, "no precompile (policy Never): train"),
+    ],
+)
+def test_the_plan_line_says_whether_there_will_be_a_precompile(
+    policy: str, cached: bool, plan: str
+) -> None:
+    spec = spec_of(cache={"name": "c"}, precompile={"policy": policy})
+    assert localview.plan_line("j", spec, cached) == f"[run] j: {plan}"
+
+
+def test_the_train_line_says_what_comes_before_the_bar(tmp_path: Path) -> None:
+    spec = spec_of(nodes=2, instanceType="trn1.2xlarge")
+    assert localview.train_line(spec, tmp_path / "logs") == (
+        "[train] starting 4 processes (torchrun); the bar appears at their first logged step, "
+        f"after imports and building the model; logs in {tmp_path}/logs"
+    )
+
+
+def test_the_bar_ends_at_the_last_step_so_the_export_does_not_slow_its_rate(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = Clock()
+    monkeypatch.setattr("tqdm.std.time", clock)
+    view = localview.TrainView(20)
+    view.show({"step": 10, "loss": 7.0, "samples_per_second": 300.0})
+    clock.now += 2.0
+    view.show({"step": 20, "loss": 6.0, "samples_per_second": 300.0})
+    clock.now += 30.0  # evaluation, save_pretrained, torchrun's exit
+    view.close()
+    (rate,) = _rates(capsys.readouterr().err)
+    assert float(rate) == pytest.approx(5.0, rel=0.01)

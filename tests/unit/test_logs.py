@@ -48,9 +48,29 @@ def test_a_failed_job_says_where_its_last_failure_tail_is() -> None:
             "message": "pod j-train-node-0-0 container node: OOMKilled (exit 137)\nlast log...",
         },
     }
-    note = logs.ended_note("j", status)
+    note = logs.ended_note("j", status, "team-a")
     assert note is not None
     assert note.startswith("job j is Failed; last failure OOMKilled: pod j-train-node-0-0")
-    assert "kubectl get tj j -o jsonpath='{.status.lastFailure.message}'" in note
-    assert logs.ended_note("j", {"phase": "Training"}) is None
-    assert "is Succeeded" in (logs.ended_note("j", {"phase": "Succeeded"}) or "")
+    assert "kubectl get tj j -n team-a -o jsonpath='{.status.lastFailure.message}'" in note
+    assert logs.ended_note("j", {"phase": "Training"}, "team-a") is None
+    assert "is Succeeded" in (logs.ended_note("j", {"phase": "Succeeded"}, "team-a") or "")
+
+
+@pytest.mark.parametrize(
+    ("target", "nodes", "says"),
+    [
+        (
+            Target(rank=99, nprocs=32),
+            1,
+            "--rank 99: job j has 32 ranks (0-31: 1 node x 32 processes)",
+        ),
+        (Target(rank=-1, nprocs=1), 1, "--rank -1: job j has 1 rank (0: 1 node x 1 process)"),
+        (Target(node=2), 2, "--node 2: job j has 2 nodes (0-1)"),
+        (Target(rank=63, nprocs=32), 2, None),
+        (Target(rank=99, nprocs=32), None, None),  # the spec did not parse: nothing to check
+    ],
+)
+def test_a_rank_or_node_outside_the_job_names_its_size(
+    target: Target, nodes: int | None, says: str | None
+) -> None:
+    assert logs.out_of_range("j", target, nodes) == says

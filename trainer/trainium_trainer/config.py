@@ -123,8 +123,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_text_flags(p: argparse.ArgumentParser) -> None:
-    """Flags of the text tasks (text-classification, causal-lm)."""
-    p.add_argument("--tokenizer", help="local tokenizer dir (text tasks); default: built-in vocab")
+    """Flags of the text tasks (text-classification, causal-lm); --tokenizer serves every task."""
+    p.add_argument(
+        "--tokenizer",
+        help="local tokenizer dir (text tasks; default: built-in vocab), or the vocab.txt or "
+        "tokenizer dir bert-pretrain's shards were made with (default: <data-dir>/vocab.txt)",
+    )
     p.add_argument(
         "--pretrained",
         help="text tasks: start from this model (local dir, or a hub id cached in $HF_HOME)",

@@ -1,13 +1,15 @@
 """After training: evaluate the held-out split, and save a model transformers can load.
 
-The export is `save_pretrained` (config with label names, safetensors weights) plus the tokenizer,
-so `AutoModel*.from_pretrained(<output>/model)` and `AutoTokenizer` work with no trainer code.
+The export is `save_pretrained` (config with label names, safetensors weights) plus the tokenizer
+(bert-pretrain: the vocabulary its shards were made with, when it is known), so
+`AutoModel*.from_pretrained(<output>/model)` and `AutoTokenizer` work with no trainer code.
 """
 
 from __future__ import annotations
 
 import math
 import shutil
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,6 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from trainium_trainer import text
 from trainium_trainer.config import RunConfig
 from trainium_trainer.data import Arrays
 from trainium_trainer.device import Runtime
@@ -70,6 +73,14 @@ def save_pretrained(task: Task, cfg: RunConfig, rt: Runtime) -> Path:
     tokenizer = _transformers_tokenizer(task.tokenizer)
     if tokenizer is not None:
         tokenizer.save_pretrained(str(staging))
+    else:  # bert-pretrain's shards are ids only: say what is missing and how to add it
+        print(
+            f"note: {final} has no tokenizer: no {text.VOCAB_FILE} in {cfg.data_dir} and no "
+            "--tokenizer; pass --tokenizer with the vocabulary the shards were made with "
+            "(AWS's tutorial data: bert-large-uncased's vocab.txt)",
+            file=sys.stderr,
+            flush=True,
+        )
     shutil.rmtree(final, ignore_errors=True)
     staging.rename(final)
     return final

@@ -232,5 +232,6 @@ def train(
     results = export.evaluate(t.task, cfg, rt) if not cfg.extract_graphs_only else {}
     if rt.is_main and not cfg.extract_graphs_only:
         results["model_dir"] = str(export.save_pretrained(t.task, cfg, rt))
+        results["tokenizer"] = t.task.tokenizer_source
     rt.barrier()
     return persist.summarize(t, results)

@@ -20,8 +20,10 @@ import numpy as np
 
 from trainium_trainer.data import BERT_KEYS
 
-PAD_ID, CLS_ID, SEP_ID, MASK_ID = 0, 101, 102, 103  # bert-base-uncased's ids
+PAD_ID, UNK_ID, CLS_ID, SEP_ID, MASK_ID = 0, 100, 101, 102, 103  # bert-base-uncased's ids
 FIRST_WORD = 104
+#: Beside the shards: the vocabulary their ids index (the trainer saves it as the tokenizer).
+VOCAB_FILE = "vocab.txt"
 FOLLOW_PROB = 0.9
 WORDS = 64  # distinct words used: few enough that a tiny model learns the chain in ~100 steps
 MASK_RATE = 0.15
@@ -90,7 +92,7 @@ def write_bert_shards(
     vocab_size: int = 1024,
     seed: int = 0,
 ) -> list[Path]:
-    """Write `synth_training_{i}.hdf5` shards with AWS's keys; returns their paths."""
+    """Write `synth_training_{i}.hdf5` shards with AWS's keys and their vocab.txt; the shards."""
     import h5py
 
     if vocab_size <= FIRST_WORD + 1 or seq_len < 8:
@@ -110,27 +112,49 @@ def write_bert_shards(
             for key, col, dtype in zip(BERT_KEYS, cols, _DTYPES, strict=True):
                 f.create_dataset(key, data=col.astype(dtype))
         paths.append(path)
+    write_vocab(out / VOCAB_FILE, vocab_size)
     return paths
+
+
+def write_vocab(path: Path, vocab_size: int) -> None:
+    """A WordPiece vocab.txt in bert-base-uncased's layout: specials at its ids, words `w<id>`."""
+    names = {PAD_ID: "[PAD]", UNK_ID: "[UNK]", CLS_ID: "[CLS]", SEP_ID: "[SEP]", MASK_ID: "[MASK]"}
+    tokens = [
+        names.get(i) or (f"[unused{i - 1}]" if i < UNK_ID else f"w{i}") for i in range(vocab_size)
+    ]
+    path.write_text("\n".join(tokens) + "\n", encoding="utf-8")
 
 
 _DTYPES = ("i4", "i4", "i4", "i4", "i4", "i1")  # NVIDIA/AWS create_pretraining_data's dtypes
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """`trainium data synth-bert` shares these flags."""
-    p = argparse.ArgumentParser(prog="synth-bert", description=__doc__.splitlines()[0])
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags, shared by `python -m trainium_trainer.synth` and `trainium data synth-bert`."""
     p.add_argument("--out", type=Path, required=True, help="directory for the shards")
     p.add_argument("--shards", type=int, default=4)
     p.add_argument("--samples-per-shard", type=int, default=256)
     p.add_argument("--seq-len", type=int, default=64)
     p.add_argument("--vocab-size", type=int, default=1024, help="1024 fits --model-config tiny")
     p.add_argument("--seed", type=int, default=0)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """`python -m trainium_trainer.synth`."""
+    p = argparse.ArgumentParser(prog="synth-bert", description=DESCRIPTION)
+    add_arguments(p)
     return p
 
 
+DESCRIPTION = __doc__.splitlines()[0]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Parse the flags, then write the shards."""
+    return run(build_parser().parse_args(argv))
+
+
+def run(args: argparse.Namespace) -> int:
     """Write the shards and print where they went."""
-    args = build_parser().parse_args(argv)
     if args.shards < 1 or args.samples_per_shard < 1:
         print("error: --shards and --samples-per-shard must be >= 1", file=sys.stderr)
         return 2

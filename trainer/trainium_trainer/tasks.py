@@ -32,6 +32,8 @@ class Task:
     #: What save_pretrained writes beside the model (text tasks), and the held-out split.
     tokenizer: Any = None
     eval_arrays: data.Arrays | None = None
+    #: Where the tokenizer came from (summary.json says it); None: the export has none.
+    tokenizer_source: str | None = None
 
     def batches(self, cfg: RunConfig, start: int) -> Iterator[Batch]:
         """Torch batches from micro-batch `start` on; the first is read and checked right away."""
@@ -51,8 +53,14 @@ def _to_torch(arrays: data.Arrays) -> Batch:
 def _bert_pretrain(cfg: RunConfig, rank: int, world: int) -> Task:
     """BERT phase 1 (MLM + NSP) on AWS-layout HDF5 shards."""
     shards = data.bert_rank_shards(cfg.data_dir, cfg.seq_len, rank, world)
+    tok, source = text.pretraining_tokenizer(cfg.tokenizer, cfg.data_dir, cfg.allow_download)
     config = models.bert_config(cfg.model_config, cfg.seq_len)
-    return Task(cfg.task, models.bert_pretraining(config), shards, config.vocab_size)
+    if tok is not None and tok.vocab_size > config.vocab_size:
+        raise UsageError(
+            f"tokenizer {source} has {tok.vocab_size} tokens, the model only {config.vocab_size}"
+        )
+    model = models.bert_pretraining(config)
+    return Task(cfg.task, model, shards, config.vocab_size, tok, tokenizer_source=source)
 
 
 def _text_classification(cfg: RunConfig, rank: int, world: int) -> Task:
@@ -91,7 +99,8 @@ def _text_task(
         raise UsageError(f"tokenizer has {tok.vocab_size} tokens, the model only {vocab}")
     train, held_out = data.split_rows(arrays, cfg.eval_fraction, cfg.seed)
     shards = data.rank_shards(data.row_shards(train, world, cfg.task), rank, world)
-    return Task(cfg.task, model, shards, vocab, tok, held_out)
+    source = cfg.tokenizer or cfg.pretrained or "built-in"
+    return Task(cfg.task, model, shards, vocab, tok, held_out, source)
 
 
 BUILDERS: dict[str, Callable[[RunConfig, int, int], Task]] = {

@@ -158,6 +158,41 @@ def load_tokenizer(path: str | None, texts: Sequence[str], mode: str, allow_down
         raise UsageError(f"cannot load tokenizer {path}: {str(exc).splitlines()[0]}") from exc
 
 
+#: The vocabulary BERT's pretraining shards index, beside them (synth.py writes one).
+VOCAB_FILE = "vocab.txt"
+_FULL_TOKENIZER = ("tokenizer.json", "tokenizer_config.json")
+
+
+def bert_vocab_tokenizer(vocab: Path) -> HFTokenizer:
+    """BERT's lower-casing WordPiece over a vocab.txt, as create_pretraining_data tokenized."""
+    from transformers import BertTokenizerFast
+
+    try:
+        return HFTokenizer(BertTokenizerFast(vocab_file=str(vocab), do_lower_case=True))
+    except (OSError, ValueError, TypeError) as exc:
+        raise UsageError(f"cannot read vocabulary {vocab}: {str(exc).splitlines()[0]}") from exc
+
+
+def pretraining_tokenizer(
+    given: str | None, data_dir: Path | None, allow_download: bool
+) -> tuple[Any, str | None]:
+    """(tokenizer, source) of BERT shards: --tokenizer, else the data dir's vocab.txt, else none.
+
+    The shards hold token ids only; the export needs the vocabulary they were made with.
+    """
+    if given is None:
+        vocab = data_dir / VOCAB_FILE if data_dir is not None else None
+        if vocab is None or not vocab.is_file():
+            return None, None
+        return bert_vocab_tokenizer(vocab), str(vocab)
+    path = Path(given)
+    if path.is_file():  # a vocab.txt itself
+        return bert_vocab_tokenizer(path), given
+    if (path / VOCAB_FILE).is_file() and not any((path / f).exists() for f in _FULL_TOKENIZER):
+        return bert_vocab_tokenizer(path / VOCAB_FILE), given
+    return load_tokenizer(given, [], "word", allow_download), given
+
+
 def _data_files(data_dir: Path | None, suffixes: tuple[str, ...], task: str) -> list[Path]:
     """Files of data_dir (or data_dir itself) with one of suffixes, sorted."""
     if data_dir is None:

@@ -36,6 +36,30 @@ class Target:
         return self.node
 
 
+def out_of_range(job: str, target: Target, nodes: int | None) -> str | None:
+    """Why --rank or --node names nothing in a job of `nodes` nodes (None: fine, or unknown)."""
+    if nodes is None:
+        return None
+    world = nodes * target.nprocs
+    if target.rank is not None and not 0 <= target.rank < world:
+        shape = f"{_count(nodes, 'node')} x {_count(target.nprocs, 'process', 'processes')}"
+        return (
+            f"--rank {target.rank}: job {job} has {_count(world, 'rank')} ({_span(world)}: {shape})"
+        )
+    if target.node is not None and not 0 <= target.node < nodes:
+        return f"--node {target.node}: job {job} has {_count(nodes, 'node')} ({_span(nodes)})"
+    return None
+
+
+def _count(n: int, one: str, many: str | None = None) -> str:
+    return f"{n} {one if n == 1 else many or one + 's'}"
+
+
+def _span(n: int) -> str:
+    """The indices 0..n-1 as a user reads them."""
+    return "0" if n == 1 else f"0-{n - 1}"
+
+
 def node_of(pod_name: str) -> int | None:
     """The node index Volcano put in the pod's name."""
     m = _NODE.search(pod_name)
@@ -66,7 +90,7 @@ def container_of(pod: Json) -> str:
     return str(containers[0]["name"]) if containers else naming.ROLE
 
 
-def ended_note(name: str, status: Json) -> str | None:
+def ended_note(name: str, status: Json, namespace: str) -> str | None:
     """For a finished or failed job: where its last failure's tail is (None while it runs)."""
     phase = status.get("phase")
     failure = status.get("lastFailure") or {}
@@ -78,6 +102,6 @@ def ended_note(name: str, status: Json) -> str | None:
     first = str(failure.get("message", "")).splitlines()[0] if failure.get("message") else ""
     return (
         f"{head}; last failure {failure.get('reason')}: {first}\n"
-        f"its log tail is in status.lastFailure: kubectl get tj {name} "
+        f"its log tail is in status.lastFailure: kubectl get tj {name} -n {namespace} "
         "-o jsonpath='{.status.lastFailure.message}'"
     )

@@ -308,9 +308,13 @@ def report(run: LocalRun, decision: Decision) -> None:
             run.phase_seconds[old_phase] = now - run.phase_started.get(old_phase, now)
         run.phase_started[new["phase"]] = now
         cache = new.get("cache", {}).get("outcome", "-")
-        print(f"[phase] {new['phase']:<12} cache={cache:<5} {decision.message}", flush=True)
+        line = f"[phase] {new['phase']:<12} cache={cache:<5} {decision.message}"
+        localview.say(run.view, line)  # a bar in progress ends first: the line is not glued to it
+        logs = run.root / "logs"
         if new["phase"] == Phase.PRECOMPILING.value:
-            print(localview.precompile_line(run.spec, run.root / "logs" / "precompile"), flush=True)
+            print(localview.precompile_line(run.spec, logs / "precompile"), flush=True)
+        elif new["phase"] == Phase.TRAINING.value:
+            print(localview.train_line(run.spec, logs / "train"), flush=True)
     run.status = new
     (run.root / "status.json").write_text(json.dumps(new, indent=2))
 
@@ -372,6 +376,7 @@ def run(
     job.suspend = job.spec.runPolicy.suspend
     job.root.mkdir(parents=True, exist_ok=True)
     rotate_outputs(job)
+    print(localview.plan_line(name, job.spec, job.cache_record.is_file()), flush=True)
     runner = get_runner()
     seen = 0
     try:
@@ -379,6 +384,7 @@ def run(
             now_suspended = suspend() if suspend is not None else None
             job.suspend = job.suspend if now_suspended is None else now_suspended
             decision = lifecycle.decide(observe(job, runner))
+            seen = seen if quiet else progress(job, seen)  # the bar is current before a phase line
             report(job, decision)
             if decision.phase in lifecycle.TERMINAL:
                 break
@@ -387,7 +393,6 @@ def run(
                 synth = (doc["metadata"].get("annotations") or {}).get(SYNTH_ANNOTATION)
                 if synth:
                     ensure_synthetic_data(job, synth)
-            seen = seen if quiet else progress(job, seen)
             time.sleep(POLL_SECONDS)
     finally:
         runner.close()

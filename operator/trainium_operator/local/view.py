@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from trainium_operator.api.spec import TrainiumJobSpec
+from trainium_operator.domain.cachekey import cache_key, cache_name
 
 
 class TrainView:
@@ -31,15 +32,21 @@ class TrainView:
             return
         bar.update(max(0, step - bar.n))
         bar.set_postfix_str(f"loss {loss:.4f}, {rate:.1f} samples/s", refresh=True)
+        if self.total is not None and step >= self.total:
+            self.close()  # the last step: evaluation and export must not count into its rate
 
     def _open(self, first_step: int) -> Any:
-        """The bar, started at the step before the first record (a resumed run starts there)."""
+        """The bar, started at the first record's step (a resumed run starts there).
+
+        Starting there, not one step before, leaves the rate unknown until a second record times
+        some steps: one step counted microseconds after the bar opened read as 50,000 step/s.
+        """
         try:
             from tqdm import tqdm
         except ImportError:
             return None
         self._bar = tqdm(
-            total=self.total, initial=max(0, first_step - 1), desc="[train]", unit="step",
+            total=self.total, initial=first_step, desc="[train]", unit="step",
             file=sys.stderr, dynamic_ncols=True, mininterval=0.5,
         )  # fmt: skip
         return self._bar
@@ -49,6 +56,37 @@ class TrainView:
         if self._bar is not None:
             self._bar.close()
             self._bar = None
+
+
+def say(view: TrainView | None, line: str) -> None:
+    """Print a line of the run's story on a line of its own: a bar in progress is ended first."""
+    if view is not None:
+        view.close()
+    print(line, flush=True)
+
+
+def plan_line(name: str, spec: TrainiumJobSpec, cached: bool) -> str:
+    """What the run will do, before it starts: whether a precompile comes first, and why."""
+    policy, steps = spec.precompile.policy, spec.precompile.steps
+    cache = f"cache {cache_name(spec, cache_key(spec))}"
+    if policy == "Never":
+        plan = "no precompile (policy Never): train"
+    elif policy == "Always":
+        plan = f"precompile ({steps} steps, policy Always), then train"
+    elif cached:
+        plan = f"{cache} has this job's graphs (hit): no precompile, train"
+    else:
+        plan = f"{cache} has no entry for this job: precompile ({steps} steps), then train"
+    return f"[run] {name}: {plan}"
+
+
+def train_line(spec: TrainiumJobSpec, logs: Path) -> str:
+    """The line printed when training starts: the bar waits for the first logged step."""
+    procs = spec.nodes * spec.procs_per_node
+    return (
+        f"[train] starting {procs} processes (torchrun); the bar appears at their first logged "
+        f"step, after imports and building the model; logs in {logs}"
+    )
 
 
 def precompile_line(spec: TrainiumJobSpec, logs: Path) -> str:
