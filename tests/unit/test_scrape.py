@@ -155,3 +155,16 @@ def test_a_replaced_gang_shows_no_progress_until_its_first_reading(
     same = {"progress": {"gang": "new-gang", "step": 3}}
     assert scrape.look(spec, OWNER, Child.RESTARTING, "new-gang", same, T0).write is None
     assert calls == []
+
+
+def test_a_succeeded_job_keeps_its_final_progress(monkeypatch: pytest.MonkeyPatch) -> None:
+    """kubectl get tj shows 1000/1000 (100%) at Succeeded, not a blank PROGRESS (issue 26)."""
+    with_pods(monkeypatch, [])
+    spec = parse(job())
+    last = {"gang": "g", "step": 950, "totalSteps": 1000, "percent": 95.0, "etaSeconds": 40,
+            "display": "950/1000 (95%)", "eta": "40s"}  # fmt: skip
+    done = scrape.look(spec, OWNER, Child.SUCCEEDED, "g", {"progress": last}, T0).write
+    assert done is not None and done["display"] == "1000/1000 (100%)"
+    assert "etaSeconds" not in done and done["eta"] == "-"
+    again = scrape.look(spec, OWNER, Child.SUCCEEDED, "g", {"progress": done}, T0).write
+    assert again is None  # written once

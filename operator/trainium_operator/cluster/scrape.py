@@ -92,6 +92,8 @@ def look(
     rank0 means no pod to read (else the gang's pods are listed: once per interval per job).
     """
     previous = status.get("progress") if isinstance(status.get("progress"), dict) else None
+    if training is Child.SUCCEEDED:  # kubectl get keeps the final step/total, not a blank
+        return Reading(write=progress.finished(previous))
     if training not in (Child.RUNNING, Child.PENDING, Child.RESTARTING) or gang_uid is None:
         return Reading(write=CLEAR if previous else None)
     if training is not Child.RUNNING:

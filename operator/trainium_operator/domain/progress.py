@@ -123,6 +123,17 @@ def _eta(base: Mapping[str, Any], sample: Sample, now: str) -> int | None:
     return max(0, round((sample.total_steps - sample.step) / rate))
 
 
+def finished(previous: Mapping[str, Any] | None) -> Json | None:
+    """The progress a Succeeded gang leaves on status: its total reached, no ETA (None: keep)."""
+    total = (previous or {}).get("totalSteps")
+    if not isinstance(total, int) or total <= 0 or (previous or {}).get("percent") == 100.0:
+        return None
+    done: Json = {k: v for k, v in dict(previous or {}).items() if k != "etaSeconds"}
+    done.update(step=total, percent=100.0)
+    done.update(display=display(done), eta=eta_text(None))
+    return done
+
+
 def display(progress: Mapping[str, Any]) -> str:
     """`step/total (percent%)` for kubectl get; `starting` before the first reading."""
     if "step" not in progress:
