@@ -18,6 +18,7 @@ from kubernetes.client.exceptions import ApiException
 
 from trainium_operator.cluster import k8s, reconcile
 from trainium_operator.cluster.eventlooks import EventLook
+from trainium_operator.cluster.memory import Memory
 from trainium_operator.cluster.observe import Views, queue_blocker
 from trainium_operator.cluster.reads import Kind
 from trainium_operator.cluster.reconcile import Outcome, Transition
@@ -176,7 +177,7 @@ def test_bug7_events_while_the_job_is_queued_make_one_pass() -> None:
 
 
 def test_the_echo_of_our_own_status_patch_needs_no_pass() -> None:
-    script = Script(Outcome("Training", written_version="7"))
+    script = Script(Outcome("Training", memory=Memory(written_version="7")))
     passes = runtime(script)
     passes.job_event(KEY, WHERE, "6", first=True)
     assert step(passes)
@@ -527,32 +528,35 @@ def test_status_is_composed_purely_and_a_settled_status_is_returned_as_is(
 
 
 def test_the_record_keeps_what_a_job_remembers_between_passes() -> None:
-    """Phase entry time and the last metrics read live in the job's record, passed in and back."""
+    """A pass's memory goes to the job's record whole and comes back to the next pass."""
     moved = Transition("ns", "job", "Pending", "Training", "Started", "m", None)
-    script = Script(Outcome("Training", transition=moved, metrics_read_at=5.0), Outcome("Training"))
+    read = Memory(metrics_read_at=5.0, events_looked=EventLook("uid-1", 1, "job-train"))
+    script = Script(
+        Outcome("Training", transition=moved, memory=read),
+        Outcome("Training", memory=Memory()),  # that pass read nothing: no gang trains
+        Outcome("Training"),
+    )
     passes = runtime(script)
     passes.wake(KEY)
     assert step(passes)
     record = passes.records.get(KEY)
     assert record is not None and record.phase_entered_at is not None
-    assert record.metrics_read_at == 5.0
+    assert record.memory is read
     passes.wake(KEY)
-    assert step(passes) and script.views[-1].metrics_read_at == 5.0
-    assert record.metrics_read_at is None  # that pass read nothing: no gang trains
+    assert step(passes) and script.views[-1].memory is read
+    assert record.memory == Memory()
+    passes.wake(KEY)
+    assert step(passes) and record.memory == Memory()  # a pass that left nothing keeps it
 
 
-def test_the_record_keeps_the_last_look_at_a_gangs_events() -> None:
-    """A pending gang's Events are listed once per look: the look goes to the record and back."""
-    looked = EventLook("uid-1", 1, "job-train")
-    script = Script(Outcome("Precompiling", events_looked=looked), Outcome("Precompiling"))
-    passes = runtime(script)
-    passes.wake(KEY)
-    assert step(passes)
+def test_a_new_term_forgets_our_writes_echo_and_event_looks_but_not_that_a_job_finished() -> None:
+    passes = runtime(Script())
     record = passes.records.get(KEY)
-    assert record is not None and record.events_looked is looked
-    passes.wake(KEY)
-    assert step(passes) and script.views[-1].events_looked is looked
-    assert record.events_looked is None  # that pass saw no pending gang
+    assert record is not None
+    looked = EventLook("uid-1", 1, "job-train")
+    passes.records.remember(record, Memory(1.0, looked, written_version="7", finished=True))
+    passes.start_term()
+    assert record.memory == Memory(metrics_read_at=1.0, finished=True)
 
 
 def test_watched_passes_read_precompiles_from_the_index_and_fresh_ones_list() -> None:
@@ -688,7 +692,7 @@ def test_a_finished_objects_stale_read_creates_nothing() -> None:
             md = {"name": name, "namespace": ns, "uid": KEY, "generation": 1}
             return {"metadata": md, "status": {"phase": "Training"}}
 
-    views = Views(uid=KEY, finished=True, reader=Reader())  # type: ignore[arg-type]
+    views = Views(uid=KEY, memory=Memory(finished=True), reader=Reader())  # type: ignore[arg-type]
     with pytest.raises(reconcile.StaleRead):
         reconcile.reconcile("ns", "job", lambda *_: None, views)
 

@@ -21,6 +21,7 @@ from trainium_operator.cluster.eventlooks import (
     look_at_events,
     next_event_look,
 )
+from trainium_operator.cluster.memory import Memory
 from trainium_operator.cluster.reads import ApiReader, Kind, Reader, lookup
 from trainium_operator.cluster.storage import storage_of
 from trainium_operator.domain import budget, checkpoints, failures, lifecycle, unschedulable
@@ -49,22 +50,18 @@ class Views:
     failed_pods: tuple[Json, ...] = ()
     #: Failed containers' log tails read when their pod's watch event came (pod uid -> lines).
     pod_logs: Mapping[str, Sequence[str]] = field(default_factory=dict)
-    #: When rank 0's live metrics were last read (monotonic seconds; the job's record).
-    metrics_read_at: float | None = None
     #: Rank 0's training pod as the pod watch last showed it (scrape.slim_rank0), if running.
     rank0_pod: Json | None = None
     #: The pod watch runs (the operator): rank0_pod is all there is to know, no list needed.
     pods_watched: bool = False
-    #: The last look at the live gang's FailedCreate Events (the job's record).
-    events_looked: EventLook | None = None
     #: Live precompile Volcano jobs by (namespace, cache entry), as watched (a kopf index);
     #: None: list them (outside the operator, and in the backstop's passes that heal a watch).
     precompiles: Mapping[tuple[str, str], Iterable[Json]] | None = None
     #: The object this pass is for (its uid; empty: whatever holds the name, outside the
     #: operator): a body of another uid is another job, and this one is gone.
     uid: str = ""
-    #: A pass of this object wrote a finished phase: nothing is created for it again.
-    finished: bool = False
+    #: What this job's earlier passes left for this one (its record keeps it).
+    memory: Memory = field(default_factory=Memory)
 
     def has_children(self, queue: str) -> bool:
         """Whether any listed queue names this one as its parent (a non-leaf queue)."""
@@ -135,7 +132,7 @@ def observe(
     )
     reported = [checkpoints.from_pod(p) for p in pods] if stage == "train" else []
     admission = None if train is not None else queue_blocker(spec.scheduling.queue, views)
-    looked = look_at_events(owner.namespace, job, views.now, views.events_looked)
+    looked = look_at_events(owner.namespace, job, views.now, views.memory.events_looked)
     if stopping and admission is None:
         admission = gang_stopping(owner)
     if admission is None and train is None and _child(pre) in (Child.ABSENT, Child.SUCCEEDED):

@@ -17,7 +17,8 @@ from trainium_operator.api.spec import SpecError, TrainiumJobSpec, parse
 from trainium_operator.build import cache
 from trainium_operator.build.builders import Owner
 from trainium_operator.cluster import actions, fsx, k8s, scrape
-from trainium_operator.cluster.observe import EventLook, Seen, Views, observe
+from trainium_operator.cluster.memory import Memory
+from trainium_operator.cluster.observe import Seen, Views, observe
 from trainium_operator.cluster.reads import ApiReader, Kind, Reader, version
 from trainium_operator.domain import (
     budget,
@@ -73,19 +74,14 @@ class Outcome:
     ttl_remaining: float | None = None
     #: The job waits on something that may heal (a prerequisite, a quota, a 5xx): back off.
     waiting: bool = False
-    #: The resourceVersion our status patch produced (its watch event needs no new pass).
-    written_version: str | None = None
     #: Seconds until runPolicy.activeDeadlineSeconds passes (a look is due then).
     deadline_in: float | None = None
     #: Cache figures that appeared on status in this pass (compileSeconds, savedSeconds).
     cache_figures: tuple[tuple[str, float], ...] = ()
-    #: When rank 0's live metrics were last read (monotonic seconds), for the job's record.
-    metrics_read_at: float | None = None
-    #: The pass's look at a pending gang's FailedCreate Events, for the job's record.
-    events_looked: EventLook | None = None
-    #: The job is finished for good (Succeeded, or Failed after it was admitted): the record
-    #: keeps it, and no later pass of this object creates anything.
+    #: The job is finished for good (Succeeded, or Failed after it was admitted).
     final: bool = False
+    #: What the next pass of this job starts from (None: the job is gone, nothing to keep).
+    memory: Memory | None = None
 
 
 class StaleRead(Exception):
@@ -105,19 +101,19 @@ def reconcile(
     body = read.get(Kind.TRAINIUMJOB, namespace, name)
     if body is None or body["metadata"].get("deletionTimestamp") or _another(body, views.uid):
         return Outcome(None)  # this object is gone (the name may hold a new one: not ours)
-    previous = _status_of(body)
-    if views.finished and not lifecycle.is_final(previous):
+    previous, memory = _status_of(body), views.memory
+    if memory.finished and not lifecycle.is_final(previous):
         raise StaleRead(f"{namespace}/{name}: read a status older than our finished one")
     generation = int(body["metadata"].get("generation", 1))
     if settled(previous, generation):
         rv = _late_checkpoint(body, previous, views.checkpoint, read)
-        return replace(expire(body, previous, reader=read), written_version=rv)
+        return _kept(expire(body, previous, reader=read), memory, rv)
     try:
         spec = parse_cached(body)
     except SpecError as exc:
         inputs = _inputs(body, lifecycle.invalid(exc.problems), None)
         new, transition, rv = _report(body, inputs, emit, read)
-        return Outcome(new.get("phase"), transition, written_version=rv)
+        return _kept(Outcome(new.get("phase"), transition), memory, rv)
     owner = Owner(name, namespace, body["metadata"].get("uid", ""))
     deadline_in = _deadline_in(spec, previous)
     seen, observed, counted = _look(body, spec, owner, views, lookup, deadline_in)
@@ -129,28 +125,35 @@ def reconcile(
         # The child just created wakes this job when its watch event arrives: that pass sees
         # it and reports. A status written now would say what existed before, and be redone.
         soonest = _soonest(deadline_in, seen.startup_left, seen.events_look, seen.progress_in)
-        return Outcome(
-            decision.phase.value,
-            deadline_in=soonest,
-            metrics_read_at=seen.metrics_read_at,
-            events_looked=seen.events_looked,
-        )
+        return Outcome(decision.phase.value, deadline_in=soonest, memory=_learnt(memory, seen))
     inputs = replace(
         _inputs(body, decision, spec),
         observed=observed, counted=counted, checkpoint=seen.checkpoint, progress=seen.progress,
     )  # fmt: skip
     new, transition, rv = _report(body, inputs, emit, read)
-    outcome = expire(body, new, spec, reader=read)
-    return replace(
-        outcome,
+    outcome = replace(
+        expire(body, new, spec, reader=read),
         transition=transition,
         waiting=_waiting(decision, rejections),
-        written_version=rv,
         cache_figures=_new_figures(previous, new),
         deadline_in=_soonest(deadline_in, seen.startup_left, seen.events_look, seen.progress_in),
-        metrics_read_at=seen.metrics_read_at,
-        events_looked=seen.events_looked,
     )
+    return _kept(outcome, _learnt(memory, seen), rv)
+
+
+def _learnt(memory: Memory, seen: Seen) -> Memory:
+    """What this pass's look adds to the job's memory: its metrics read, its Event look."""
+    return replace(memory, metrics_read_at=seen.metrics_read_at, events_looked=seen.events_looked)
+
+
+def _kept(outcome: Outcome, memory: Memory, written: str | None) -> Outcome:
+    """The outcome with the memory the next pass starts from: our write, a finished job."""
+    memory = replace(
+        memory,
+        written_version=written or memory.written_version,
+        finished=memory.finished or outcome.final,
+    )
+    return replace(outcome, memory=memory)
 
 
 def _another(body: Json, uid: str) -> bool:
@@ -193,7 +196,7 @@ def _look(
         else None
     )
     watched = scrape.look(
-        spec, owner, seen.observed.training, uid, previous, now_iso(), views.metrics_read_at,
+        spec, owner, seen.observed.training, uid, previous, now_iso(), views.memory.metrics_read_at,
         rank0=views.rank0_pod, watched=views.pods_watched,
     )  # fmt: skip
     excluded, redo = supervise.gang_to_replace(

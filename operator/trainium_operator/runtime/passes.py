@@ -223,23 +223,18 @@ class Passes:
     ) -> None:
         """What the pass leaves in the job's record for the next one."""
         self.records.pods_read(record, seen, shown)
-        self.records.wrote(record, outcome.written_version)
-        self.records.metrics_read(record, outcome.metrics_read_at)
-        self.records.looked(record, outcome.events_looked)
-        if outcome.final:
-            self.records.finish(record)
+        if outcome.memory is not None:
+            self.records.remember(record, outcome.memory)
 
     def _views(self, record: JobRecord, *, fresh: bool) -> Views:
         checkpoint: Checkpoint | None = record.checkpoint
         views = Views(
             uid=record.uid,
-            finished=record.finished,
+            memory=record.memory,
             queue_children=self.reads.queue_children,
             pods_changed=record.pods_changed,
             checkpoint=checkpoint,
-            metrics_read_at=record.metrics_read_at,
             rank0_pod=record.rank0_pod,
-            events_looked=record.events_looked,
         )
         read = self.reads.reader(fresh=fresh)
         if read is None:  # before kopf handed over its indices: GETs and lists

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainium_operator.cluster.eventlooks import EventLook
+from trainium_operator.cluster.memory import Memory
 from trainium_operator.domain import checkpoints
 from trainium_operator.domain.checkpoints import Checkpoint
 
@@ -37,24 +37,18 @@ class JobRecord:
     #: Where the object lives (from its own watch event; empty until that arrives).
     namespace: str = ""
     name: str = ""
-    #: A pass wrote a finished phase for this object: it never gets a new gang.
-    finished: bool = False
+    #: What the job's passes carry from one to the next (cluster/memory.py), kept whole.
+    memory: Memory = field(default_factory=Memory)
     #: Pod events that asked for a pod read; `pods_read` of them a pass read successfully.
     pods_seen: int = 0
     pods_read: int = 0
     #: The newest checkpoint the job's training pods reported (pod watch).
     checkpoint: Checkpoint | None = None
-    #: The resourceVersion of our last status patch (its echo needs no pass).
-    written_version: str | None = None
     #: When the job entered its current phase (monotonic seconds), for the stage-seconds metric.
     phase_entered_at: float | None = None
     #: Rank 0's training pod as its watch event showed it (name, ports, IP): a metrics read
     #: needs no list of the gang's pods every interval.
     rank0_pod: Json | None = None
-    #: When a pass last read rank 0's live metrics (monotonic seconds): one read per interval.
-    metrics_read_at: float | None = None
-    #: The last look at the live gang's FailedCreate Events: one list per look, not per pass.
-    events_looked: EventLook | None = None
     #: Consecutive passes that waited on something that may heal (their backoff).
     waits: int = 0
     #: The job is being deleted (on_delete holds it): its passes create nothing.
@@ -210,30 +204,20 @@ class Records:
             before, record.rank0_pod = record.rank0_pod, pod
             return pod is not None and pod != before
 
-    def wrote(self, record: JobRecord, version: str | None) -> None:
-        with self.lock:
-            if version:
-                record.written_version = version
-
     def phase_entered(self, record: JobRecord, at: float) -> None:
         with self.lock:
             record.phase_entered_at = at
 
-    def metrics_read(self, record: JobRecord, at: float | None) -> None:
-        """When the pass last read rank 0's metrics (None: no gang trains, nothing to pace)."""
+    def remember(self, record: JobRecord, memory: Memory) -> None:
+        """What a pass left for the next one (cluster/memory.py): kept whole."""
         with self.lock:
-            record.metrics_read_at = at
-
-    def looked(self, record: JobRecord, looked: EventLook | None) -> None:
-        """The pass's look at the gang's Events (None: no gang pending, nothing to keep)."""
-        with self.lock:
-            record.events_looked = looked
+            record.memory = memory
 
     def is_echo(self, key: Key, version: str | None) -> bool:
         """Whether a job event only shows our own last status patch."""
         with self.lock:
             record = self._by_key.get(key)
-            return record is not None and bool(version) and record.written_version == version
+            return record is not None and bool(version) and record.memory.written_version == version
 
     def waited(self, record: JobRecord, waiting: bool) -> int:
         """Count a pass that waited (0 resets); the number of waits before this one."""
@@ -246,14 +230,8 @@ class Records:
         with self.lock:
             self.ensure(key).finalizing = True
 
-    def finish(self, record: JobRecord) -> None:
-        """A pass wrote (or read) a finished phase: no pass of this object creates again."""
-        with self.lock:
-            record.finished = True
-
     def new_term(self) -> None:
         """A new leadership term: what our earlier writes told is not to be trusted to echo."""
         with self.lock:
             for record in self._by_key.values():
-                record.written_version = None
-                record.events_looked = None
+                record.memory = record.memory.for_a_new_term()
