@@ -23,6 +23,7 @@ RESOURCE = {
     "CustomResourceDefinition": "customresourcedefinitions.v1.apiextensions.k8s.io",
     "ConfigMap": "configmaps",
     "PodDisruptionBudget": "poddisruptionbudgets.v1.policy",
+    "NetworkPolicy": "networkpolicies.v1.networking.k8s.io",
 }
 
 

@@ -50,8 +50,13 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 {{- end }}
 
+{{/* repository@digest when a digest is given (the tag is then ignored), else repository:tag. */}}
 {{- define "trainium-operator.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
 {{- end }}
 
 {{/* The ServiceAccount as an RBAC subject. */}}
@@ -87,3 +92,17 @@ equal ports would crash the operator with "address already in use".
 {{- fail (printf "metrics.port and health.port must differ (both are %d): the operator serves /metrics and /healthz on separate ports of one pod" (int .Values.metrics.port)) -}}
 {{- end -}}
 {{- end -}}
+
+{{/*
+Labels every training pod the operator creates carries (builders.labels: LABEL_MANAGED_BY and
+LABEL_STAGE), and the trainer's metrics port (trainium_trainer.contract.METRICS_PORT, the
+containerPort named `metrics`); tests/chart/test_chart_networkpolicy.py fails when they drift.
+*/}}
+{{- define "trainium-operator.trainingPodLabels" -}}
+app.kubernetes.io/managed-by: trainium-operator
+trainium.dev/stage: train
+{{- end }}
+
+{{- define "trainium-operator.trainingMetricsPort" -}}
+9400
+{{- end }}
