@@ -263,6 +263,7 @@ def test_optional_parts_are_off_by_default(helm_bin: Path) -> None:
     assert kinds == {
         "ServiceAccount", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding",
         "Service", "Deployment", "PodDisruptionBudget", "NetworkPolicy",
+        "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
     }  # fmt: skip
     assert not by_kind(render("rbac.create=false"), "ClusterRole")
 

@@ -24,6 +24,10 @@ RESOURCE = {
     "ConfigMap": "configmaps",
     "PodDisruptionBudget": "poddisruptionbudgets.v1.policy",
     "NetworkPolicy": "networkpolicies.v1.networking.k8s.io",
+    "ValidatingAdmissionPolicy": "validatingadmissionpolicies.v1.admissionregistration.k8s.io",
+    "ValidatingAdmissionPolicyBinding": (
+        "validatingadmissionpolicybindings.v1.admissionregistration.k8s.io"
+    ),
 }
 
 

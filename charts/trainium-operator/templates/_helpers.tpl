@@ -106,3 +106,22 @@ trainium.dev/stage: train
 {{- define "trainium-operator.trainingMetricsPort" -}}
 9400
 {{- end }}
+
+{{/* CEL: the live CRD carries trainium.dev/allow-field-removal=true (the guard's way out). */}}
+{{- define "trainium-operator.allowFieldRemoval" -}}
+(has(oldObject.metadata.annotations) && 'trainium.dev/allow-field-removal' in oldObject.metadata.annotations && oldObject.metadata.annotations['trainium.dev/allow-field-removal'] == 'true')
+{{- end }}
+
+{{/*
+CEL: every property of the schema `o` (an expression) is in the schema `n`, `depth` levels
+down, through array items (core CEL has no recursion: the template unrolls it). Each level
+binds its node with a one-element list's all(), so the text grows linearly with depth.
+*/}}
+{{- define "trainium-operator.keepsFields" -}}
+{{- $d := int .depth -}}
+{{- $O := printf "o%d" $d -}}
+{{- $N := printf "n%d" $d -}}
+{{- $k := printf "k%d" $d -}}
+[has({{ .o }}.items) ? dyn({{ .o }}.items) : dyn({{ .o }})].all({{ $O }}, [has({{ .n }}.items) ? dyn({{ .n }}.items) : dyn({{ .n }})].all({{ $N }}, !has({{ $O }}.properties) || {{ $O }}.properties.all({{ $k }}, has({{ $N }}.properties) && {{ $k }} in {{ $N }}.properties
+{{- if gt $d 1 }} && {{ include "trainium-operator.keepsFields" (dict "o" (printf "%s.properties[%s]" $O $k) "n" (printf "%s.properties[%s]" $N $k) "depth" (sub $d 1)) }}{{ end }})))
+{{- end }}
