@@ -27,6 +27,7 @@ NON_DEFAULT = (
     "metrics.prometheusRule.enabled=true",
     "metrics.dashboard.enabled=true",
     "crds.enabled=false",
+    "networkPolicy.egress.enabled=true",
 )
 
 

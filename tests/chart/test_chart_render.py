@@ -136,6 +136,18 @@ def test_image_defaults_to_app_version_and_pod_options_pass_through(helm_bin: Pa
     assert pod["metadata"]["annotations"] == {"a": "b"}
 
 
+#: An image digest (sha256: and 64 hex digits), as `docker buildx imagetools inspect` prints it.
+DIGEST = "sha256:" + "0123456789abcdef" * 4
+
+
+def test_image_by_digest_runs_repository_at_digest_whatever_the_tag(helm_bin: Path) -> None:
+    repository = yaml.safe_load((CHART / "values.yaml").read_text())["image"]["repository"]
+    assert container(f"image.digest={DIGEST}")["image"] == f"{repository}@{DIGEST}"
+    assert container(f"image.digest={DIGEST}", "image.tag=dev")["image"] == f"{repository}@{DIGEST}"
+    tagged = container("image.repository=r.example/op", "image.tag=dev")
+    assert tagged["image"] == "r.example/op:dev"
+
+
 def test_no_helm_hooks(helm_bin: Path) -> None:
     """Hooks fight Argo CD (it runs them as sync hooks, or not at all): none anywhere."""
     for doc in render(*NON_DEFAULT) + render():
@@ -249,7 +261,8 @@ def test_optional_parts_are_off_by_default(helm_bin: Path) -> None:
     kinds = {d["kind"] for d in render()}
     assert kinds == {
         "ServiceAccount", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding",
-        "Service", "Deployment", "PodDisruptionBudget",
+        "Service", "Deployment", "PodDisruptionBudget", "NetworkPolicy",
+        "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
     }  # fmt: skip
     assert not by_kind(render("rbac.create=false"), "ClusterRole")
 

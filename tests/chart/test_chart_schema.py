@@ -23,6 +23,8 @@ REJECTED = [
     ("podSecurityContext.runAsUser=0", "at '/podSecurityContext/runAsUser': minimum: got 0"),
     ("metrics.prometheusRule.failureWindow=15", "failureWindow': got number, want string"),
     ("image.tag=12", "at '/image/tag': got number, want string"),  # --set-string image.tag=12
+    ("image.digest=0123abcd", "at '/image/digest': '0123abcd' does not match pattern"),
+    (f"image.digest=sha256:{'A' * 64}", "at '/image/digest'"),  # lowercase hex only
     ("peering.enabled=false,replicaCount=2", "at '/replicaCount': maximum: got 2, want 1"),
     ("peering.name=Trainium", "at '/peering/name'"),
     ("env[0].nmae=X", "at '/env/0': additional properties 'nmae' not allowed"),
@@ -52,6 +54,7 @@ def test_schema_rejects(helm_bin: Path, value: str, message: str) -> None:
 
 ACCEPTED = [
     ("--set-string", "image.tag=12"),
+    ("--set", f"image.digest=sha256:{'0a' * 32}"),
     ("--set", "operator.awsRegion=us-west-2"),
     ("--set", "serviceAccount.annotations.eks\\.amazonaws\\.com/role-arn=arn:aws:iam::1:role/x"),
     ("--set", "env[0].name=LOG_LEVEL,env[0].value=debug"),

@@ -23,6 +23,11 @@ RESOURCE = {
     "CustomResourceDefinition": "customresourcedefinitions.v1.apiextensions.k8s.io",
     "ConfigMap": "configmaps",
     "PodDisruptionBudget": "poddisruptionbudgets.v1.policy",
+    "NetworkPolicy": "networkpolicies.v1.networking.k8s.io",
+    "ValidatingAdmissionPolicy": "validatingadmissionpolicies.v1.admissionregistration.k8s.io",
+    "ValidatingAdmissionPolicyBinding": (
+        "validatingadmissionpolicybindings.v1.admissionregistration.k8s.io"
+    ),
 }
 
 

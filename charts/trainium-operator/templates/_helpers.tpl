@@ -50,8 +50,13 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 {{- end }}
 
+{{/* repository@digest when a digest is given (the tag is then ignored), else repository:tag. */}}
 {{- define "trainium-operator.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
 {{- end }}
 
 {{/* The ServiceAccount as an RBAC subject. */}}
@@ -87,3 +92,36 @@ equal ports would crash the operator with "address already in use".
 {{- fail (printf "metrics.port and health.port must differ (both are %d): the operator serves /metrics and /healthz on separate ports of one pod" (int .Values.metrics.port)) -}}
 {{- end -}}
 {{- end -}}
+
+{{/*
+Labels every training pod the operator creates carries (builders.labels: LABEL_MANAGED_BY and
+LABEL_STAGE), and the trainer's metrics port (trainium_trainer.contract.METRICS_PORT, the
+containerPort named `metrics`); tests/chart/test_chart_networkpolicy.py fails when they drift.
+*/}}
+{{- define "trainium-operator.trainingPodLabels" -}}
+app.kubernetes.io/managed-by: trainium-operator
+trainium.dev/stage: train
+{{- end }}
+
+{{- define "trainium-operator.trainingMetricsPort" -}}
+9400
+{{- end }}
+
+{{/* CEL: the live CRD carries trainium.dev/allow-field-removal=true (the guard's way out). */}}
+{{- define "trainium-operator.allowFieldRemoval" -}}
+(has(oldObject.metadata.annotations) && 'trainium.dev/allow-field-removal' in oldObject.metadata.annotations && oldObject.metadata.annotations['trainium.dev/allow-field-removal'] == 'true')
+{{- end }}
+
+{{/*
+CEL: every property of the schema `o` (an expression) is in the schema `n`, `depth` levels
+down, through array items (core CEL has no recursion: the template unrolls it). Each level
+binds its node with a one-element list's all(), so the text grows linearly with depth.
+*/}}
+{{- define "trainium-operator.keepsFields" -}}
+{{- $d := int .depth -}}
+{{- $O := printf "o%d" $d -}}
+{{- $N := printf "n%d" $d -}}
+{{- $k := printf "k%d" $d -}}
+[has({{ .o }}.items) ? dyn({{ .o }}.items) : dyn({{ .o }})].all({{ $O }}, [has({{ .n }}.items) ? dyn({{ .n }}.items) : dyn({{ .n }})].all({{ $N }}, !has({{ $O }}.properties) || {{ $O }}.properties.all({{ $k }}, has({{ $N }}.properties) && {{ $k }} in {{ $N }}.properties
+{{- if gt $d 1 }} && {{ include "trainium-operator.keepsFields" (dict "o" (printf "%s.properties[%s]" $O $k) "n" (printf "%s.properties[%s]" $N $k) "depth" (sub $d 1)) }}{{ end }})))
+{{- end }}
