@@ -20,7 +20,7 @@ from harness import OperatorProcess
 from helmchart import CHART, helm
 from jobs import create, fsx_claim, get_json, small_job
 from kubelet import Behavior, FakeKubelet
-from trainium_operator import naming
+from trainium_operator.api import naming
 
 Obj = dict[str, Any]
 #: The release the session installed (tests/cluster/conftest.py).

@@ -19,7 +19,7 @@ from cluster import Cluster, wait_until
 from harness import OperatorProcess
 from jobs import create, fsx_claim, small_job
 from kubelet import Behavior, FakeKubelet
-from trainium_operator import naming
+from trainium_operator.api import naming
 
 TORCHX = str(Path(sys.executable).parent / "torchx")
 LINES = ("[default0]:step 1 loss 7.1", "[default0]:ünïcode survives", "[default1]:done")
