@@ -367,10 +367,12 @@ def test_bug4_a_cache_cleared_by_another_worker_never_fails_a_pass(
 
     body = job("cached")
     body["metadata"].update(uid="u-1", generation=1)
-    monkeypatch.setattr(reconcile, "_parsed", ClearedByAnotherWorker())
-    monkeypatch.setattr(reconcile, "_digests", ClearedByAnotherWorker())
-    assert reconcile.parse_cached(body).nodes >= 1
-    assert reconcile.digests_cached(body)
+    from trainium_operator.api import parsed
+
+    monkeypatch.setattr(parsed, "_specs", ClearedByAnotherWorker())
+    monkeypatch.setattr(parsed, "_digests", ClearedByAnotherWorker())
+    assert parsed.spec(body).nodes >= 1
+    assert parsed.digests(body)
 
 
 # ---- bug 5 / issue 17 bug 2: the queue hierarchy as listed; a queue refusal waits --------------

@@ -12,8 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from trainium_operator.api import crd
-from trainium_operator.api.spec import SpecError, TrainiumJobSpec, parse
+from trainium_operator.api import parsed
+from trainium_operator.api.spec import SpecError, TrainiumJobSpec
 from trainium_operator.build import cache
 from trainium_operator.build.builders import Owner
 from trainium_operator.cluster import actions, fsx, k8s, scrape
@@ -32,6 +32,7 @@ from trainium_operator.domain import (
     supervise,
 )
 from trainium_operator.domain.checkpoints import Checkpoint
+from trainium_operator.domain.failures import Failure
 from trainium_operator.domain.lifecycle import Action, Child, Decision, Observed
 from trainium_operator.domain.model import Rejection
 from trainium_operator.domain.status import now_iso
@@ -104,28 +105,37 @@ def reconcile(
     previous, memory = _status_of(body), views.memory
     if memory.finished and not lifecycle.is_final(previous):
         raise StaleRead(f"{namespace}/{name}: read a status older than our finished one")
-    generation = int(body["metadata"].get("generation", 1))
-    if settled(previous, generation):
+    if settled(previous, int(body["metadata"].get("generation", 1))):
         rv = _late_checkpoint(body, previous, views.checkpoint, read)
         return _kept(expire(body, previous, reader=read), memory, rv)
     try:
-        spec = parse_cached(body)
+        spec = parsed.spec(body)
     except SpecError as exc:
         inputs = _inputs(body, lifecycle.invalid(exc.problems), None)
         new, transition, rv = _report(body, inputs, emit, read)
         return _kept(Outcome(new.get("phase"), transition), memory, rv)
-    owner = Owner(name, namespace, body["metadata"].get("uid", ""))
-    deadline_in = _deadline_in(spec, previous)
-    seen, observed, counted = _look(body, spec, owner, views, lookup, deadline_in)
+    return _run(body, spec, emit, replace(views, now=now_iso()), lookup)
+
+
+def _run(
+    body: Json, spec: TrainiumJobSpec, emit: Emit, views: Views, lookup: fsx.FsxLookup | None
+) -> Outcome:
+    """A valid, unfinished job: observe, decide, act; report unless a created child will."""
+    md, read = body["metadata"], views.reader
+    owner = Owner(md["name"], md["namespace"], md.get("uid", ""))
+    seen = observe(spec, owner, views, lookup)
+    seen, observed, counted = _judge(body, spec, seen, views)
     decision = lifecycle.decide(observed)
     rejections = actions.perform(decision.actions, spec, owner, seen, read)
+    soonest = _soonest(
+        _deadline_in(spec, _status_of(body)), seen.startup_left, seen.events_look, seen.progress_in
+    )
     if rejections:  # what the API server refused is observed, and decided on, in this pass
         decision = lifecycle.decide(replace(observed, rejections=rejections))
     elif _ECHOED.intersection(decision.actions):
         # The child just created wakes this job when its watch event arrives: that pass sees
         # it and reports. A status written now would say what existed before, and be redone.
-        soonest = _soonest(deadline_in, seen.startup_left, seen.events_look, seen.progress_in)
-        return Outcome(decision.phase.value, deadline_in=soonest, memory=_learnt(memory, seen))
+        return Outcome(decision.phase.value, deadline_in=soonest, memory=_learnt(views, seen))
     inputs = replace(
         _inputs(body, decision, spec),
         observed=observed, counted=counted, checkpoint=seen.checkpoint, progress=seen.progress,
@@ -135,15 +145,17 @@ def reconcile(
         expire(body, new, spec, reader=read),
         transition=transition,
         waiting=_waiting(decision, rejections),
-        cache_figures=_new_figures(previous, new),
-        deadline_in=_soonest(deadline_in, seen.startup_left, seen.events_look, seen.progress_in),
+        cache_figures=_new_figures(_status_of(body), new),
+        deadline_in=soonest,
     )
-    return _kept(outcome, _learnt(memory, seen), rv)
+    return _kept(outcome, _learnt(views, seen), rv)
 
 
-def _learnt(memory: Memory, seen: Seen) -> Memory:
+def _learnt(views: Views, seen: Seen) -> Memory:
     """What this pass's look adds to the job's memory: its metrics read, its Event look."""
-    return replace(memory, metrics_read_at=seen.metrics_read_at, events_looked=seen.events_looked)
+    return replace(
+        views.memory, metrics_read_at=seen.metrics_read_at, events_looked=seen.events_looked
+    )
 
 
 def _kept(outcome: Outcome, memory: Memory, written: str | None) -> Outcome:
@@ -173,48 +185,25 @@ def _waiting(decision: Decision, rejections: tuple[Rejection, ...]) -> bool:
 _ECHOED = frozenset({Action.CREATE_STORAGE, Action.CREATE_PRECOMPILE, Action.CREATE_TRAINING})
 
 
-def _look(
-    body: Json,
-    spec: TrainiumJobSpec,
-    owner: Owner,
-    views: Views,
-    lookup: fsx.FsxLookup | None,
-    deadline_in: float | None,
+def _judge(
+    body: Json, spec: TrainiumJobSpec, seen: Seen, views: Views
 ) -> tuple[Seen, Observed, budget.Accounted]:
-    """Observe the job's world, and add what the job itself says (status, budget, spec)."""
+    """Add to what was observed what the job itself says: its status, budget, spec, progress."""
     previous = _status_of(body)
-    seen = observe(spec, owner, replace(views, now=now_iso()), lookup)
-    digests = digests_cached(body)
-    started = previous.get("specDigests") or {}
     counted = budget.account(
         budget.read(previous), seen.gang, seen.observed.failure, spec.runPolicy.maxRetries,
         mirrored=budget.legacy(previous),
     )  # fmt: skip
-    uid = (
-        seen.gang.uid
-        if seen.gang is not None and seen.observed.training is not Child.ABSENT
-        else None
-    )
-    watched = scrape.look(
-        spec, owner, seen.observed.training, uid, previous, now_iso(), views.memory.metrics_read_at,
-        rank0=views.rank0_pod, watched=views.pods_watched,
-    )  # fmt: skip
-    excluded, redo = supervise.gang_to_replace(
-        seen.observed.failure, seen.observed.training, previous, watched.hung
-    )
-    seen = replace(
-        seen,
-        progress=watched.write,
-        progress_in=watched.next_read_in,
-        excluded_nodes=excluded,
-        metrics_read_at=watched.read_at,
-    )
+    md = body["metadata"]
+    owner = Owner(md["name"], md["namespace"], md.get("uid", ""))
+    seen, redo = _watch(spec, owner, seen, previous, views)
     if redo is not None:
         counted = budget.replaced(counted, redo.reason, spec.runPolicy.maxRetries)
-    failure = redo or supervise.explain_unschedulable(seen.observed.failure, previous)
+    digests, started = parsed.digests(body), previous.get("specDigests") or {}
+    deadline_in = _deadline_in(spec, previous)
     observed = replace(
         seen.observed,
-        failure=failure,
+        failure=redo or supervise.explain_unschedulable(seen.observed.failure, previous),
         replace_gang=redo is not None and counted.exhausted is None,
         restarts=counted.tally.restarts,
         disruptions=counted.tally.disruptions,
@@ -226,6 +215,26 @@ def _look(
         deadline_exceeded=deadline_in is not None and deadline_in <= 0,
     )
     return seen, observed, counted
+
+
+def _watch(
+    spec: TrainiumJobSpec, owner: Owner, seen: Seen, previous: Json, views: Views
+) -> tuple[Seen, Failure | None]:
+    """Read the training gang's progress when due; whether it must be replaced (hung, bad node)."""
+    training = seen.observed.training
+    uid = seen.gang.uid if seen.gang is not None and training is not Child.ABSENT else None
+    watched = scrape.look(
+        spec, owner, training, uid, previous, views.now, views.memory.metrics_read_at,
+        rank0=views.rank0_pod, watched=views.pods_watched,
+    )  # fmt: skip
+    excluded, redo = supervise.gang_to_replace(
+        seen.observed.failure, training, previous, watched.hung
+    )
+    seen = replace(
+        seen, progress=watched.write, progress_in=watched.next_read_in,
+        excluded_nodes=excluded, metrics_read_at=watched.read_at,
+    )  # fmt: skip
+    return seen, redo
 
 
 def _soonest(*left: float | None) -> float | None:
@@ -255,50 +264,6 @@ def _new_figures(previous: Json, new: Json) -> tuple[tuple[str, float], ...]:
 def _status_of(body: Json) -> Json:
     status_now = body.get("status")
     return status_now if isinstance(status_now, dict) else {}
-
-
-#: Parsed specs and digests by (uid, generation). Shared by the workers: each is read once into
-#: a local (a lookup after a check would race a clear() by another worker: issue 18, bug 4).
-_parsed: dict[tuple[str, int], TrainiumJobSpec | SpecError] = {}
-_digests: dict[tuple[str, int], dict[str, str]] = {}
-_CACHED = 4096
-
-
-def _spec_key(body: Json) -> tuple[str, int]:
-    """A spec's identity: the API server bumps generation on every spec change."""
-    md = body["metadata"]
-    return str(md.get("uid", "")), int(md.get("generation", 1))
-
-
-def _remember(cache: dict[tuple[str, int], Any], key: tuple[str, int], value: Any) -> None:
-    if len(cache) > _CACHED:
-        cache.clear()
-    cache[key] = value
-
-
-def digests_cached(body: Json) -> dict[str, str]:
-    """crd.spec_digests once per (uid, generation), not on every pass."""
-    key = _spec_key(body)
-    found = _digests.get(key)
-    if found is None:
-        found = crd.spec_digests(body)
-        _remember(_digests, key, found)
-    return found
-
-
-def parse_cached(body: Json) -> TrainiumJobSpec:
-    """parse() once per (uid, generation): an unchanged spec is not validated again."""
-    key = _spec_key(body)
-    found = _parsed.get(key)
-    if found is None:
-        try:
-            found = parse(body)
-        except SpecError as exc:
-            found = exc
-        _remember(_parsed, key, found)
-    if isinstance(found, SpecError):
-        raise found
-    return found
 
 
 def expire(
@@ -335,7 +300,7 @@ def _valid_spec(body: Json, status_now: Json) -> TrainiumJobSpec | None:
     if any(c.get("reason") == "InvalidSpec" for c in conditions if isinstance(c, dict)):
         return None
     try:
-        return parse_cached(body)
+        return parsed.spec(body)
     except SpecError:
         return None
 
@@ -352,7 +317,7 @@ def _inputs(body: Json, decision: Decision, spec: TrainiumJobSpec | None) -> sta
     return status.Inputs(
         previous, decision, spec, Observed(), budget.Accounted(budget.read(previous)),
         name=meta["name"], generation=int(meta.get("generation", 1)),
-        digests=digests_cached(body) if spec is not None else {}, now=now_iso(),
+        digests=parsed.digests(body) if spec is not None else {}, now=now_iso(),
     )  # fmt: skip
 
 
