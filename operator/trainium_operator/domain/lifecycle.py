@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
+from trainium_operator.domain import verdicts
 from trainium_operator.domain.model import (
     _PHASES,
     _RANK,
@@ -116,7 +117,7 @@ def _idle_blocked(decision: Decision, obs: Observed) -> bool:
         decision.phase is Phase.PENDING
         and decision.blocker is not None
         and obs.training is Child.ABSENT
-        and obs.precompile not in _LIVE
+        and obs.precompile not in verdicts.LIVE
     )
 
 
@@ -160,7 +161,7 @@ def _storage_gone(obs: Observed) -> Condition:
     """The claim went after the training gang finished (deleted with its pods): say so only."""
     after = "after training finished; its outcome stands"
     if obs.storage_blocker:
-        reason, msg = _b(obs.storage_blocker)
+        reason, msg = verdicts.said(obs.storage_blocker)
         return Condition("StorageReady", "False", reason, f"{msg.split(';')[0]} {after}")
     return Condition("StorageReady", "False", "StorageGone", f"the job's claim is gone {after}")
 
@@ -171,28 +172,25 @@ def _storage(obs: Observed, conds: list[Condition], hit: bool | None) -> Decisio
         return None
     for action in (Action.CREATE_STORAGE, Action.REPAIR_STORAGE):
         if (rejection := obs.rejected(action)) is not None:
-            waiting = _pending(list(conds), None, (), hit, obs)
+            waiting = verdicts.pending(list(conds), None, (), hit, obs)
             return _refused(waiting, rejection, "StorageReady", obs)
     if obs.storage_released:
         msg = "PersistentVolume is Released with a stale claimRef; clearing it for the new claim"
         conds.append(Condition("StorageReady", "False", "VolumeReleased", msg))
-        return _pending(conds, None, (Action.REPAIR_STORAGE,), hit, obs)
+        return verdicts.pending(conds, None, (Action.REPAIR_STORAGE,), hit, obs)
     if obs.storage_blocker:
-        conds.append(Condition("StorageReady", "False", *_b(obs.storage_blocker)))
-        return _pending(conds, obs.storage_blocker, (), hit, obs)
+        conds.append(Condition("StorageReady", "False", *verdicts.said(obs.storage_blocker)))
+        return verdicts.pending(conds, obs.storage_blocker, (), hit, obs)
     conds.append(Condition("StorageReady", "False", "Creating", "creating the FSx volume"))
-    return _pending(conds, None, (Action.CREATE_STORAGE,), hit, obs)
-
-
-_LIVE = (Child.PENDING, Child.RUNNING, Child.RESTARTING, Child.ABORTED, Child.TERMINATING)
+    return verdicts.pending(conds, None, (Action.CREATE_STORAGE,), hit, obs)
 
 
 def _stop_actions(obs: Observed) -> tuple[Action, ...]:
     """Delete the stage jobs still alive; a finished precompile stays (its graphs count)."""
     out = []
-    if obs.precompile in _LIVE:
+    if obs.precompile in verdicts.LIVE:
         out.append(Action.STOP_PRECOMPILE)
-    if obs.training in _LIVE:
+    if obs.training in verdicts.LIVE:
         out.append(Action.STOP_TRAINING)
     return tuple(out)
 
@@ -203,13 +201,15 @@ def _stopped(obs: Observed, conds: list[Condition], hit: bool | None) -> Decisio
     if obs.deadline_exceeded:
         msg = "runPolicy.activeDeadlineSeconds passed; the job's Volcano jobs were stopped"
         conds.append(Condition("Running", "False", "DeadlineExceeded", msg))
-        return replace(_failed(conds, "DeadlineExceeded", msg, hit, obs), actions=stop)
+        return replace(verdicts.failed(conds, "DeadlineExceeded", msg, hit, obs), actions=stop)
     msg = (
         "suspended (runPolicy.suspend): its Volcano jobs are removed, checkpoints and the "
         "compile cache stay; set suspend to false to resume"
     )
     conds.append(Condition("Running", "False", "Suspended", msg))
-    return Decision(Phase.SUSPENDED, msg, _close(conds, running=None), stop, hit, obs.restarts)
+    return Decision(
+        Phase.SUSPENDED, msg, verdicts.close(conds, running=None), stop, hit, obs.restarts
+    )
 
 
 def _refused(decision: Decision, rejection: Rejection, ctype: str, obs: Observed) -> Decision:
@@ -220,12 +220,12 @@ def _refused(decision: Decision, rejection: Rejection, ctype: str, obs: Observed
     conds = [c for c in decision.conditions if c.type not in (ctype, "Succeeded", "Failed")]
     conds.append(Condition(ctype, "False", reason, message))
     if rejection.permanent:
-        return _failed(conds, reason, message, decision.cache_hit, obs)
+        return verdicts.failed(conds, reason, message, decision.cache_hit, obs)
     blocker = Blocker(reason, message + "; retrying with backoff")
     return replace(
         decision,
         message=blocker.message,
-        conditions=_close(conds, running=None),
+        conditions=verdicts.close(conds, running=None),
         actions=(),
         blocker=blocker,
     )
@@ -239,10 +239,10 @@ def _after_storage(obs: Observed, conds: list[Condition], hit: bool | None) -> D
         return _precompiling(obs, conds, hit)
     conds.append(_precompiled_condition(obs, hit))
     if obs.queue_blocker:
-        return _pending(conds, obs.queue_blocker, (), hit, obs)
+        return verdicts.pending(conds, obs.queue_blocker, (), hit, obs)
     if (rejection := obs.rejected(Action.CREATE_TRAINING)) is not None:
-        return _refused(_pending(conds, None, (), hit, obs), rejection, "Running", obs)
-    return _pending(conds, None, (Action.CREATE_TRAINING,), hit, obs)
+        return _refused(verdicts.pending(conds, None, (), hit, obs), rejection, "Running", obs)
+    return verdicts.pending(conds, None, (Action.CREATE_TRAINING,), hit, obs)
 
 
 def _needs_precompile(obs: Observed) -> bool:
@@ -276,11 +276,13 @@ def _precompiled_condition(obs: Observed, hit: bool | None) -> Condition:
 
 
 def _precompiling(obs: Observed, conds: list[Condition], hit: bool | None) -> Decision:
-    end = _end(obs, obs.precompile, "PrecompileFailed", obs.precompile_message, "precompile")
+    end = verdicts.ends(
+        obs, obs.precompile, "PrecompileFailed", obs.precompile_message, "precompile"
+    )
     if end is not None:
         reason, msg, stop_now = end
         conds.append(Condition("Precompiled", "False", reason, msg))
-        failed = _failed(conds, reason, msg, hit, obs)
+        failed = verdicts.failed(conds, reason, msg, hit, obs)
         stop = (Action.STOP_PRECOMPILE,) if stop_now else ()
         if obs.cache_holder == "self":  # the entry says Failed; the next job retries once
             return replace(failed, actions=(*stop, Action.RECORD_CACHE_FAILED))
@@ -288,12 +290,14 @@ def _precompiling(obs: Observed, conds: list[Condition], hit: bool | None) -> De
     if obs.precompile is Child.ABSENT and obs.cache_holder == "other":
         return _waiting_for_cache(obs, conds, hit)
     if obs.precompile is Child.ABSENT and obs.queue_blocker:
-        conds.append(Condition("Precompiled", "False", *_b(obs.queue_blocker)))
-        return _pending(conds, obs.queue_blocker, (), hit, obs)
-    reason, msg = _STAGE_WAIT.get(obs.precompile, ("Compiling", "neuron_parallel_compile running"))
+        conds.append(Condition("Precompiled", "False", *verdicts.said(obs.queue_blocker)))
+        return verdicts.pending(conds, obs.queue_blocker, (), hit, obs)
+    reason, msg = verdicts.STAGE_WAIT.get(
+        obs.precompile, ("Compiling", "neuron_parallel_compile running")
+    )
     stuck = obs.gang_blocker if obs.precompile is Child.PENDING else None
     if stuck is not None:
-        reason, msg = _b(stuck)
+        reason, msg = verdicts.said(stuck)
     conds.append(Condition("Precompiled", "False", reason, msg))
     actions: tuple[Action, ...] = ()
     if obs.precompile is Child.ABSENT:
@@ -302,7 +306,7 @@ def _precompiling(obs: Observed, conds: list[Condition], hit: bool | None) -> De
     decision = Decision(
         phase=Phase.PRECOMPILING,
         message="filling the Neuron compile cache" if reason == "Compiling" else msg,
-        conditions=_close(conds, running=False),
+        conditions=verdicts.close(conds, running=False),
         actions=actions,
         cache_hit=hit,
         restarts=obs.restarts,
@@ -322,18 +326,8 @@ def _waiting_for_cache(obs: Observed, conds: list[Condition], hit: bool | None) 
     )
     conds.append(Condition("Precompiled", "False", "WaitingForCache", msg))
     return Decision(
-        Phase.WAITING_FOR_CACHE, msg, _close(conds, running=False), (), hit, obs.restarts
+        Phase.WAITING_FOR_CACHE, msg, verdicts.close(conds, running=False), (), hit, obs.restarts
     )
-
-
-#: Child states that hold a stage without failing it: (condition reason, message).
-_STAGE_WAIT = {
-    Child.ABORTED: (
-        "Aborted",
-        "the Volcano job is aborted (vcctl job suspend); `vcctl job resume` continues it",
-    ),
-    Child.TERMINATING: ("Terminating", "Volcano is terminating the job's pods"),
-}
 
 
 def _training(obs: Observed, conds: list[Condition], hit: bool | None) -> Decision:
@@ -343,118 +337,26 @@ def _training(obs: Observed, conds: list[Condition], hit: bool | None) -> Decisi
         conds.append(Condition("Succeeded", "True", "TrainingCompleted", "training completed"))
         conds.append(Condition("Failed", "False", "TrainingCompleted", ""))
         return Decision(Phase.SUCCEEDED, "training completed", tuple(conds), (), hit, obs.restarts)
-    end = _end(obs, state, "TrainingFailed", obs.training_message, "training")
+    end = verdicts.ends(obs, state, "TrainingFailed", obs.training_message, "training")
     if end is not None:
         reason, msg, stop_now = end
         conds.append(Condition("Running", "False", reason, msg))
         stop = (Action.STOP_TRAINING,) if stop_now else ()
-        return replace(_failed(conds, reason, msg, hit, obs), actions=stop)
-    if obs.replace_gang and state in _LIVE:
+        return replace(verdicts.failed(conds, reason, msg, hit, obs), actions=stop)
+    if obs.replace_gang and state in verdicts.LIVE:
         why = obs.failure.reason if obs.failure else "Unknown"
         detail = f": {obs.failure.message}" if obs.failure else ""
         msg = f"recreating the training gang ({why}){detail}"
         conds.append(Condition("Running", "False", "Restarting", msg))
         stop = (Action.STOP_TRAINING,)
-        return Decision(Phase.TRAINING, msg, _close(conds, running=None), stop, hit, obs.restarts)
-    status, reason, msg = _running(obs)
+        return Decision(
+            Phase.TRAINING, msg, verdicts.close(conds, running=None), stop, hit, obs.restarts
+        )
+    status, reason, msg = verdicts.running(obs)
     conds.append(Condition("Running", status, reason, msg))
     stuck = obs.gang_blocker if state is Child.PENDING else None
-    conditions = _close(conds, running=None)
+    conditions = verdicts.close(conds, running=None)
     return Decision(Phase.TRAINING, msg, conditions, (), hit, obs.restarts, stuck)
-
-
-def _end(
-    obs: Observed, state: Child, default: str, volcano: str, stage: str
-) -> tuple[str, str, bool] | None:
-    """Why a stage ends now, if it does, and whether its live gang must be stopped.
-
-    Volcano failed it; or a restart cannot fix its failure; or the restart budget is spent
-    (the operator, not Volcano, keeps runPolicy.maxRetries: see budget.py).
-    """
-    fast = _fails_fast(obs, state)
-    if state is Child.FAILED or fast:
-        return (*_why(obs, default, volcano, stage), fast)
-    if obs.exhausted is not None and state in _LIVE:
-        spent = obs.exhausted
-        msg = f"{spent.message}; the {stage} gang was stopped"
-        if obs.failure is not None:
-            msg += "\n" + _why(obs, default, volcano, stage)[1]
-        return spent.reason, msg, True
-    return None
-
-
-def _fails_fast(obs: Observed, state: Child) -> bool:
-    """A live gang whose failure a restart cannot fix (bad image, compiler error, OOM...)."""
-    return state in _LIVE and obs.failure is not None and not obs.failure.retry
-
-
-def _why(obs: Observed, default: str, volcano: str, stage: str) -> tuple[str, str]:
-    """The failure's class and evidence (pod, reason, log tail), else Volcano's own words."""
-    failure = obs.failure
-    if failure is None:
-        return default, volcano or f"the {stage} job failed"
-    msg = failure.message
-    if failure.log_tail:
-        msg += "\nlast log lines:\n" + "\n".join(failure.log_tail)
-    return failure.reason, msg
-
-
-def _running(obs: Observed) -> tuple[str, str, str]:
-    """The Running condition of a live training job: one phase (Training) for all of them."""
-    state = obs.training
-    if state in _STAGE_WAIT:
-        return ("False", *_STAGE_WAIT[state])
-    if state is Child.PENDING and obs.gang_blocker is not None:
-        return ("False", *_b(obs.gang_blocker))  # Volcano cannot create its pods
-    if state is Child.RESTARTING or (state is Child.PENDING and obs.gang_retries):
-        counts = f"restarts: {obs.restarts}, disruptions: {obs.disruptions}"
-        return "False", "Restarting", f"restarting the gang ({counts})"
-    if state is Child.PENDING:
-        return "False", "GangPending", "training job waiting for the gang to be scheduled"
-    return "True", "GangRunning", "training"
-
-
-def _b(blocker: Blocker) -> tuple[str, str]:
-    return blocker.reason, blocker.message
-
-
-def _close(conds: list[Condition], running: bool | None) -> tuple[Condition, ...]:
-    """Add the conditions every non-terminal status carries."""
-    if running is False:
-        conds.append(Condition("Running", "False", "NotStarted", "training not started"))
-    conds.append(Condition("Succeeded", "False", "InProgress", ""))
-    conds.append(Condition("Failed", "False", "InProgress", ""))
-    return tuple(conds)
-
-
-def _pending(
-    conds: list[Condition],
-    blocker: Blocker | None,
-    actions: tuple[Action, ...],
-    hit: bool | None,
-    obs: Observed,
-) -> Decision:
-    message = blocker.message if blocker else "creating the next stage"
-    if blocker and not any(c.reason == blocker.reason for c in conds):
-        conds.append(Condition("Running", "False", blocker.reason, blocker.message))
-    elif not any(c.type == "Running" for c in conds):
-        conds.append(Condition("Running", "False", "NotStarted", "training not started"))
-    phase = Phase.PENDING
-    if obs.precompile is Child.SUCCEEDED and obs.storage_ready and blocker is None:
-        phase = Phase.TRAINING  # compiled, nothing missing: the training job is created now
-        message = "creating the training job"
-    conditions = _close(conds, running=None)
-    return Decision(phase, message, conditions, actions, hit, obs.restarts, blocker)
-
-
-def _failed(
-    conds: list[Condition], reason: str, msg: str, hit: bool | None, obs: Observed
-) -> Decision:
-    if not any(c.type == "Running" for c in conds):
-        conds.append(Condition("Running", "False", reason, msg))
-    conds.append(Condition("Succeeded", "False", reason, msg))
-    conds.append(Condition("Failed", "True", reason, msg))
-    return Decision(Phase.FAILED, msg, tuple(conds), (), hit, obs.restarts)
 
 
 def ttl_remaining(
