@@ -118,5 +118,5 @@ def test_backoff_doubles_with_jitter_below_the_cap() -> None:
 def test_a_create_resent_after_a_lost_answer_is_already_there(slept: list[float]) -> None:
     """The first POST went through but its answer was lost: the retry meets AlreadyExists."""
     calls, call = flaky(ConnectionResetError(104, "reset"), api_error(409, "AlreadyExists"))
-    assert k8s._exists_is_ok(call, {"metadata": {}}) is None  # already there: nothing created now
+    assert k8s.exists_is_ok(call, {"metadata": {}}) is None  # already there: nothing created now
     assert len(calls) == 2

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from test_k8s_retries import api_error
 
-from trainium_operator.cluster import k8s
+from trainium_operator.cluster import cacheio, k8s
 
 Json = dict[str, Any]
 RECORD: Json = {
@@ -52,5 +52,5 @@ def test_put_configmap(
 ) -> None:
     api = ConfigMaps(*(["r"] if present else []))
     monkeypatch.setattr(k8s, "core", lambda: api)
-    written = k8s.put_configmap(RECORD, exists=exists)
+    written = cacheio.put_configmap(RECORD, exists=exists)
     assert api.calls == calls and written["data"]["state"] == "Ready"

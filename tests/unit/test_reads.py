@@ -17,7 +17,7 @@ from trainium_operator.api import naming
 from trainium_operator.api.spec import parse
 from trainium_operator.build import cache
 from trainium_operator.build.builders import Owner
-from trainium_operator.cluster import k8s, reads, watches
+from trainium_operator.cluster import cacheio, k8s, reads, watches
 from trainium_operator.cluster.observe import Views, observe
 from trainium_operator.cluster.reads import ApiReader, Kind, Overlay, WatchReader, slim
 from trainium_operator.cluster.reconcile import Outcome, reconcile
@@ -220,7 +220,7 @@ def test_fresh_and_ambiguous_reads_get_and_supersede_what_the_index_shows(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     served = {"x": obj("x", "5"), "y": obj("y", "9")}
-    monkeypatch.setattr(k8s, "get_configmap", lambda ns, name: served[name])
+    monkeypatch.setattr(cacheio, "get_configmap", lambda ns, name: served[name])
     idx = indices(record=[obj("x", "3"), obj("y", "8"), {**obj("y", "2"), "old": True}])
     overlay = Overlay()
     fresh = WatchReader(idx, overlay, fresh=True)
@@ -312,11 +312,11 @@ class FakeApi:
         self.patches = 0
         self.deleted: list[tuple[Kind, str]] = []
         self.objects: dict[tuple[Kind, str], Json] = {}
-        for name, kind in (("create_vcjob", Kind.VCJOB), ("create_lease", Kind.LEASE)):
-            monkeypatch.setattr(k8s, name, self._creator(kind))
-        monkeypatch.setattr(k8s, "put_configmap", self._creator(Kind.RECORD, upsert=True))
+        monkeypatch.setattr(k8s, "create_vcjob", self._creator(Kind.VCJOB))
+        monkeypatch.setattr(cacheio, "create_lease", self._creator(Kind.LEASE))
+        monkeypatch.setattr(cacheio, "put_configmap", self._creator(Kind.RECORD, upsert=True))
         monkeypatch.setattr(k8s, "patch_trainiumjob_status", self.patch_status)
-        monkeypatch.setattr(k8s, "delete_lease", self.delete)
+        monkeypatch.setattr(cacheio, "delete_lease", self.delete)
         monkeypatch.setattr(k8s, "list_vcjobs", self.list_vcjobs)
 
     def list_vcjobs(self, namespace: str, selector: str) -> list[Json]:

@@ -16,7 +16,7 @@ from trainium_operator.api import naming
 from trainium_operator.api.spec import TrainiumJobSpec
 from trainium_operator.build import builders, cache
 from trainium_operator.build.builders import Owner
-from trainium_operator.cluster import k8s
+from trainium_operator.cluster import cacheio, k8s
 from trainium_operator.cluster.observe import Seen
 from trainium_operator.cluster.reads import ApiReader, Kind, Reader
 from trainium_operator.domain.lifecycle import Action, Rejection
@@ -88,16 +88,16 @@ def _cache_action(
     if action is Action.ACQUIRE_CACHE:
         micro = _micro_now()
         if seen.lease is None:
-            taken = k8s.create_lease(cache.lease(ident, owner, micro))
+            taken = cacheio.create_lease(cache.lease(ident, owner, micro))
         else:  # stale: its holder is gone or finished
-            taken = k8s.take_lease(seen.lease, cache.holder(owner), micro)
+            taken = cacheio.take_lease(seen.lease, cache.holder(owner), micro)
         read.wrote(Kind.LEASE, ns, name, taken)
         return
     state = cache.READY if action is Action.RECORD_CACHE else cache.FAILED
     ours = seen.observed.cache_holder == "self"
     started = cache.acquired_at(seen.lease) if ours else ""
     done = cache.record(ident, spec, owner, state, started_at=started, now=now_iso())
-    written = k8s.put_configmap(done, exists=seen.entry is not None)
+    written = cacheio.put_configmap(done, exists=seen.entry is not None)
     read.wrote(Kind.RECORD, ns, name, written)
     _release(seen, read)
 
@@ -105,7 +105,7 @@ def _cache_action(
 def _release(seen: Seen, read: Reader) -> None:
     """Give up the entry's writer lease if this job holds it."""
     if seen.lease is not None and seen.observed.cache_holder == "self":
-        k8s.delete_lease(seen.lease)
+        cacheio.delete_lease(seen.lease)
         md = seen.lease["metadata"]
         read.deleted(Kind.LEASE, md["namespace"], md["name"])
 

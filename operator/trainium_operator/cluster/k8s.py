@@ -155,7 +155,7 @@ def custom() -> client.CustomObjectsApi:
     return client.CustomObjectsApi(api_client())
 
 
-def _missing_is_none(call: Any, *args: Any, **kwargs: Any) -> Any:
+def missing_is_none(call: Any, *args: Any, **kwargs: Any) -> Any:
     try:
         return request(call, *args, **kwargs)
     except ApiException as exc:
@@ -164,7 +164,7 @@ def _missing_is_none(call: Any, *args: Any, **kwargs: Any) -> Any:
         raise
 
 
-def _exists_is_ok(call: Any, *args: Any, **kwargs: Any) -> Json | None:
+def exists_is_ok(call: Any, *args: Any, **kwargs: Any) -> Json | None:
     """Create; the object created now, None when it already existed (a restart adopts it)."""
     try:
         return to_dict(request(call, *args, **kwargs)) or {}
@@ -192,7 +192,7 @@ def to_dict(obj: Any) -> Json | None:
 def get_trainiumjob(namespace: str, name: str) -> Json | None:
     """The TrainiumJob, or None when it is gone."""
     args = (GROUP, VERSION, namespace, PLURAL, name)
-    return _missing_is_none(custom().get_namespaced_custom_object, *args)  # type: ignore[no-any-return]
+    return missing_is_none(custom().get_namespaced_custom_object, *args)  # type: ignore[no-any-return]
 
 
 def delete_trainiumjob(namespace: str, name: str, uid: str | None = None) -> None:
@@ -202,11 +202,11 @@ def delete_trainiumjob(namespace: str, name: str, uid: str | None = None) -> Non
     """
     args = (GROUP, VERSION, namespace, PLURAL, name)
     if uid is None:
-        _missing_is_none(custom().delete_namespaced_custom_object, *args)
+        missing_is_none(custom().delete_namespaced_custom_object, *args)
         return
     body = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid))
     try:
-        _missing_is_none(custom().delete_namespaced_custom_object, *args, body=body, guarded=True)
+        missing_is_none(custom().delete_namespaced_custom_object, *args, body=body, guarded=True)
     except ApiException as exc:
         if exc.status != 409:  # another object has the name now: not ours to delete
             raise
@@ -239,24 +239,22 @@ def conflict(exc: BaseException) -> bool:
 
 def get_claim(namespace: str, name: str) -> Json | None:
     """A PersistentVolumeClaim, or None."""
-    return to_dict(
-        _missing_is_none(core().read_namespaced_persistent_volume_claim, name, namespace)
-    )
+    return to_dict(missing_is_none(core().read_namespaced_persistent_volume_claim, name, namespace))
 
 
 def get_volume(name: str) -> Json | None:
     """A PersistentVolume, or None."""
-    return to_dict(_missing_is_none(core().read_persistent_volume, name))
+    return to_dict(missing_is_none(core().read_persistent_volume, name))
 
 
 def create_volume(body: Json) -> Json | None:
     """Create a PersistentVolume; the created object, None when it existed (409)."""
-    return _exists_is_ok(core().create_persistent_volume, body)
+    return exists_is_ok(core().create_persistent_volume, body)
 
 
 def delete_volume(name: str) -> None:
     """Delete a PersistentVolume if it exists."""
-    _missing_is_none(core().delete_persistent_volume, name)
+    missing_is_none(core().delete_persistent_volume, name)
 
 
 def release_claim_ref(volume: Json) -> Json:
@@ -274,24 +272,13 @@ def release_claim_ref(volume: Json) -> Json:
 def create_claim(body: Json) -> Json | None:
     """Create a PersistentVolumeClaim; the created object, None when it existed (409)."""
     ns = body["metadata"]["namespace"]
-    return _exists_is_ok(core().create_namespaced_persistent_volume_claim, ns, body)
-
-
-def get_configmap(namespace: str, name: str) -> Json | None:
-    """A ConfigMap, or None."""
-    return to_dict(_missing_is_none(core().read_namespaced_config_map, name, namespace))
-
-
-def create_configmap(body: Json) -> Json | None:
-    """Create a ConfigMap; the created object, None when it existed (409)."""
-    ns = body["metadata"]["namespace"]
-    return _exists_is_ok(core().create_namespaced_config_map, ns, body)
+    return exists_is_ok(core().create_namespaced_persistent_volume_claim, ns, body)
 
 
 def get_vcjob(namespace: str, name: str) -> Json | None:
     """A Volcano job, or None."""
     args = (VOLCANO_GROUP, VOLCANO_VERSION, namespace, VOLCANO_JOBS, name)
-    return _missing_is_none(custom().get_namespaced_custom_object, *args)  # type: ignore[no-any-return]
+    return missing_is_none(custom().get_namespaced_custom_object, *args)  # type: ignore[no-any-return]
 
 
 def list_vcjobs(namespace: str, selector: str) -> list[Json]:
@@ -305,7 +292,7 @@ def create_vcjob(body: Json) -> Json | None:
     """Create a Volcano job; the created object, None when it existed (409)."""
     ns = body["metadata"]["namespace"]
     args = (VOLCANO_GROUP, VOLCANO_VERSION, ns, VOLCANO_JOBS, body)
-    return _exists_is_ok(custom().create_namespaced_custom_object, *args)
+    return exists_is_ok(custom().create_namespaced_custom_object, *args)
 
 
 def delete_vcjob(namespace: str, name: str, *, foreground: bool = False) -> None:
@@ -315,19 +302,19 @@ def delete_vcjob(namespace: str, name: str, *, foreground: bool = False) -> None
     """
     args = (VOLCANO_GROUP, VOLCANO_VERSION, namespace, VOLCANO_JOBS, name)
     policy = "Foreground" if foreground else "Background"
-    _missing_is_none(custom().delete_namespaced_custom_object, *args, propagation_policy=policy)
+    missing_is_none(custom().delete_namespaced_custom_object, *args, propagation_policy=policy)
 
 
 def get_queue(name: str) -> Json | None:
     """The cluster-scoped Volcano queue, or None."""
     args = (QUEUE_GROUP, QUEUE_VERSION, QUEUES, name)
-    return _missing_is_none(custom().get_cluster_custom_object, *args)  # type: ignore[no-any-return]
+    return missing_is_none(custom().get_cluster_custom_object, *args)  # type: ignore[no-any-return]
 
 
 def get_priority_class(name: str) -> Json | None:
     """The cluster-scoped PriorityClass (scheduling.k8s.io/v1), or None."""
     read = client.SchedulingV1Api(api_client()).read_priority_class
-    return to_dict(_missing_is_none(read, name))
+    return to_dict(missing_is_none(read, name))
 
 
 def list_events(namespace: str, involved: str, reason: str) -> list[Json]:
@@ -340,70 +327,6 @@ def list_events(namespace: str, involved: str, reason: str) -> list[Json]:
 def coordination() -> client.CoordinationV1Api:
     """coordination.k8s.io/v1 (Leases)."""
     return client.CoordinationV1Api(api_client())
-
-
-def get_lease(namespace: str, name: str) -> Json | None:
-    """A Lease, or None."""
-    return to_dict(_missing_is_none(coordination().read_namespaced_lease, name, namespace))
-
-
-def create_lease(body: Json) -> Json:
-    """Create a Lease; an existing one is NOT success here: someone else holds it (409)."""
-    ns = body["metadata"]["namespace"]
-    return to_dict(request(coordination().create_namespaced_lease, ns, body)) or {}
-
-
-def take_lease(observed: Json, holder: str, now_micro: str) -> Json:
-    """Take over a stale Lease; guarded by the resourceVersion read (409 when it moved)."""
-    md, spec = observed["metadata"], observed.get("spec") or {}
-    body = {
-        "metadata": {"resourceVersion": md["resourceVersion"]},
-        "spec": {
-            "holderIdentity": holder,
-            "acquireTime": now_micro,
-            "renewTime": now_micro,
-            "leaseTransitions": int(spec.get("leaseTransitions") or 0) + 1,
-        },
-    }
-    patch = coordination().patch_namespaced_lease
-    args = (md["name"], md["namespace"], body)
-    return to_dict(request(patch, *args, _content_type=MERGE_PATCH, guarded=True)) or {}
-
-
-def delete_lease(observed: Json) -> None:
-    """Release a Lease we hold (gone already is fine); preconditioned on its uid."""
-    md = observed["metadata"]
-    body = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=md["uid"]))
-    delete = coordination().delete_namespaced_lease
-    _missing_is_none(delete, md["name"], md["namespace"], body=body, guarded=True)
-
-
-def put_configmap(body: Json, *, exists: bool = False) -> Json:
-    """Create a ConfigMap, or merge its data into the existing one (None values remove keys).
-
-    `exists`: the caller saw it, so the merge goes first (one request, not a refused create);
-    a ConfigMap gone meanwhile is created. Returns the ConfigMap as written.
-    """
-    if exists:
-        try:
-            return _merge_configmap(body)
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
-    data = {k: v for k, v in (body.get("data") or {}).items() if v is not None}
-    created = create_configmap({**body, "data": data})
-    return created if created is not None else _merge_configmap(body)
-
-
-def _merge_configmap(body: Json) -> Json:
-    """Merge-patch a ConfigMap's labels and data (a missing one answers 404)."""
-    md = body["metadata"]
-    patch = {"metadata": {"labels": md.get("labels", {})}, "data": body.get("data", {})}
-    out = request(
-        core().patch_namespaced_config_map, md["name"], md["namespace"], patch,
-        _content_type=MERGE_PATCH,
-    )  # fmt: skip
-    return to_dict(out) or {}
 
 
 def list_pods(namespace: str, selector: str) -> list[Json]:

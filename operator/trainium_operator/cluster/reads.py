@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from trainium_operator.cluster import k8s
+from trainium_operator.cluster import cacheio, k8s
 
 Json = dict[str, Any]
 
@@ -72,9 +72,9 @@ def api_get(kind: Kind, namespace: str, name: str) -> Json | None:
     if kind is Kind.VOLUME:
         return k8s.get_volume(name)
     if kind is Kind.RECORD:
-        return k8s.get_configmap(namespace, name)
+        return cacheio.get_configmap(namespace, name)
     if kind is Kind.LEASE:
-        return k8s.get_lease(namespace, name)
+        return cacheio.get_lease(namespace, name)
     return k8s.get_queue(name)
 
 
