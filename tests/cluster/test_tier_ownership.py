@@ -29,7 +29,7 @@ from cluster import Cluster, wait_until
 from conftest import OPERATOR_NS
 from harness import OPERATORS, OperatorProcess
 from jobs import TJ, create, fsx_claim, get, small_job, wait_condition
-from kubelet import TRN1_32XLARGE_NODES, Behavior, FakeKubelet
+from kubelet import Behavior, FakeKubelet
 from recorder import Recorder, Version
 from test_ha import WRITES, Replica, chart_container, credential, paused, received, replica
 
@@ -431,17 +431,20 @@ def test_a_sigkilled_leader_is_replaced_within_15s_with_no_duplicate_create(
 def test_jobs_failed_at_their_startup_deadline_get_no_new_gang(
     cluster: Cluster, kubelet: FakeKubelet, pair: Pair, ns: str
 ) -> None:
-    """Ten gangs that cannot start (5 nodes of 4), deadline 60 s: Failed, then no create."""
+    """Ten one-node gangs that never start (on 6 nodes), deadline 60 s: Failed, then no create."""
     fsx_claim(cluster, ns)
     names = [f"deadline-{i}" for i in range(10)]
     with (
         Recorder(cluster.api, TJ_PATH.format(ns=ns)) as jobs,
         Recorder(cluster.api, VCJOB_PATH.format(ns=ns)) as vcjobs,
     ):
-        for name in names:
+        # Pods that never start: the first gangs bind a node each and stay Pending there (as
+        # an image that never arrives), the others find no node left; all pass the deadline.
+        kubelet.plan({}, Behavior(outcome="NeverStart"), namespace=ns)
+        for i, name in enumerate(names):
+            kind = "trn1.2xlarge" if i < 2 else "trn1.32xlarge"
             run_policy = {"startupDeadlineSeconds": 60, "maxRetries": 2}
-            create(cluster, small_job(name, ns, nodes=TRN1_32XLARGE_NODES + 1,
-                                      runPolicy=run_policy))  # fmt: skip
+            create(cluster, small_job(name, ns, instanceType=kind, runPolicy=run_policy))
 
         def failed_at() -> dict[str, int]:
             """name -> the rv of the job's first version Failed."""
