@@ -21,6 +21,7 @@ import signal
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -32,6 +33,7 @@ from jobs import TJ, create, fsx_claim, get, small_job, wait_condition
 from kubelet import Behavior, FakeKubelet
 from recorder import Recorder, Version
 from test_ha import WRITES, Replica, chart_container, credential, paused, received, replica
+from trainium_trainer import termination
 
 Obj = dict[str, Any]
 TJ_PATH = "/apis/trainium.dev/v1alpha1/namespaces/{ns}/trainiumjobs"
@@ -535,10 +537,16 @@ def test_a_user_code_failure_keeps_its_class_and_log_tail(
     fsx_claim(cluster, ns)
     lines = ("step 1 loss 2.5", "Traceback (most recent call last):",
              '  File "/app/train.py", line 9, in <module>', "RuntimeError: boom")  # fmt: skip
-    kubelet.plan({}, Behavior(exit_code=1, logs=lines, run_seconds=1), namespace=ns)
     names = [f"boom-{i}" for i in range(3)]
-    for name in names:
-        create(cluster, small_job(name, ns, runPolicy={"maxRetries": 2}))
+    # Rank 0 of boom-1 and boom-2 checkpointed first: the trainer's report is the termination
+    # message, so the kubelet's FallbackToLogsOnError leaves the log tail out of it.
+    for i, name in enumerate(names):
+        saved = Path(f"/fsx/output/{name}/checkpoints/ckpt-00000005.pt")
+        report = termination.report_line(5, saved, "2026-11-27T00:00:00Z")
+        crash = Behavior(exit_code=1, logs=lines, run_seconds=1, message=report if i else "")
+        kubelet.plan({"trainium.dev/job-name": name}, crash, namespace=ns)
+    for i, name in enumerate(names):  # boom-2 is a gang of two: both pods fail
+        create(cluster, small_job(name, ns, nodes=1 + i // 2, runPolicy={"maxRetries": 2}))
     lost = {}
     for name in names:
         job = wait_condition(cluster, name, ns, "Failed", timeout=120)
