@@ -141,6 +141,8 @@ def thaw(r: Replica) -> None:
 
 @dataclass
 class Pair:
+    """The chart's two replicas as found once settled, the chart's term and its manifests."""
+
     leader: Replica
     standby: Replica
     term: float
@@ -284,7 +286,7 @@ def test_a_job_recreated_under_its_name_trains_after_a_takeover(
         assert writers == {pair.leader.credential}, f"not only {pair.leader.name} acted: {writers}"
 
         # A hand-over while the job exists: both replicas have now seen it and its gang.
-        leader, standby = hand_over(cluster, kubelet, pair, ns)
+        leader, standby = hand_over(cluster, pair, ns)
 
         freeze(standby)
         cluster.kubectl("delete", TJ, "again", "-n", ns, "--timeout=60s")
@@ -318,9 +320,7 @@ def test_a_job_recreated_under_its_name_trains_after_a_takeover(
         assert gang.pods, f"no pod of the new gang ever ran: {what}"
 
 
-def hand_over(
-    cluster: Cluster, kubelet: FakeKubelet, pair: Pair, ns: str
-) -> tuple[Replica, Replica]:
+def hand_over(cluster: Cluster, pair: Pair, ns: str) -> tuple[Replica, Replica]:
     """Freeze the leader until the standby has run a job, thaw it: (leader, standby) then."""
     freeze(pair.leader)
     create(cluster, small_job("probe", ns))
@@ -513,7 +513,7 @@ def test_a_job_whose_pods_fail_on_three_nodes_succeeds_without_them(
 
         def excluded(node: str = node) -> bool:
             status = status_of(cluster, "roaming", ns)
-            assert status.get("phase") != "Failed", f"Failed: {conditions(status)}"
+            assert status.get("phase") != "Failed", f"Failed after {bad}: {conditions(status)}"
             return any(e["node"] == node for e in status.get("excludedNodes") or [])
 
         wait_until(excluded, 120, f"{node} in status.excludedNodes", every=0.5)
