@@ -2,9 +2,9 @@
 
 Each test runs the chart Deployment's two replicas as test_ha.py does (its command and env from
 `helm template`, a token of the chart's ServiceAccount each, told apart in the audit log by the
-token's JTI) and finds which one leads from what the product shows: a coordination Lease one
-replica holds, or kopf's peering object with the other replica paused. The leadership term is
-the chart's own (its lease duration or peering lifetime, read from the rendered Deployment).
+token's JTI) and finds which one leads from what the product shows: the coordination Lease one
+replica holds. The leadership term is the chart's own (its lease duration, read from the
+rendered Deployment).
 
 What is asserted on order comes from watches (recorder.Recorder: every version, by etcd
 revision) and from the audit log (every request, by replica), never from sleeps.
@@ -32,7 +32,7 @@ from harness import OPERATORS, OperatorProcess
 from jobs import TJ, create, fsx_claim, get, small_job, wait_condition
 from kubelet import Behavior, FakeKubelet
 from recorder import Recorder, Version
-from test_ha import WRITES, Replica, chart_container, credential, paused, received, replica
+from test_ha import WRITES, Replica, chart_container, credential, received, replica
 from trainium_trainer import termination
 
 Obj = dict[str, Any]
@@ -69,14 +69,6 @@ def term_seconds(manifests: str) -> float:
     return max(found)
 
 
-def peering_name(manifests: str) -> str | None:
-    """kopf's peering name from the chart's command line (`--peering=NAME`), if it has one."""
-    for arg in chart_container(manifests).get("command", []):
-        if arg.startswith("--peering="):
-            return str(arg.split("=", 1)[1])
-    return None
-
-
 def _stamp(text: str) -> datetime.datetime:
     return datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
 
@@ -98,24 +90,13 @@ def lease_holder(cluster: Cluster, pair: list[Replica]) -> Replica | None:
 
 
 def leadership(cluster: Cluster, pair: list[Replica], manifests: str) -> tuple[Replica, Replica]:
-    """(leader, standby) once one replica leads and the other stands by."""
+    """(leader, standby) once one replica holds the election's Lease."""
 
     def settled() -> tuple[Replica, Replica] | None:
         holder = lease_holder(cluster, pair)
-        if holder is not None:
-            return holder, next(r for r in pair if r is not holder)
-        name = peering_name(manifests)
-        if name is None:
+        if holder is None:
             return None
-        status = (cluster.api.get(f"/apis/kopf.dev/v1/clusterkopfpeerings/{name}") or {}).get(
-            "status"
-        ) or {}
-        if not all(r.name in status for r in pair):
-            return None
-        active, standby = sorted(pair, key=lambda r: status[r.name]["priority"], reverse=True)
-        if paused(active.proc.log()) or not paused(standby.proc.log()):
-            return None
-        return active, standby
+        return holder, next(r for r in pair if r is not holder)
 
     return wait_until(settled, 90, "one replica leading and the other standing by", every=0.5)
 
