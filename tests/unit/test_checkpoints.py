@@ -147,6 +147,19 @@ def test_module_is_pure() -> None:
     imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
     imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     assert imported == {
-        "__future__", "datetime", "json", "collections.abc", "dataclasses", "typing",
+        "__future__", "datetime", "json", "re", "collections.abc", "dataclasses", "typing",
         "trainium_trainer",
     }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "time", ["2026-11-22 10:00:00Z", "2026-11-22T10:00+00:00", "2026-11-22T10:00:00", "20261122"]
+)
+def test_a_report_time_the_api_server_would_refuse_is_no_checkpoint(time: str) -> None:
+    """A status patch with it is refused (422) on every pass: the job would never move again."""
+    assert checkpoints.from_fields({"step": 5, "time": time}) is None
+
+
+def test_rfc3339_times_are_checkpoints() -> None:
+    for time in ("2026-11-22T10:00:00Z", "2026-11-22T10:00:00.123456+01:00"):
+        assert checkpoints.from_fields({"step": 5, "time": time}) is not None

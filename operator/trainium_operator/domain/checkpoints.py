@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -46,8 +47,15 @@ class Checkpoint:
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
 
 
+#: RFC 3339 as the API server's `format: date-time` accepts it: Python's fromisoformat takes more
+#: ("2026-11-22 10:00+00:00"), and a status patch carrying such a time is refused (422) forever.
+_RFC3339 = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?(Z|[+-]\d{2}:\d{2})")
+
+
 def _parse_time(value: str) -> datetime.datetime | None:
     """An RFC 3339 timestamp with its zone ("2026-11-22T10:00:00Z"); None otherwise."""
+    if not _RFC3339.fullmatch(value):
+        return None
     try:
         parsed = datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
