@@ -176,9 +176,9 @@ def operator_requests(
         raise AssertionError(f"driving the operator failed: {exc}\n{proc.log()[-4000:]}") from exc
     finally:
         proc.stop()
-    # kopf.dev peering is what `--peering` processes ask for (tests/e2e/test_peering.py); this
-    # process runs --standalone, so it is checked against the chart's standalone roles
-    # (STANDALONE); the peering rules are pinned in tests/chart/test_chart_rbac.py.
+    # The election's Lease is what `--leader-elect` processes ask for (test_leadership_e2e.py);
+    # this process runs --standalone, so it is checked against the chart's standalone roles
+    # (STANDALONE); the election's requests against the default chart, in their own test.
     yield [r for r in list(api_requests) if r.client in OPERATOR_CLIENTS and not _peering(r)]
     kubectl("delete", "namespace", NS, "--wait=false", check=False)
     kubectl("delete", "priorityclass", f"{NS}-high", "--wait=false", check=False)
@@ -189,9 +189,22 @@ STANDALONE = ("peering.enabled=false", "replicaCount=1")
 
 
 def _peering(r: ApiRequest) -> bool:
-    """kopf.dev peering, and the look-up of its CRDs, asked only by `--peering` processes."""
-    crd = r.resource == "customresourcedefinitions" and (r.name or "").endswith(".kopf.dev")
-    return r.api_group == "kopf.dev" or crd
+    """The election's Lease (read and renewed by name), asked only by `--leader-elect` processes."""
+    return _election(r)
+
+
+def _election(r: ApiRequest) -> bool:
+    return r.api_group == "coordination.k8s.io" and r.resource == "leases" and r.name == "trainium"
+
+
+def test_the_default_chart_allows_the_elections_requests(
+    helm_bin: Path,  # noqa: F811
+    api_requests: list[ApiRequest],
+) -> None:
+    """Two replicas (the chart's default) read and renew their Lease; the chart lets them."""
+    election = [r for r in list(api_requests) if r.client in OPERATOR_CLIENTS and _election(r)]
+    refused = denied(render(), election, SUBJECT)
+    assert not refused, "the chart's RBAC would refuse:\n" + "\n".join(refused)
 
 
 def test_the_operator_made_the_requests_that_matter(operator_requests: list[ApiRequest]) -> None:
