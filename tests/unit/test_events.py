@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from trainium_operator.cluster import reconcile
+from trainium_operator.cluster import report
 from trainium_operator.domain import events, lifecycle
 from trainium_operator.domain.lifecycle import Blocker, Child, Observed
 
@@ -68,7 +68,7 @@ def test_a_blocked_job_posts_each_text_once(obs: Observed) -> None:
 
     decision = lifecycle.decide(obs)
     new = {"phase": decision.phase.value, "conditions": []}
-    reconcile._announce(BODY, {}, new, decision, emit)
+    report.announce(BODY, {}, new, decision, emit)
     messages = [m for _, _, m, _ in posted]
     assert len(posted) == 2 and len(set(messages)) == 2, posted
     assert [a for *_, a in posted] == ["Wait", "Wait"]
@@ -81,5 +81,5 @@ def test_a_gang_failure_before_a_restart_says_restart() -> None:
     failure = {"reason": "NeuronRuntimeError", "message": "nrt", "retry": True}
     new = {"phase": "Training", "lastFailure": failure}
     previous = {"phase": "Training"}
-    reconcile._announce(BODY, previous, new, decision, lambda *a: posted.append(a[-1]))
+    report.announce(BODY, previous, new, decision, lambda *a: posted.append(a[-1]))
     assert posted == ["Restart"]

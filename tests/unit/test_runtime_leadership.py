@@ -9,7 +9,7 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from trainium_operator.cluster import k8s
-from trainium_operator.runtime.leadership import Election, NotLeader, Timing
+from trainium_operator.runtime.leadership import Candidate, Election, NotLeader, Timing
 
 Json = dict[str, Any]
 
@@ -75,10 +75,11 @@ TIMING = Timing(duration=10, deadline=7, retry=2)
 
 
 def candidate(server: LeaseServer, clock: Clock, name: str, log: list[str]) -> Election:
-    return Election(
-        server.api(), name, name="trainium", namespace="ops", timing=TIMING, clock=clock,
+    who = Candidate(
+        name, "trainium", "ops",
         on_start=lambda: log.append(f"{name} starts"), on_stop=lambda: log.append(f"{name} stops"),
     )  # fmt: skip
+    return Election(server.api(), who, TIMING, clock)
 
 
 def test_one_leader_and_a_standby_that_waits_the_lease_duration() -> None:

@@ -8,7 +8,6 @@ exists; what the API server refuses is an observation fed back to the lifecycle,
 from __future__ import annotations
 
 import datetime
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -16,53 +15,28 @@ from trainium_operator.api import parsed
 from trainium_operator.api.spec import SpecError, TrainiumJobSpec
 from trainium_operator.build import cache
 from trainium_operator.build.builders import Owner
-from trainium_operator.cluster import actions, fsx, k8s, scrape
+from trainium_operator.cluster import actions, fsx, k8s, report, scrape
 from trainium_operator.cluster.memory import Memory
 from trainium_operator.cluster.observe import Seen, Views, observe
-from trainium_operator.cluster.reads import ApiReader, Kind, Reader, version
+from trainium_operator.cluster.reads import ApiReader, Kind, Reader
+from trainium_operator.cluster.report import Emit, Transition
 from trainium_operator.domain import (
     budget,
-    checkpoints,
-    cost,
-    events,
-    history,
     lifecycle,
-    nodes,
     status,
     supervise,
 )
-from trainium_operator.domain.checkpoints import Checkpoint
 from trainium_operator.domain.failures import Failure
 from trainium_operator.domain.lifecycle import Action, Child, Decision, Observed
 from trainium_operator.domain.model import Rejection
 from trainium_operator.domain.status import now_iso
 
 Json = dict[str, Any]
-#: (body, type, reason, message, action): post one Event about the job.
-Emit = Callable[[Json, str, str, str, str], None]
-
-
 #: Waits whose end arrives as a watch event (the claim, the queue, our PV): no polling for them.
 WATCHED = frozenset(
     {"ClaimNotFound", "ClaimPending", "ClaimLost", "QueueNotFound", "QueueNotOpen",
      "QueueNotLeaf", "VolumeTerminating", "GangStopping"}
 )  # fmt: skip
-
-
-@dataclass(frozen=True)
-class Transition:
-    """What one reconcile changed, for events and metrics."""
-
-    namespace: str
-    name: str
-    old_phase: str | None
-    new_phase: str
-    reason: str
-    message: str
-    #: "hit" or "miss" when this pass decided the cache outcome for the first time.
-    cache_outcome: str | None = None
-    #: The job's final cost, on the transition into Succeeded or Failed.
-    cost: cost.Cost | None = None
 
 
 @dataclass(frozen=True)
@@ -102,17 +76,17 @@ def reconcile(
     body = read.get(Kind.TRAINIUMJOB, namespace, name)
     if body is None or body["metadata"].get("deletionTimestamp") or _another(body, views.uid):
         return Outcome(None)  # this object is gone (the name may hold a new one: not ours)
-    previous, memory = _status_of(body), views.memory
+    previous, memory = report.status_of(body), views.memory
     if memory.finished and not lifecycle.is_final(previous):
         raise StaleRead(f"{namespace}/{name}: read a status older than our finished one")
     if settled(previous, int(body["metadata"].get("generation", 1))):
-        rv = _late_checkpoint(body, previous, views.checkpoint, read)
+        rv = report.late_checkpoint(body, previous, views.checkpoint, read)
         return _kept(expire(body, previous, reader=read), memory, rv)
     try:
         spec = parsed.spec(body)
     except SpecError as exc:
-        inputs = _inputs(body, lifecycle.invalid(exc.problems), None)
-        new, transition, rv = _report(body, inputs, emit, read)
+        inputs = report.inputs(body, lifecycle.invalid(exc.problems), None)
+        new, transition, rv = report.write(body, inputs, emit, read)
         return _kept(Outcome(new.get("phase"), transition), memory, rv)
     return _run(body, spec, emit, replace(views, now=now_iso()), lookup)
 
@@ -128,7 +102,10 @@ def _run(
     decision = lifecycle.decide(observed)
     rejections = actions.perform(decision.actions, spec, owner, seen, read)
     soonest = _soonest(
-        _deadline_in(spec, _status_of(body)), seen.startup_left, seen.events_look, seen.progress_in
+        _deadline_in(spec, report.status_of(body)),
+        seen.startup_left,
+        seen.events_look,
+        seen.progress_in,
     )
     if rejections:  # what the API server refused is observed, and decided on, in this pass
         decision = lifecycle.decide(replace(observed, rejections=rejections))
@@ -137,15 +114,15 @@ def _run(
         # it and reports. A status written now would say what existed before, and be redone.
         return Outcome(decision.phase.value, deadline_in=soonest, memory=_learnt(views, seen))
     inputs = replace(
-        _inputs(body, decision, spec),
+        report.inputs(body, decision, spec),
         observed=observed, counted=counted, checkpoint=seen.checkpoint, progress=seen.progress,
     )  # fmt: skip
-    new, transition, rv = _report(body, inputs, emit, read)
+    new, transition, rv = report.write(body, inputs, emit, read)
     outcome = replace(
         expire(body, new, spec, reader=read),
         transition=transition,
         waiting=_waiting(decision, rejections),
-        cache_figures=_new_figures(_status_of(body), new),
+        cache_figures=_new_figures(report.status_of(body), new),
         deadline_in=soonest,
     )
     return _kept(outcome, _learnt(views, seen), rv)
@@ -189,7 +166,7 @@ def _judge(
     body: Json, spec: TrainiumJobSpec, seen: Seen, views: Views
 ) -> tuple[Seen, Observed, budget.Accounted]:
     """Add to what was observed what the job itself says: its status, budget, spec, progress."""
-    previous = _status_of(body)
+    previous = report.status_of(body)
     counted = budget.account(
         budget.read(previous), seen.gang, seen.observed.failure, spec.runPolicy.maxRetries,
         mirrored=budget.legacy(previous),
@@ -261,11 +238,6 @@ def _new_figures(previous: Json, new: Json) -> tuple[tuple[str, float], ...]:
     )
 
 
-def _status_of(body: Json) -> Json:
-    status_now = body.get("status")
-    return status_now if isinstance(status_now, dict) else {}
-
-
 def expire(
     body: Json,
     status_now: Json,
@@ -309,104 +281,3 @@ def settled(previous: Json, generation: int) -> bool:
     """A finished job stays finished (and untouched) until its spec changes."""
     done = previous.get("phase") in {p.value for p in lifecycle.TERMINAL}
     return done and previous.get("observedGeneration") == generation
-
-
-def _inputs(body: Json, decision: Decision, spec: TrainiumJobSpec | None) -> status.Inputs:
-    """What every status is composed from: the job as read, the decision, the spec, now."""
-    meta, previous = body["metadata"], _status_of(body)
-    return status.Inputs(
-        previous, decision, spec, Observed(), budget.Accounted(budget.read(previous)),
-        name=meta["name"], generation=int(meta.get("generation", 1)),
-        digests=parsed.digests(body) if spec is not None else {}, now=now_iso(),
-    )  # fmt: skip
-
-
-def _report(
-    body: Json, inputs: status.Inputs, emit: Emit, read: Reader
-) -> tuple[Json, Transition | None, str | None]:
-    """Patch status when it changed; Events on a phase transition and on a new blocker."""
-    meta, previous, decision = body["metadata"], inputs.previous, inputs.decision
-    new = status.compose(inputs)
-    if new is previous:
-        return previous, None, None
-    patched = k8s.patch_trainiumjob_status(
-        meta["namespace"], meta["name"], new, resource_version=meta.get("resourceVersion")
-    )
-    read.wrote(Kind.TRAINIUMJOB, meta["namespace"], meta["name"], patched)
-    _warn(body, inputs, emit)
-    transition = _announce(body, previous, new, decision, emit)
-    if transition and decision.phase in lifecycle.TERMINAL and inputs.spec is not None:
-        job_cost = history.job_cost(inputs.spec, new["history"], inputs.now)
-        transition = replace(transition, cost=job_cost)  # counted once, when the job finishes
-    return new, transition, _written_version(patched)
-
-
-def _warn(body: Json, inputs: status.Inputs, emit: Emit) -> None:
-    """Warnings a written status carries: budget spent or gone, a node kept out."""
-    spec, obs = inputs.spec, inputs.observed
-    max_retries = spec.runPolicy.maxRetries if spec is not None else 0
-    for reason, message in budget.events(inputs.counted, max_retries):
-        emit(body, "Warning", reason, message, events.RESTART)
-    node = inputs.excluded_node
-    if node is not None and obs.failure is not None:
-        emit(body, "Warning", "NodeExcluded", nodes.event(node, obs.failure), events.RESTART)
-
-
-def _late_checkpoint(
-    body: Json, previous: Json, seen: Checkpoint | None, read: Reader
-) -> str | None:
-    """A finished job whose last pod reported after the final pass: add that checkpoint only.
-
-    The pod and Volcano job watches are separate streams: the job's Completed may come first.
-    """
-    kept = checkpoints.carried(previous, seen)
-    if kept is None or kept.to_status() == previous.get("lastCheckpoint"):
-        return None
-    meta = body["metadata"]
-    patch = {"lastCheckpoint": kept.to_status()}
-    patched = k8s.patch_trainiumjob_status(
-        meta["namespace"], meta["name"], patch, resource_version=meta.get("resourceVersion")
-    )
-    read.wrote(Kind.TRAINIUMJOB, meta["namespace"], meta["name"], patched)
-    return _written_version(patched)
-
-
-def _written_version(patched: Json) -> str | None:
-    """The resourceVersion a status patch produced (its watch event needs no new pass)."""
-    return version(patched) if (patched.get("metadata") or {}).get("resourceVersion") else None
-
-
-def _announce(
-    body: Json, previous: Json, new: Json, decision: Decision, emit: Emit
-) -> Transition | None:
-    """Events for a new blocker, a gang failure and a phase transition; the transition."""
-    blocker = decision.blocker
-    seen = {c.get("reason") for c in previous.get("conditions", []) if isinstance(c, dict)}
-    if blocker and blocker.warn and blocker.reason not in seen:
-        emit(body, "Warning", blocker.reason, blocker.message, events.WAIT)
-    failure = new.get("lastFailure")
-    if failure and failure != previous.get("lastFailure") and new["phase"] != "Failed":
-        emit(body, "Warning", failure["reason"], failure["message"], events.RESTART)  # pods go
-    old_phase = previous.get("phase")
-    if old_phase == new["phase"]:
-        return None
-    reason = _reason(decision)
-    kind = "Warning" if decision.phase is lifecycle.Phase.FAILED else "Normal"
-    message = decision.message
-    if blocker and blocker.warn and message == blocker.message:  # its Warning says it (once)
-        message = f"{new['phase']}: waiting (see the {blocker.reason} Event)"
-    emit(body, kind, reason, message, events.PHASE_ACTIONS.get(new["phase"], "Reconcile"))
-    outcome = (new.get("cache") or {}).get("outcome")
-    first = outcome if outcome != (previous.get("cache") or {}).get("outcome") else None
-    meta = body["metadata"]
-    return Transition(
-        meta["namespace"], meta["name"], old_phase, new["phase"], reason, decision.message, first
-    )
-
-
-def _reason(decision: Decision) -> str:
-    """The Event reason: the most specific condition reason of the new phase."""
-    for cond in reversed(decision.conditions):
-        if cond.status == "True" and cond.type in ("Failed", "Succeeded", "Running"):
-            return cond.reason
-    return decision.phase.value

@@ -88,11 +88,11 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any) -
 def _elect(lease: str, passes: Passes) -> leadership.Election:
     """Stand for the Lease: passes run inside our terms; every write asks the fence first."""
     namespace = os.environ.get("POD_NAMESPACE") or lease_io.current_namespace()
-    election = leadership.Election(
-        lease_io.ElectionLease(namespace, lease), leadership.identity(), name=lease,
-        namespace=namespace, timing=leadership.timing_from(),
-        on_start=passes.start_term, on_stop=passes.end_term,
-    )  # fmt: skip
+    candidate = leadership.Candidate(
+        leadership.identity(), lease, namespace, passes.start_term, passes.end_term
+    )
+    api = lease_io.ElectionLease(namespace, lease)
+    election = leadership.Election(api, candidate, leadership.timing_from())
     k8s.fence = election.fence.check
     log.warning("standing for the Lease %s/%s as %s: the holder acts, the others stand by",
                 namespace, lease, election.identity)  # fmt: skip

@@ -138,26 +138,32 @@ class _Seen:
     at: float = 0.0
 
 
+@dataclass(frozen=True)
+class Candidate:
+    """Who stands for which Lease, and what starts and stops with a term."""
+
+    identity: str
+    name: str
+    namespace: str
+    on_start: Callable[[], None] = lambda: None
+    on_stop: Callable[[], None] = lambda: None
+
+
 class Election:
-    """Acquire, renew, and give up one Lease; callbacks start and stop the acting."""
+    """Acquire, renew, and give up one Lease; the candidate's callbacks start and stop acting."""
 
     def __init__(
         self,
         api: LeaseApi,
-        identity: str,
-        *,
-        name: str,
-        namespace: str,
+        candidate: Candidate,
         timing: Timing = Timing(),
-        fence: Fence | None = None,
         clock: Callable[[], float] = boottime,
-        on_start: Callable[[], None] = lambda: None,
-        on_stop: Callable[[], None] = lambda: None,
     ) -> None:
-        self.api, self.identity, self.name, self.namespace = api, identity, name, namespace
-        self.timing, self._clock = timing, clock
-        self.fence = fence or Fence(clock)
-        self._on_start, self._on_stop = on_start, on_stop
+        self.api, self.candidate, self.timing, self._clock = api, candidate, timing, clock
+        self.identity, self.name, self.namespace = (
+            candidate.identity, candidate.name, candidate.namespace
+        )  # fmt: skip
+        self.fence = Fence(clock)
         self._seen = _Seen()
         self.leading = False
         self._stop = threading.Event()
@@ -180,7 +186,7 @@ class Election:
                 self.leading = True
                 log.warning("lease %s/%s acquired by %s: this replica acts",
                             self.namespace, self.name, self.identity)  # fmt: skip
-                self._on_start()
+                self.candidate.on_start()
         elif self.leading and not self.fence.holds():
             self._lose(f"could not renew within {self.timing.deadline:.0f} s")
         return self.leading
@@ -190,7 +196,7 @@ class Election:
         self.fence.close()
         log.warning("lease %s/%s lost by %s (%s): this replica stops acting",
                     self.namespace, self.name, self.identity, why)  # fmt: skip
-        self._on_stop()
+        self.candidate.on_stop()
 
     def _try_acquire_or_renew(self, now: float) -> bool:
         current = self.api.get()
