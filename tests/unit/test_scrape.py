@@ -58,7 +58,7 @@ def test_a_running_gang_is_read_from_its_pods_named_port(
     assert trainer.port is not None
     with_pods(monkeypatch, [pod(1, "other", ip=None), pod(trainer.port)])
     trainer.log({"step": 40, "loss": 2.5, "samples_per_second": 100.0})
-    seen = scrape.look(parse(job()), OWNER, Child.RUNNING, "uid-1", {}, T0)
+    seen = scrape.look(parse(job()), OWNER, scrape.Sight(Child.RUNNING, "uid-1", {}, T0))
     assert seen.write is not None and seen.write["step"] == 40 and seen.write["loss"] == 2.5
     assert seen.write["display"] == "40/1000 (4%)" and seen.hung is None
     assert seen.next_read_in == scrape.interval()
@@ -70,12 +70,16 @@ def test_one_read_per_interval_per_job(
     assert trainer.port is not None
     calls = with_pods(monkeypatch, [pod(trainer.port)])
     spec = parse(job())
-    first = scrape.look(spec, OWNER, Child.RUNNING, "uid-1", {}, T0, None, 100.0)
+    first = scrape.look(spec, OWNER, scrape.Sight(Child.RUNNING, "uid-1", {}, T0, None, 100.0))
     assert first.read_at == 100.0
-    again = scrape.look(spec, OWNER, Child.RUNNING, "uid-1", {}, T0, first.read_at, 101.0)
+    again = scrape.look(
+        spec, OWNER, scrape.Sight(Child.RUNNING, "uid-1", {}, T0, first.read_at, 101.0)
+    )
     assert len(calls) == 1 and again.write is None and again.read_at == 100.0
     assert again.next_read_in == scrape.interval() - 1.0
-    later = scrape.look(spec, OWNER, Child.RUNNING, "uid-1", {}, T0, 100.0, 100 + scrape.interval())
+    later = scrape.look(
+        spec, OWNER, scrape.Sight(Child.RUNNING, "uid-1", {}, T0, 100.0, 100 + scrape.interval())
+    )
     assert len(calls) == 2 and later.read_at == 100 + scrape.interval()
 
 
@@ -84,20 +88,24 @@ def test_with_the_pod_watch_running_no_rank0_means_no_list(
 ) -> None:
     """The operator knows rank 0 from its pod watch: no address yet is no reading, not a list."""
     calls = with_pods(monkeypatch, [pod(1)])
-    seen = scrape.look(parse(job()), OWNER, Child.RUNNING, "uid-1", {}, T0, watched=True)
+    seen = scrape.look(
+        parse(job()), OWNER, scrape.Sight(Child.RUNNING, "uid-1", {}, T0, watched=True)
+    )
     assert calls == [] and seen == scrape.Reading()  # no look either: rank 0's address wakes it
     heard = {"gang": "uid-1", "step": 40, "totalSteps": 1000, "firstStep": 0,
              "advancedAt": T0, "observedAt": T0}  # fmt: skip
     later = "2026-11-22T10:02:00Z"
     spec = parse(job(runPolicy={"progressDeadlineSeconds": 60}))
-    seen = scrape.look(spec, OWNER, Child.RUNNING, "uid-1", {"progress": heard}, later,
-                       watched=True)  # fmt: skip
+    seen = scrape.look(spec, OWNER, scrape.Sight(Child.RUNNING, "uid-1", {"progress": heard}, later,
+                       watched=True))  # fmt: skip
     assert seen == scrape.Reading()  # a hang is judged on a reading, not on an old status
 
 
 def test_the_read_time_goes_once_no_gang_trains() -> None:
     """The job's record keeps the read time only while a gang trains (no module-level memory)."""
-    gone = scrape.look(parse(job()), OWNER, Child.SUCCEEDED, "u", {}, T0, 100.0, 200.0)
+    gone = scrape.look(
+        parse(job()), OWNER, scrape.Sight(Child.SUCCEEDED, "u", {}, T0, 100.0, 200.0)
+    )
     assert gone.read_at is None
 
 
@@ -114,7 +122,7 @@ def test_the_interval_comes_from_the_chart(monkeypatch: pytest.MonkeyPatch) -> N
 
 def test_a_trainer_that_does_not_answer_is_no_reading(monkeypatch: pytest.MonkeyPatch) -> None:
     with_pods(monkeypatch, [pod(1)])  # nothing listens on port 1
-    seen = scrape.look(parse(job()), OWNER, Child.RUNNING, "uid-1", {}, T0)
+    seen = scrape.look(parse(job()), OWNER, scrape.Sight(Child.RUNNING, "uid-1", {}, T0))
     assert seen.write == {"gang": "uid-1", "advancedAt": T0, "observedAt": T0}
 
 
@@ -127,7 +135,7 @@ def test_a_stalled_step_past_the_deadline_is_hung_with_the_log_tail(
     before = {"progress": {"gang": "uid-1", "step": 40, "totalSteps": 1000, "firstStep": 10,
                            "advancedAt": "2026-11-22T09:00:00Z", "observedAt": T0}}  # fmt: skip
     spec = parse(job(runPolicy={"progressDeadlineSeconds": 600}))
-    seen = scrape.look(spec, OWNER, Child.RUNNING, "uid-1", before, T1)
+    seen = scrape.look(spec, OWNER, scrape.Sight(Child.RUNNING, "uid-1", before, T1))
     assert seen.hung is not None and seen.hung.reason == "Hung"
     assert "3660s" in seen.hung.message and seen.hung.log_tail == ("[default0]:step 40",)
     assert seen.write is not None  # the last progress goes on status with the hang
@@ -136,10 +144,18 @@ def test_a_stalled_step_past_the_deadline_is_hung_with_the_log_tail(
 def test_progress_goes_once_no_gang_trains(monkeypatch: pytest.MonkeyPatch) -> None:
     calls = with_pods(monkeypatch, [])
     spec = parse(job())
-    assert scrape.look(spec, OWNER, Child.ABSENT, None, {"progress": {"step": 1}}, T0).write == {}
-    assert scrape.look(spec, OWNER, Child.SUCCEEDED, "u", {}, T0).write is None
     assert (
-        scrape.look(spec, OWNER, Child.RESTARTING, "u", {"progress": {"step": 1}}, T0).write is None
+        scrape.look(
+            spec, OWNER, scrape.Sight(Child.ABSENT, None, {"progress": {"step": 1}}, T0)
+        ).write
+        == {}
+    )
+    assert scrape.look(spec, OWNER, scrape.Sight(Child.SUCCEEDED, "u", {}, T0)).write is None
+    assert (
+        scrape.look(
+            spec, OWNER, scrape.Sight(Child.RESTARTING, "u", {"progress": {"step": 1}}, T0)
+        ).write
+        is None
     )
     assert calls == []
 
@@ -151,9 +167,11 @@ def test_a_replaced_gang_shows_no_progress_until_its_first_reading(
     calls = with_pods(monkeypatch, [])
     spec = parse(job())
     old = {"progress": {"gang": "old-gang", "step": 150, "totalSteps": 1000, "etaSeconds": 1800}}
-    assert scrape.look(spec, OWNER, Child.PENDING, "new-gang", old, T0).write == {}
+    assert scrape.look(spec, OWNER, scrape.Sight(Child.PENDING, "new-gang", old, T0)).write == {}
     same = {"progress": {"gang": "new-gang", "step": 3}}
-    assert scrape.look(spec, OWNER, Child.RESTARTING, "new-gang", same, T0).write is None
+    assert (
+        scrape.look(spec, OWNER, scrape.Sight(Child.RESTARTING, "new-gang", same, T0)).write is None
+    )
     assert calls == []
 
 
@@ -163,8 +181,12 @@ def test_a_succeeded_job_keeps_its_final_progress(monkeypatch: pytest.MonkeyPatc
     spec = parse(job())
     last = {"gang": "g", "step": 950, "totalSteps": 1000, "percent": 95.0, "etaSeconds": 40,
             "display": "950/1000 (95%)", "eta": "40s"}  # fmt: skip
-    done = scrape.look(spec, OWNER, Child.SUCCEEDED, "g", {"progress": last}, T0).write
+    done = scrape.look(
+        spec, OWNER, scrape.Sight(Child.SUCCEEDED, "g", {"progress": last}, T0)
+    ).write
     assert done is not None and done["display"] == "1000/1000 (100%)"
     assert "etaSeconds" not in done and done["eta"] == "-"
-    again = scrape.look(spec, OWNER, Child.SUCCEEDED, "g", {"progress": done}, T0).write
+    again = scrape.look(
+        spec, OWNER, scrape.Sight(Child.SUCCEEDED, "g", {"progress": done}, T0)
+    ).write
     assert again is None  # written once

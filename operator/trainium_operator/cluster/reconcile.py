@@ -200,10 +200,11 @@ def _watch(
     """Read the training gang's progress when due; whether it must be replaced (hung, bad node)."""
     training = seen.observed.training
     uid = seen.gang.uid if seen.gang is not None and training is not Child.ABSENT else None
-    watched = scrape.look(
-        spec, owner, training, uid, previous, views.now, views.memory.metrics_read_at,
+    sight = scrape.Sight(
+        training, uid, previous, views.now, views.memory.metrics_read_at,
         rank0=views.rank0_pod, watched=views.pods_watched,
     )  # fmt: skip
+    watched = scrape.look(spec, owner, sight)
     excluded, redo = supervise.gang_to_replace(
         seen.observed.failure, training, previous, watched.hung
     )

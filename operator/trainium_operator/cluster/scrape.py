@@ -12,7 +12,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from trainium_operator.api import naming
@@ -73,49 +73,63 @@ def _seconds(name: str, default: float) -> float:
         return float(default)
 
 
-def look(
-    spec: TrainiumJobSpec,
-    owner: Owner,
-    training: Child,
-    gang_uid: str | None,
-    status: Json,
-    now: str,
-    last_read: float | None = None,
-    clock: float | None = None,
-    rank0: Json | None = None,
-    watched: bool = False,
-) -> Reading:
-    """Read rank 0 when due and the gang runs; drop status.progress once no gang trains.
+@dataclass(frozen=True)
+class Sight:
+    """What a progress look starts from: the training gang, the job's status, the time, and
+    what the job's record and the pod watch know."""
 
-    `last_read`: when the job's record says rank 0 was last read; `clock`: monotonic now;
-    `rank0`: rank 0's pod as the pod watch showed it; `watched`: the pod watch runs, so no
-    rank0 means no pod to read (else the gang's pods are listed: once per interval per job).
-    """
+    training: Child
+    gang_uid: str | None
+    status: Json
+    now: str
+    #: When the job's record says rank 0 was last read (monotonic seconds).
+    last_read: float | None = None
+    #: Monotonic now (None: the clock's).
+    clock: float | None = None
+    #: Rank 0's pod as the pod watch showed it.
+    rank0: Json | None = None
+    #: The pod watch runs: no rank0 means no pod to read (else the gang's pods are listed).
+    watched: bool = False
+
+
+def look(spec: TrainiumJobSpec, owner: Owner, sight: Sight) -> Reading:
+    """Read rank 0 when due and the gang runs; drop status.progress once no gang trains."""
+    status, training, uid = sight.status, sight.training, sight.gang_uid
     previous = status.get("progress") if isinstance(status.get("progress"), dict) else None
     if training is Child.SUCCEEDED:  # kubectl get keeps the final step/total, not a blank
         return Reading(write=progress.finished(previous))
-    if training not in (Child.RUNNING, Child.PENDING, Child.RESTARTING) or gang_uid is None:
+    if training not in (Child.RUNNING, Child.PENDING, Child.RESTARTING) or uid is None:
         return Reading(write=CLEAR if previous else None)
     if training is not Child.RUNNING:
         # A replaced gang (a hang restart, a bad node) shows nothing until its first reading:
         # the old gang's step and ETA are not this one's.
-        old = previous is not None and previous.get("gang") not in (None, gang_uid)
-        return Reading(write=CLEAR if old else None, read_at=last_read)
-    clock = time.monotonic() if clock is None else clock
+        old = previous is not None and previous.get("gang") not in (None, uid)
+        return Reading(write=CLEAR if old else None, read_at=sight.last_read)
+    clock = time.monotonic() if sight.clock is None else sight.clock
+    last_read = sight.last_read
     if last_read is not None and clock - last_read < interval():
         return Reading(next_read_in=interval() - (clock - last_read), read_at=last_read)
-    pod = rank0 if rank0 is not None or watched else _rank0_pod(owner)
-    if pod is None and watched:
+    pod = sight.rank0 if sight.rank0 is not None or sight.watched else _rank0_pod(owner)
+    if pod is None and sight.watched:
         # Nothing to read, so nothing new to judge: the pod watch wakes the job once rank 0 has
         # an address (a look per interval had made ~7 passes per job at 1000 jobs without pods).
         return Reading(read_at=last_read)
+    return _read(spec, owner, pod, previous, replace(sight, clock=clock))
+
+
+def _read(
+    spec: TrainiumJobSpec, owner: Owner, pod: Json | None, previous: Json | None, sight: Sight
+) -> Reading:
+    """One reading of rank 0's metrics: the new progress, and whether the gang is hung."""
     sample = progress.parse(read_metrics(*address)) if pod and (address := _address(pod)) else None
-    new = progress.advance(previous, sample, gang_uid, now)
+    assert sight.gang_uid is not None
+    new = progress.advance(previous, sample, sight.gang_uid, sight.now)
     deadline = spec.runPolicy.progressDeadlineSeconds
-    why = progress.hung(new, deadline, now, first_step_allowance())
+    why = progress.hung(new, deadline, sight.now, first_step_allowance())
     hung = failures.make_failure("Hung", why, _log_tail(owner, pod)) if why else None
-    write = new if progress.write_due(previous, new, now, write_every()) or hung else None
-    return Reading(write=write, hung=hung, next_read_in=interval(), read_at=clock)
+    due = progress.write_due(previous, new, sight.now, write_every())
+    write = new if due or hung else None
+    return Reading(write=write, hung=hung, next_read_in=interval(), read_at=sight.clock)
 
 
 def is_rank0(job: str, pod: str, labels: Mapping[str, str]) -> bool:
