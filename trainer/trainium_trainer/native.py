@@ -82,6 +82,16 @@ def cache_counters() -> dict[str, int]:
     return {name: int(counters[group][name]) for group, name in CACHE_COUNTERS}
 
 
+def _resolve_loss(model: nn.Module) -> None:
+    """Fix a transformers model's loss function before compiling.
+
+    transformers picks it on first use and warns once where a model names no loss_type (GPT-2):
+    that warning inside the compiled forward is a graph break, which fullgraph=True refuses.
+    """
+    if isinstance(getattr(type(model), "loss_function", None), property):
+        model.loss_function = model.loss_function
+
+
 class _Autocast(nn.Module):
     """The model's forward under bf16 autocast, weights in fp32: TorchNeuron's mixed precision.
 
@@ -138,6 +148,7 @@ class NativeRuntime(Runtime):
         DDP goes outside: fullgraph=True cannot trace DDP's own forward (its Reducer), and the
         compiled backward hands DDP's hooks every gradient to all-reduce, as eager does.
         """
+        _resolve_loss(model)
         inner = _Autocast(model, self.device.type) if self._autocast else model
         compiled = self.compile(inner)
         assert isinstance(compiled, nn.Module)
