@@ -63,9 +63,11 @@ def _compiled(stdout: str) -> dict[str, Any]:
 
 
 def _assert_nothing_compiled(out: Path) -> None:
+    """Every graph came from the cache, and Dynamo traced the step and the update once each."""
     counts = summary(out)["compile_cache"]
     assert counts["fxgraph_cache_miss"] == 0 and counts["autograd_cache_miss"] == 0, counts
     assert counts["fxgraph_cache_hit"] > 0 and counts["autograd_cache_hit"] > 0, counts
+    assert counts["unique_graphs"] == 2, counts  # no retrace per lr or per step
 
 
 @pytest.fixture(scope="module")

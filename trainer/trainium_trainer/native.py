@@ -34,8 +34,11 @@ CPU_COMPILER = "inductor"
 #: Sub-directories of $TRAINIUM_CACHE_DIR: TorchNeuron's NEFFs, and Inductor's caches.
 NEFF_SUBDIR = "neff"
 INDUCTOR_SUBDIR = "inductor"
-#: Counters (torch._dynamo.utils.counters[group][name]) that tell a cache hit from a compile.
+#: Counters (torch._dynamo.utils.counters[group][name]) that tell a cache hit from a compile;
+#: unique_graphs counts Dynamo's traces: one per compiled function unless a guard fails (a value
+#: baked into a graph, such as the lr, would add one per step even when the cache hits).
 CACHE_COUNTERS = (
+    ("stats", "unique_graphs"),
     ("inductor", "fxgraph_cache_hit"),
     ("inductor", "fxgraph_cache_miss"),
     ("aot_autograd", "autograd_cache_hit"),
