@@ -5,7 +5,9 @@ a PrivateUse1 device named `neuron`, a `neuron` process-group backend, and a `ne
 torch.compile. Where that package is absent (a laptop, CI) the same runtime runs on CPU: gloo,
 and Inductor, whose persistent FX-graph and AOTAutograd caches stand in for TorchNeuron's NEFF
 cache, so the precompile contract (compile into the job's cache, train from it) is testable here.
-Part of the device layer: only device.make_runtime constructs it.
+A cache entry serves runs of the same topology: Inductor specialises CPU kernels on the thread
+count (torchrun sets OMP_NUM_THREADS=1 for several processes), as NEFFs depend on world size
+and LNC. Part of the device layer: only device.make_runtime constructs it.
 """
 
 from __future__ import annotations
