@@ -2,26 +2,12 @@
 
 from __future__ import annotations
 
-import os
 import re
-import signal
-import subprocess
-import time
 from pathlib import Path
 
 import pytest
 import torch
-from trainer_utils import (
-    FAST,
-    RUN_TIMEOUT,
-    events,
-    final_weights,
-    run_trainer,
-    stdout_records,
-    subprocess_env,
-    summary,
-)
-from trainer_utils import trainer_cmd as cmd
+from trainer_utils import FAST, events, final_weights, run_trainer, signal_when_logged, summary
 
 from trainium_trainer import checkpoint, contract
 from trainium_trainer.config import parse_args
@@ -31,60 +17,13 @@ from trainium_trainer.loop import train
 STOPPED = re.compile(r"^stopped: SIGTERM: stopped after step (\d+), checkpointed")
 
 
-def _children(pid: int) -> list[int]:
-    """PIDs whose parent is pid (torchrun's workers), from /proc."""
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid:
-            found.append(int(stat.parent.name))
-    return found
-
-
-def _signal_when_logged(
-    args: list[str],
-    step: int,
-    nproc: int = 0,
-    only_one_worker: bool = False,
-    launcher: str = "torch.distributed.run",
-) -> subprocess.CompletedProcess[str]:
-    """Run the trainer, SIGTERM it (or one torchrun worker) once it logged `step`; wait."""
-    proc = subprocess.Popen(
-        cmd(args, nproc, launcher),
-        env=subprocess_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-    deadline = time.monotonic() + RUN_TIMEOUT
-    assert proc.stdout is not None
-    lines: list[str] = []
-    for raw in proc.stdout:
-        lines.append(raw.decode())
-        if stdout_records(lines[-1])[0].get("step") == step:
-            if only_one_worker:
-                workers = sorted(_children(proc.pid))
-                assert len(workers) == nproc, workers
-                pid = workers[-1]
-            else:
-                pid = proc.pid
-            os.kill(pid, signal.SIGTERM)
-            break
-        assert time.monotonic() < deadline, "the run never logged the step"
-    out, err = proc.communicate(timeout=RUN_TIMEOUT)
-    stdout = "".join(lines) + out.decode()
-    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, err.decode())
-
-
 def test_sigterm_mid_run_checkpoints_then_resume_keeps_the_step_count(
     bert_data: Path, tmp_path: Path
 ) -> None:
     base = ["bert-pretrain", "--data-dir", str(bert_data), "--max-steps", "40", "--log-every", "1"]
     base += ["--batch-size", "8", "--grad-accum-steps", "2", *FAST]
     stopped, straight = tmp_path / "stopped", tmp_path / "straight"
-    proc = _signal_when_logged([*base, "--output-dir", str(stopped)], step=3)
+    proc = signal_when_logged([*base, "--output-dir", str(stopped)], step=3)
     assert proc.returncode == contract.EXIT_PREEMPTED, proc.stderr[-3000:]
     (line,) = proc.stderr.strip().splitlines()
     match = STOPPED.match(line)
@@ -118,7 +57,7 @@ def test_sigterm_stops_every_rank_at_the_same_step(
     args += ["--max-steps", "200", "--batch-size", "4", "--log-every", "1"]
     args += ["--model-config", str(no_dropout_config)]
     one = target == "one-worker"
-    proc = _signal_when_logged([*args, *FAST], step=3, nproc=2, only_one_worker=one)
+    proc = signal_when_logged([*args, *FAST], step=3, nproc=2, only_one_worker=one)
     assert proc.returncode != 0  # torchrun reports its workers' exit 143 as a failure
     # The signalled rank and rank 0 name one step (torchrun may stop the slower one first).
     steps = {int(m.group(1)) for ln in proc.stderr.splitlines() if (m := STOPPED.search(ln))}
@@ -141,7 +80,7 @@ def test_sigterm_under_torchrun_is_a_disruption(
     args = ["bert-pretrain", "--data-dir", str(data), "--output-dir", str(tmp_path / "out")]
     args += ["--max-steps", "200", "--batch-size", "4", "--log-every", "1"]
     args += ["--model-config", str(no_dropout_config), *FAST]
-    proc = _signal_when_logged(args, step=3, nproc=2, launcher=launcher)
+    proc = signal_when_logged(args, step=3, nproc=2, launcher=launcher)
     wrapped = launcher == contract.TORCHRUN_MODULE
     assert proc.returncode == (contract.EXIT_PREEMPTED if wrapped else 1), proc.stderr[-3000:]
     assert ("stopped: torchrun got signal 15 (SIGTERM)" in proc.stderr) == wrapped

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -47,7 +49,10 @@ def trainer_cmd(
 
 
 def run_trainer(
-    args: Sequence[str], nproc: int = 0, env: dict[str, str] | None = None
+    args: Sequence[str],
+    nproc: int = 0,
+    env: dict[str, str] | None = None,
+    timeout: float = RUN_TIMEOUT,
 ) -> subprocess.CompletedProcess[str]:
     """Run the trainer to completion in a subprocess (env: extra variables)."""
     return subprocess.run(
@@ -55,7 +60,7 @@ def run_trainer(
         env=subprocess_env(env),
         capture_output=True,
         text=True,
-        timeout=RUN_TIMEOUT,
+        timeout=timeout,
         check=False,
     )
 
@@ -82,3 +87,51 @@ def final_weights(output_dir: Path) -> dict[str, Any]:
     found = checkpoint.complete_checkpoints(output_dir / "checkpoints")
     assert found, f"no checkpoint in {output_dir}"
     return checkpoint.load(found[-1][1])["model"]
+
+
+def _children(pid: int) -> list[int]:
+    """PIDs whose parent is pid (torchrun's workers), from /proc."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def signal_when_logged(
+    args: list[str],
+    step: int,
+    nproc: int = 0,
+    only_one_worker: bool = False,
+    launcher: str = "torch.distributed.run",
+    env: dict[str, str] | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """Run the trainer, SIGTERM it (or one torchrun worker) once it logged `step`; wait."""
+    proc = subprocess.Popen(
+        trainer_cmd(args, nproc, launcher),
+        env=subprocess_env(env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    deadline = time.monotonic() + RUN_TIMEOUT
+    assert proc.stdout is not None
+    lines: list[str] = []
+    for raw in proc.stdout:
+        lines.append(raw.decode())
+        if stdout_records(lines[-1])[0].get("step") == step:
+            if only_one_worker:
+                workers = sorted(_children(proc.pid))
+                assert len(workers) == nproc, workers
+                pid = workers[-1]
+            else:
+                pid = proc.pid
+            os.kill(pid, signal.SIGTERM)
+            break
+        assert time.monotonic() < deadline, "the run never logged the step"
+    out, err = proc.communicate(timeout=RUN_TIMEOUT)
+    stdout = "".join(lines) + out.decode()
+    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, err.decode())

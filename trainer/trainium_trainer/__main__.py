@@ -31,7 +31,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from trainium_trainer.device import make_runtime
         from trainium_trainer.loop import train
 
-        rt = make_runtime()
+        rt = make_runtime(cfg.backend)
         try:
             train(cfg, rt)
         finally:

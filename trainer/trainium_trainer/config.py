@@ -14,6 +14,8 @@ TASKS = ("bert-pretrain", "text-classification", "causal-lm")
 MODEL_SIZES = ("tiny", "mini", "small", "base", "large")
 PRECISIONS = ("bf16", "fp32")
 OPTIMIZERS = ("lamb", "adamw")
+#: --backend values: the operator's (contract.BACKENDS), plain CPU, and auto (XLA if importable).
+BACKEND_CHOICES = ("auto", "cpu", *contract.BACKENDS)
 DEFAULT_OUTPUT_DIR = "./output"
 #: neuronx-cc flags every task here needs (all are transformers), as AWS's BERT script adds them.
 COMPILER_DEFAULTS = ("--model-type=transformer",)
@@ -55,6 +57,8 @@ class RunConfig:
     checkpoint_report: Path | None = None
     #: The port this process serves live metrics on (each node's local rank 0); None: no server.
     metrics_port: int | None = None
+    #: The device layer's runtime: auto, cpu, xla or native (device.make_runtime).
+    backend: str = "auto"
 
     @property
     def checkpoint_dir(self) -> Path:
@@ -118,8 +122,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup-steps", type=_positive(int, True), default=0)
     p.add_argument("--max-grad-norm", type=_positive(float, True), default=1.0, help="0: off")
     p.add_argument("--allow-download", action="store_true", help="let transformers use the hub")
+    _add_backend_flag(p)
     _add_text_flags(p)
     return p
+
+
+def _add_backend_flag(p: argparse.ArgumentParser) -> None:
+    """--backend: which runtime of the device layer trains (contract.BACKENDS, cpu, auto)."""
+    p.add_argument(
+        contract.BACKEND_FLAG,
+        dest="backend",
+        choices=BACKEND_CHOICES,
+        default="auto",
+        help="auto: PyTorch/XLA when torch_xla imports, else CPU; native: TorchNeuron "
+        "(torch.compile on the neuron device; CPU and gloo where torch-neuronx is absent)",
+    )
 
 
 def _add_text_flags(p: argparse.ArgumentParser) -> None:
@@ -256,5 +273,13 @@ def apply_compiler_defaults() -> None:
 
 
 def extract_graphs_only() -> bool:
-    """True under neuron_parallel_compile: outputs are invalid, so nothing may be persisted."""
-    return os.environ.get(contract.ENV_EXTRACT_GRAPHS_ONLY, "") not in ("", "0", "false")
+    """True under neuron_parallel_compile or TorchNeuron's compile-only mode: persist nothing.
+
+    Both mark a precompile run whose outputs are invalid (XLA's empty stubs, or native graphs
+    compiled without being run).
+    """
+    values = (
+        os.environ.get(contract.ENV_EXTRACT_GRAPHS_ONLY, ""),
+        os.environ.get(contract.ENV_NEURONX_COMPILE_ONLY, ""),
+    )
+    return any(value not in ("", "0", "false") for value in values)

@@ -1,7 +1,8 @@
 """The device layer: the only module that touches torch_xla; CPU with gloo when it is absent.
 
 Everything above this module calls a Runtime and never asks which backend it runs on, so the same
-step code runs on Trainium (PJRT/XLA) and on a laptop (CPU, DDP over gloo).
+step code runs on Trainium (PJRT/XLA, or native PyTorch: native.py, this layer's other module)
+and on a laptop (CPU, DDP over gloo).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ def xla_available() -> bool:
     return importlib.util.find_spec("torch_xla") is not None
 
 
-def _launched_world_size() -> int:
+def launched_world_size() -> int:
     """World size torchrun announced, 1 when started as a plain process."""
     return int(os.environ.get(contract.ENV_WORLD_SIZE, "1"))
 
@@ -40,7 +41,7 @@ class Runtime:
 
     def __init__(self) -> None:
         self.device = torch.device("cpu")
-        if _launched_world_size() > 1 and not dist.is_initialized():
+        if launched_world_size() > 1 and not dist.is_initialized():
             dist.init_process_group("gloo")
         self.distributed = dist.is_initialized()
         self.rank = dist.get_rank() if self.distributed else 0
@@ -56,11 +57,23 @@ class Runtime:
         if self.distributed:
             dist.barrier()
 
+    def prepare_model(self, model: nn.Module, precision: str) -> None:
+        """Cast for the precision and move to the device, in place.
+
+        bf16 casts the model itself, not XLA_DOWNCAST_BF16 (deprecated in torch-xla 2.4+).
+        """
+        if precision == "bf16":
+            model.to(torch.bfloat16)
+        model.to(self.device)
+
     def wrap_model(self, model: nn.Module) -> nn.Module:
         """DDP on multi-process CPU: it all-reduces gradients during backward."""
         if self.world_size == 1:
             return model
         return nn.parallel.DistributedDataParallel(model)
+
+    def wrap_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
+        """Prepare the optimizer's update for this backend (nothing to do: it runs eagerly)."""
 
     def no_sync(self, model: nn.Module, sync: bool) -> contextlib.AbstractContextManager[Any]:
         """Skip DDP's all-reduce on accumulation micro-steps; the last micro-step syncs."""
@@ -121,6 +134,10 @@ class Runtime:
         """Serialise obj to path (the caller makes it atomic)."""
         torch.save(self.to_cpu(obj), path)
 
+    def report(self) -> dict[str, Any]:
+        """Backend facts for summary.json (the native runtime's compile-cache hits)."""
+        return {}
+
     def close(self) -> None:
         """Leave the process group so torchrun sees a clean exit."""
         if self.distributed and dist.is_initialized():
@@ -140,7 +157,7 @@ class XlaRuntime(Runtime):
 
         with contextlib.suppress(ImportError):  # registers Neuron's PJRT plugin on a DLC
             import torch_neuronx  # noqa: F401
-        if _launched_world_size() > 1 and not dist.is_initialized():
+        if launched_world_size() > 1 and not dist.is_initialized():
             import torch_xla.distributed.xla_backend  # registers the "xla" backend
 
             dist.init_process_group("xla", init_method="xla://")
@@ -214,7 +231,11 @@ class XlaRuntime(Runtime):
 
 
 def make_runtime(prefer: str = "auto") -> Runtime:
-    """The XLA runtime when torch_xla is importable (or asked for), the CPU one otherwise."""
+    """The runtime --backend names; auto: XLA when torch_xla is importable, CPU otherwise."""
+    if prefer == contract.BACKEND_NATIVE:
+        from trainium_trainer.native import NativeRuntime
+
+        return NativeRuntime()
     if prefer == "xla" or (prefer == "auto" and xla_available()):
         return XlaRuntime()
     return Runtime()

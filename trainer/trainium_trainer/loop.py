@@ -185,11 +185,10 @@ def run(t: Trainer, batches: Iterator[Batch], on_step: StepHook | None = None) -
 def build_trainer(cfg: RunConfig, rt: Runtime, clock: Clock = time.monotonic) -> Trainer:
     """Task, device placement, precision, optimizer and schedule, then resume if asked."""
     task = build_task(cfg, rt.rank, rt.world_size)
-    if cfg.precision == "bf16":  # cast the model, not XLA_DOWNCAST_BF16 (deprecated in 2.4+)
-        task.model.to(torch.bfloat16)
-    task.model.to(rt.device)
+    rt.prepare_model(task.model, cfg.precision)
     _tie_weights(task.model)
     optimizer = optim.build_optimizer(task.model, cfg.optimizer, cfg.lr)
+    rt.wrap_optimizer(optimizer)
     scheduler = optim.build_scheduler(optimizer, cfg.warmup_steps, cfg.max_steps)
     resume = persist.resolve_resume(cfg, rt.is_main)
     writer_enabled = rt.is_main and not cfg.extract_graphs_only
@@ -229,6 +228,8 @@ def train(
     finally:
         t.metrics.close()
         t.live.close()
+        if rt.is_main and (report := rt.report()):
+            t.metrics.event("runtime", **report)  # also when stopped (compile-cache hits)
     results = export.evaluate(t.task, cfg, rt) if not cfg.extract_graphs_only else {}
     if rt.is_main and not cfg.extract_graphs_only:
         results["model_dir"] = str(export.save_pretrained(t.task, cfg, rt))

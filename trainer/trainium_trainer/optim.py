@@ -8,7 +8,8 @@ on the runtime's stochastic rounding for bf16 (NEURON_RT_STOCHASTIC_ROUNDING_EN)
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import functools
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
@@ -18,12 +19,22 @@ NO_DECAY = ("bias", "LayerNorm", "layer_norm", "ln_", "norm.weight")
 Params = Iterable[nn.Parameter] | Iterable[dict[str, Any]]
 
 
+#: One group's hyper-parameters without its lr: beta1, beta2, eps, weight decay.
+Hyper = tuple[float, float, float, float]
+#: One group for the update: (parameter, its state) of those with a gradient, and its Hyper.
+Group = tuple[list[tuple[torch.Tensor, dict[str, torch.Tensor]]], Hyper]
+#: The step size of an update direction: scale(p, direction, lr) (AdamW: lr; LAMB: trust ratio).
+Scale = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
 class _Fp32State(torch.optim.Optimizer):
     """Adam moments in fp32 with a tensor step count: branch-free, so XLA traces one graph.
 
     The learning rate reaches the graph as device data too (lr_on_device), never as a Python
     float: torch_xla caches scalars by value, so a scheduled lr that equals another scalar of
-    the step (the weight decay, say) merges with it and changes the graph (issue 21).
+    the step (the weight decay, say) merges with it and changes the graph (issue 21). The update
+    itself (apply_updates) sees plain tensors and floats, never the optimizer: torch.compile
+    guards every value of an optimizer's param_groups, the lr too, and would recompile per lr.
     """
 
     def __init__(
@@ -37,16 +48,25 @@ class _Fp32State(torch.optim.Optimizer):
         defaults = {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay}
         super().__init__(params, defaults)
         self._lrs: torch.Tensor | None = None
+        #: What step() runs: apply_updates with this class's scale, or the runtime's compiled one.
+        self.apply_update: Callable[[list[Group], torch.Tensor], None] = functools.partial(
+            apply_updates, type(self).scale
+        )
 
     @torch.no_grad()
     def step(self, closure: None = None) -> None:  # type: ignore[override]
         """One update of every parameter that has a gradient."""
-        lrs = self.lr_on_device()
-        for i, group in enumerate(self.param_groups):
-            for p in group["params"]:
-                if p.grad is not None:
-                    update = self._direction(p, group)
-                    p.sub_((update * self._scale(p, update, lrs[i])).to(p.dtype))
+        self.init_state()  # a no-op after the first step (and after a resume)
+        self.apply_update(self.groups(), self.lr_on_device())
+
+    def groups(self) -> list[Group]:
+        """Each group's parameters that have a gradient, with their state and hyper-parameters."""
+        found: list[Group] = []
+        for group in self.param_groups:
+            beta1, beta2 = group["betas"]
+            entries = [(p, self.state[p]) for p in group["params"] if p.grad is not None]
+            found.append((entries, (beta1, beta2, group["eps"], group["weight_decay"])))
+        return found
 
     def lr_on_device(self) -> torch.Tensor:
         """Every group's current lr in one device tensor, overwritten in place from the host.
@@ -89,34 +109,42 @@ class _Fp32State(torch.optim.Optimizer):
             state = {k: v.reshape(1) if k == "step" else v for k, v in saved.items()}
             self.state[p] = {k: v.to(p.device, torch.float32) for k, v in state.items()}
 
-    def _direction(self, p: torch.Tensor, group: dict[str, Any]) -> torch.Tensor:
-        """Update the fp32 moments of p; returns m_hat / (sqrt(v_hat) + eps) + wd * p in fp32."""
-        state = self.state[p]
-        if not state:
-            self.init_state()
-        beta1, beta2 = group["betas"]
-        step, m, v = state["step"], state["exp_avg"], state["exp_avg_sq"]
-        assert p.grad is not None  # step() only passes parameters with a gradient
-        grad = p.grad.float()
-        step.add_(1.0)
-        m.mul_(beta1).add_(grad, alpha=1.0 - beta1)
-        v.mul_(beta2).addcmul_(grad, grad, value=1.0 - beta2)
-        count = step.reshape(())
-        m_hat, v_hat = m / (1.0 - torch.pow(beta1, count)), v / (1.0 - torch.pow(beta2, count))
-        update = m_hat / (v_hat.sqrt() + group["eps"])
-        if group["weight_decay"]:
-            update = update.add(p.float(), alpha=group["weight_decay"])
-        return update
-
-    def _scale(self, p: torch.Tensor, update: torch.Tensor, lr: torch.Tensor) -> torch.Tensor:
+    @staticmethod
+    def scale(p: torch.Tensor, update: torch.Tensor, lr: torch.Tensor) -> torch.Tensor:
         """The step size applied to the update direction (lr: this group's, on the device)."""
         raise NotImplementedError
+
+
+def apply_updates(scale: Scale, groups: list[Group], lrs: torch.Tensor) -> None:
+    """Update every parameter in groups in place; lrs: one per group, on the device."""
+    for i, (entries, hyper) in enumerate(groups):
+        for p, state in entries:
+            update = _direction(p, state, hyper)
+            p.sub_((update * scale(p, update, lrs[i])).to(p.dtype))
+
+
+def _direction(p: torch.Tensor, state: dict[str, torch.Tensor], hyper: Hyper) -> torch.Tensor:
+    """Update the fp32 moments of p; returns m_hat / (sqrt(v_hat) + eps) + wd * p in fp32."""
+    beta1, beta2, eps, weight_decay = hyper
+    step, m, v = state["step"], state["exp_avg"], state["exp_avg_sq"]
+    assert p.grad is not None  # groups() only passes parameters with a gradient
+    grad = p.grad.float()
+    step.add_(1.0)
+    m.mul_(beta1).add_(grad, alpha=1.0 - beta1)
+    v.mul_(beta2).addcmul_(grad, grad, value=1.0 - beta2)
+    count = step.reshape(())
+    m_hat, v_hat = m / (1.0 - torch.pow(beta1, count)), v / (1.0 - torch.pow(beta2, count))
+    update = m_hat / (v_hat.sqrt() + eps)
+    if weight_decay:
+        update = update.add(p.float(), alpha=weight_decay)
+    return update
 
 
 class AdamW(_Fp32State):
     """AdamW (decoupled weight decay) with fp32 moments, like AWS's AdamW_FP32OptimParams."""
 
-    def _scale(self, p: torch.Tensor, update: torch.Tensor, lr: torch.Tensor) -> torch.Tensor:
+    @staticmethod
+    def scale(p: torch.Tensor, update: torch.Tensor, lr: torch.Tensor) -> torch.Tensor:
         """The learning rate."""
         return lr
 
@@ -124,7 +152,8 @@ class AdamW(_Fp32State):
 class Lamb(_Fp32State):
     """LAMB (You et al., 2019): Adam moments with a per-tensor trust ratio ||w|| / ||update||."""
 
-    def _scale(self, p: torch.Tensor, update: torch.Tensor, lr: torch.Tensor) -> torch.Tensor:
+    @staticmethod
+    def scale(p: torch.Tensor, update: torch.Tensor, lr: torch.Tensor) -> torch.Tensor:
         """The learning rate times the trust ratio (1 where either norm is zero)."""
         w_norm, u_norm = p.float().norm(), update.norm()
         ones = torch.ones_like(w_norm)

@@ -102,6 +102,7 @@ def summarize(t: Trainer, extra: dict[str, Any] | None = None) -> dict[str, Any]
         "world_size": t.rt.world_size,
         "device": t.rt.kind,
         "precision": t.cfg.precision,
+        **t.rt.report(),
         **(extra or {}),
     }
     if t.rt.is_main and not t.cfg.extract_graphs_only:
