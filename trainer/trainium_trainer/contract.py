@@ -33,6 +33,9 @@ ENV_METRICS_PORT = "TRAINIUM_TRAINER_METRICS_PORT"
 #: Flags torch-neuronx passes to neuronx-cc; the operator puts --cache_dir and spec.compilerFlags
 #: there, and the trainer adds its task's defaults (--model-type=transformer) unless present.
 ENV_NEURON_CC_FLAGS = "NEURON_CC_FLAGS"
+#: The backend the operator chose from spec.backend (BACKENDS: xla or native), set for every
+#: stage. The trainer does not read it yet; its --backend default ("auto") should become this.
+ENV_BACKEND = "TRAINIUM_BACKEND"
 
 #: The metrics port of training pods and its containerPort name (operator and trainer agree here).
 METRICS_PORT = 9400
@@ -92,6 +95,7 @@ TRAINER_ENV = (
     ENV_HF_OFFLINE,
     ENV_CHECKPOINT_REPORT,
     ENV_METRICS_PORT,
+    ENV_BACKEND,
 )
 
 #: Defaults the operator sets that spec.env may change (Hugging Face home, hub downloads).
@@ -112,5 +116,35 @@ ENV_MASTER_PORT = "MASTER_PORT"
 
 LAUNCHER_ENV = (ENV_RANK, ENV_WORLD_SIZE, ENV_LOCAL_RANK, ENV_MASTER_ADDR, ENV_MASTER_PORT)
 
+# --- Backends (issue 27): PyTorch/XLA (trn1; trn2/trn3 with the XLA image) and native PyTorch
+# (TorchNeuron on trn2/trn3; the same code on CPU with gloo where torch-neuronx is absent).
+BACKEND_XLA = "xla"
+BACKEND_NATIVE = "native"
+#: What spec.backend may say (the CRD enum); the trainer also takes "cpu" and "auto".
+BACKENDS = (BACKEND_XLA, BACKEND_NATIVE)
+#: The trainer flag that picks the backend; "auto": XLA when torch_xla imports, else plain CPU.
+BACKEND_FLAG = "--backend"
+
+# TorchNeuron's knobs the native runtime sets (AWS, "TorchNeuron environment variables",
+# https://awsdocs-neuron.readthedocs-hosted.com/en/latest/torch/reference/env-vars.html, whose
+# caching section covers the NEFF cache; the names below are the ones torch-neuronx reads).
+#: Where TorchNeuron keeps compiled NEFFs across runs: the native runtime points it at
+#: $TRAINIUM_CACHE_DIR/neff, so the precompile stage fills the cache training reads.
+ENV_NEFF_CACHE_DIR = "TORCH_NEURONX_NEFF_CACHE_DIR"
+#: TorchNeuron's compile-only mode ("1"): graphs are compiled into the cache, outputs are
+#: invalid; the native precompile stage sets it, and the trainer then persists nothing.
+ENV_NEURONX_COMPILE_ONLY = "TORCH_NEURONX_COMPILE_ONLY"
+#: PyTorch Inductor's cache root (FX-graph and AOTAutograd caches): the native runtime on CPU points
+#: it at $TRAINIUM_CACHE_DIR/inductor, so the same precompile contract holds without Trainium.
+ENV_INDUCTOR_CACHE_DIR = "TORCHINDUCTOR_CACHE_DIR"
+#: Environment the native runtime sets for its compile caches (derived from ENV_CACHE_DIR).
+NATIVE_CACHE_ENV = (ENV_NEFF_CACHE_DIR, ENV_NEURONX_COMPILE_ONLY, ENV_INDUCTOR_CACHE_DIR)
+
 #: Every environment variable the trainer package reads (tests/trainer pins this).
-TRAINER_READS = (*TRAINER_ENV, *LAUNCHER_ENV, ENV_NEURON_CC_FLAGS, ENV_NODE_NAME)
+TRAINER_READS = (
+    *TRAINER_ENV,
+    *LAUNCHER_ENV,
+    ENV_NEURON_CC_FLAGS,
+    ENV_NODE_NAME,
+    *NATIVE_CACHE_ENV,
+)
