@@ -47,11 +47,14 @@ _VOLCANO = {
     "batch.volcano.sh/v1alpha1/jobs": ("Job", True, ["vcjob", "vj"]),
     "scheduling.volcano.sh/v1beta1/queues": ("Queue", False, ["q", "queue-v1beta1"]),
     "scheduling.volcano.sh/v1beta1/podgroups": ("PodGroup", True, ["pg", "podgroup-v1beta1"]),
+    # Not in kmock's bundled (K3s) resources: spec.devices dra's template (resource.k8s.io/v1).
+    "resource.k8s.io/v1/resourceclaimtemplates": ("ResourceClaimTemplate", True, []),
 }
 
 
 def make_emulator(cls: type[K8sEmulator] = K8sEmulator) -> K8sEmulator:
-    """An emulator with K3s's builtin resources plus Volcano's jobs, queues and podgroups."""
+    """An emulator with K3s's builtin resources plus Volcano's jobs, queues and podgroups (and
+    DRA's ResourceClaimTemplates)."""
     k8s = cls()
     with warnings.catch_warnings():  # kmock 0.8 uses importlib.resources.read_binary
         warnings.simplefilter("ignore", DeprecationWarning)

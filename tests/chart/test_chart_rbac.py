@@ -32,6 +32,7 @@ NAMESPACED = {
     ("", "pods/log"): {"get"},
     ("", "events"): {"list"},
     ("coordination.k8s.io", "leases"): {"get", "list", "watch", "create", "patch", "delete"},
+    ("resource.k8s.io", "resourceclaimtemplates"): {"create"},
 }
 
 

@@ -40,6 +40,7 @@ from trainium_operator.build.builders import LABEL_MANAGED_BY, MANAGED_BY
 NS = "rbac-coverage"
 TJ = "trainiumjobs.v1alpha1.trainium.dev"
 VCJOBS = "batch.volcano.sh/v1alpha1/jobs"
+CLAIM_TEMPLATES = "resource.k8s.io/v1/resourceclaimtemplates"
 # Requests from the operator process: kopf's own client and the operator's kubernetes client,
 # which sends its own User-Agent (kubectl and in-process test clients are someone else).
 OPERATOR_CLIENTS = {"kopf", "trainium-operator"}
@@ -114,6 +115,7 @@ def drive_operator(k8s: EmulatorServer, api_requests: list[ApiRequest]) -> None:
     wait_for(lambda: get(TJ, "fsx", NS) is None, timeout=20, what="fsx job deleted")
     share_one_cache_entry(k8s)
     stop_an_oom_killed_gang(k8s)
+    claim_devices_through_dra(k8s)
     # runPolicy.ttlSecondsAfterFinished: the operator deletes the finished job itself.
     apply(tj("ttl", {"claimName": "shared"}, runPolicy={"ttlSecondsAfterFinished": 0}))
     for stage in ("compile", "train"):
@@ -149,6 +151,18 @@ def share_one_cache_entry(k8s: EmulatorServer) -> None:
     run_to_success(k8s, "next")
     apply(tj("again", shared, cache=entry, precompile={"policy": "Always"}))
     run_to_success(k8s, "again")
+
+
+def claim_devices_through_dra(k8s: EmulatorServer) -> None:
+    """spec.devices dra: the job's ResourceClaimTemplate is created (and owned) before its gang."""
+    apply(tj("dra", {"claimName": "shared"}, instanceType="trn2.48xlarge", devices="dra",
+             precompile={"policy": "Never"}))  # fmt: skip
+    wait_for(lambda: k8s.get(VCJOBS, NS, "dra-train"), timeout=20, what="dra-train")
+    template = k8s.get(CLAIM_TEMPLATES, NS, naming.claim_template_name("dra"))
+    assert template is not None
+    assert template["metadata"]["ownerReferences"][0]["name"] == "dra"
+    simulate_vcjob_phase(NS, "dra-train", "Completed")
+    wait_for(lambda: phase("dra") == "Succeeded", timeout=20, what="dra Succeeded")
 
 
 def stop_an_oom_killed_gang(k8s: EmulatorServer) -> None:

@@ -1,4 +1,4 @@
-"""spec.precision reaches the trainer through TRAINIUM_PRECISION; an explicit flag wins."""
+"""spec.precision and spec.backend reach the trainer through the environment; a flag wins."""
 
 from __future__ import annotations
 
@@ -24,4 +24,16 @@ def test_bf16_without_env(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_bad_env_is_a_usage_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(contract.ENV_PRECISION, "fp16")
     with pytest.raises(UsageError, match="TRAINIUM_PRECISION"):
+        parse_args(ARGS)
+
+
+def test_spec_backend_reaches_the_trainer_and_a_flag_wins(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The operator sets TRAINIUM_BACKEND from spec.backend: a native job trains natively."""
+    monkeypatch.setenv(contract.ENV_BACKEND, contract.BACKEND_NATIVE)
+    assert parse_args(ARGS).backend == "native"
+    assert parse_args([*ARGS, "--backend", "cpu"]).backend == "cpu"
+    monkeypatch.delenv(contract.ENV_BACKEND)
+    assert parse_args(ARGS).backend == "auto"
+    monkeypatch.setenv(contract.ENV_BACKEND, "tpu")
+    with pytest.raises(UsageError, match="TRAINIUM_BACKEND"):
         parse_args(ARGS)

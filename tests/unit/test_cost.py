@@ -273,7 +273,11 @@ def test_price_table_keys_are_the_crds_instance_type_enum() -> None:
     enum = crd.version_schema()["properties"]["spec"]["properties"]["instanceType"]["enum"]
     assert list(INSTANCE_TYPES) == enum
     assert set(cost.DEFAULT_PRICES) <= set(enum)
-    assert [n for n, t in INSTANCE_TYPES.items() if t.usd_per_hour is None] == ["trn2.48xlarge"]
+    assert [n for n, t in INSTANCE_TYPES.items() if t.usd_per_hour is None] == [
+        "trn2.48xlarge",
+        "trn2u.48xlarge",
+        "trn3.48xlarge",
+    ]
 
 
 def test_chart_schema_price_keys_are_the_crds_instance_type_enum() -> None:

@@ -29,9 +29,24 @@ BAD: list[tuple[str, Json, str]] = [
     (
         "nproc-3-trn1.2xlarge",
         job(instanceType="trn1.2xlarge", nprocPerNode=3),
-        "spec.nprocPerNode may not exceed the NeuronCores of spec.instanceType",
+        "spec.nprocPerNode may not exceed the logical NeuronCores of spec.instanceType",
     ),
-    ("nproc-65", job(instanceType="trn2.48xlarge", nprocPerNode=65), "spec.nprocPerNode: 65"),
+    ("nproc-65-trn2-lnc2", job(instanceType="trn2.48xlarge", nprocPerNode=65), "may not exceed"),
+    (
+        "nproc-129-trn2-lnc1",
+        job(instanceType="trn2.48xlarge", lnc=1, nprocPerNode=129),
+        "spec.nprocPerNode: 129",
+    ),
+    ("native-on-trn1", job(backend="native"), "spec.backend native (TorchNeuron) does not run"),
+    ("backend-unknown", job(backend="cuda"), "spec.backend: 'cuda' is not one of"),
+    ("lnc-2-on-trn1", job(lnc=2), "spec.lnc may only be 1 on trn1"),
+    ("lnc-4", job(instanceType="trn2.48xlarge", lnc=4), "spec.lnc: 4 is greater than the maximum"),
+    ("devices-unknown", job(devices="cdi"), "spec.devices: 'cdi' is not one of"),
+    (
+        "env-lnc",
+        job(env=[{"name": "NEURON_LOGICAL_NC_CONFIG", "value": "1"}]),
+        "spec.env may not set NEURON_LOGICAL_NC_CONFIG",
+    ),
     ("module-and-script", job(module="m", script="s.py"), "spec.module and spec.script"),
     ("bad-module-name", job(module="my-module"), "spec.module: 'my-module' does not match"),
     ("script-with-space", job(script="train me.py"), "spec.script: 'train me.py' does not match"),
@@ -235,6 +250,7 @@ def test_every_cel_rule_of_the_crd_rejects_a_case_in_these_tables() -> None:
         return found + (rules(schema["items"]) if "items" in schema else [])
 
     expected = [e for _, _, e in BAD] + [e for _, _, e in IMMUTABLE] + [SCRIPT_CHANGED]
+    expected += [e for _, _, _, e in TRN2_IMMUTABLE]
     expected += [e for _, _, e in POD_REFUSES + OWNED_ENV] + [PREFIX_TOO_LONG]
     for rule in rules(crd.version_schema()):
         assert any(e in rule["message"] for e in expected), rule["message"]
@@ -304,7 +320,14 @@ def test_validate_does_not_mutate_its_input() -> None:
 
 @pytest.mark.parametrize(
     ("nproc", "instance"),
-    [(2, "trn1.2xlarge"), (32, "trn1.32xlarge"), (32, "trn1n.32xlarge"), (64, "trn2.48xlarge")],
+    [
+        (2, "trn1.2xlarge"),
+        (32, "trn1.32xlarge"),
+        (32, "trn1n.32xlarge"),
+        (64, "trn2.48xlarge"),
+        (64, "trn2u.48xlarge"),
+        (64, "trn3.48xlarge"),
+    ],
 )
 def test_nproc_up_to_the_neuron_cores_is_valid(nproc: int, instance: str) -> None:
     _, errors = crd.validate(job(instanceType=instance, nprocPerNode=nproc))
@@ -354,6 +377,31 @@ IMMUTABLE: list[tuple[str, Json, str]] = [
         "spec.cache is immutable",
     ),
 ]
+
+
+def trn2(**spec: Any) -> Json:
+    return job(instanceType="trn2.48xlarge", args=["causal-lm"], **spec)
+
+
+#: (id, old, new, message): the backend, the LNC and how devices are requested stay as created.
+TRN2_IMMUTABLE: list[tuple[str, Json, Json, str]] = [
+    ("backend", trn2(backend="xla"), trn2(backend="native"), "spec.backend is immutable"),
+    ("backend-added", trn2(), trn2(backend="native"), "spec.backend"),
+    ("lnc", trn2(lnc=1), trn2(lnc=2), "spec.lnc is immutable"),
+    ("lnc-added", trn2(), trn2(lnc=2), "spec.lnc"),
+    ("devices", trn2(), trn2(devices="dra"), "spec.devices is immutable"),
+]
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "expected"),
+    [(o, n, e) for _, o, n, e in TRN2_IMMUTABLE],
+    ids=[i for i, _, _, _ in TRN2_IMMUTABLE],
+)
+def test_backend_lnc_and_devices_are_immutable(old: Json, new: Json, expected: str) -> None:
+    assert crd.validate(old)[1] == []
+    _, errors = crd.validate(new, old=old)
+    assert any(expected in e for e in errors), errors
 
 
 @pytest.mark.parametrize(

@@ -135,23 +135,67 @@ def _nproc_rule() -> Json:
     return rules[0]
 
 
-def test_cel_nproc_map_is_the_neuron_cores_of_the_instance_table() -> None:
+def test_cel_nproc_map_is_the_physical_cores_of_the_instance_table() -> None:
     match = re.search(r"\{([^}]*)\}\s*\[\s*self\.instanceType\s*\]", _nproc_rule()["rule"])
     assert match, "no {type: cores}[self.instanceType] map literal in the rule"
     pairs = re.findall(r"'([^']+)'\s*:\s*(\d+)", match.group(1))
     assert {name: int(cores) for name, cores in pairs} == {
-        name: t.neuron_cores for name, t in INSTANCE_TYPES.items()
+        name: t.physical_cores for name, t in INSTANCE_TYPES.items()
     }
 
 
 def test_cel_nproc_message_lists_the_same_cores() -> None:
     pairs = re.findall(r"([a-z0-9]+\.[0-9]*xlarge): (\d+)", _nproc_rule()["message"])
-    assert {n: int(c) for n, c in pairs} == {n: t.neuron_cores for n, t in INSTANCE_TYPES.items()}
+    assert {n: int(c) for n, c in pairs} == {n: t.physical_cores for n, t in INSTANCE_TYPES.items()}
 
 
 def test_nproc_maximum_admits_every_instance_type() -> None:
     nproc = _spec_schema()["properties"]["nprocPerNode"]
-    assert nproc["maximum"] >= max(t.neuron_cores for t in INSTANCE_TYPES.values())
+    assert nproc["maximum"] >= max(t.logical_cores(1) for t in INSTANCE_TYPES.values())
+
+
+def test_lnc_bounds_are_the_lncs_of_the_families() -> None:
+    lnc = _spec_schema()["properties"]["lnc"]
+    lncs = {n for t in INSTANCE_TYPES.values() for n in t.family.lncs}
+    assert (lnc["minimum"], lnc["maximum"]) == (min(lncs), max(lncs))
+
+
+def test_backend_enum_is_the_contracts_backends() -> None:
+    assert _spec_schema()["properties"]["backend"]["enum"] == list(contract.BACKENDS)
+    assert {b for t in INSTANCE_TYPES.values() for b in t.family.backends} == set(contract.BACKENDS)
+
+
+def _accepted(instance: str, **fields: Any) -> bool:
+    body = {"image": "i", "instanceType": instance, "storage": {"claimName": "c"}, **fields}
+    return crd.validate({"spec": body})[1] == []
+
+
+@pytest.mark.parametrize("name", list(INSTANCE_TYPES))
+def test_the_crd_allows_exactly_the_backends_and_lncs_of_the_family(name: str) -> None:
+    """The CEL rules name families by prefix (trn1...); the table decides, per instance type."""
+    family = INSTANCE_TYPES[name].family
+    for backend in contract.BACKENDS:
+        assert _accepted(name, backend=backend) == (backend in family.backends), backend
+    for lnc in (1, 2):
+        assert _accepted(name, lnc=lnc) == (lnc in family.lncs), lnc
+
+
+@pytest.mark.parametrize("name", list(INSTANCE_TYPES))
+def test_the_crd_nproc_limit_is_the_logical_cores_at_each_lnc(name: str) -> None:
+    """At the family's default LNC (lnc unset) and at each LNC it supports."""
+    t = INSTANCE_TYPES[name]
+    assert _accepted(name, nprocPerNode=t.neuron_cores)
+    assert not _accepted(name, nprocPerNode=t.neuron_cores + 1)
+    for lnc in t.family.lncs:
+        assert _accepted(name, lnc=lnc, nprocPerNode=t.logical_cores(lnc))
+        assert not _accepted(name, lnc=lnc, nprocPerNode=t.logical_cores(lnc) + 1)
+
+
+def test_the_default_nproc_is_the_logical_cores_at_the_jobs_lnc() -> None:
+    trn2 = {"image": "i", "instanceType": "trn2.48xlarge", "storage": {"claimName": "c"}}
+    assert spec.parse({"spec": trn2}).procs_per_node == 64
+    assert spec.parse({"spec": {**trn2, "lnc": 1}}).procs_per_node == 128
+    assert spec.parse({"spec": {**trn2, "lnc": 2}}).procs_per_node == 64
 
 
 # --- the trainer contract ---------------------------------------------------------------------

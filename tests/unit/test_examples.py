@@ -18,6 +18,8 @@ REQUIRED = {
     "bert-claim.yaml",
     "aws-bert-script.yaml",
     "trn2-causal-lm.yaml",
+    "trn2-native-causal-lm.yaml",
+    "trn3-native-dra.yaml",
 }
 
 

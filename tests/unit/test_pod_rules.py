@@ -15,6 +15,7 @@ import pytest
 from support import job
 
 from trainium_operator.api import crd
+from trainium_operator.api.instances import LNC_ENV
 from trainium_operator.local import render
 from trainium_operator.local.render import UsageError
 from trainium_trainer import contract
@@ -170,7 +171,13 @@ def test_the_crd_rule_lists_exactly_the_operators_env() -> None:
     named: set[str] = set()
     for rule in env_schema["x-kubernetes-validations"]:
         named |= set(re.findall(r"'([A-Z_][A-Z0-9_]*)'", rule["rule"]))
-    assert named == set(contract.OPERATOR_ENV)
+    # and the Neuron runtime's LNC, which the operator sets from spec.lnc (instances.LNC_ENV).
+    assert named == {*contract.OPERATOR_ENV, LNC_ENV}
+
+
+def test_the_lnc_env_is_refused_with_its_own_message() -> None:
+    _, errors = crd.validate(job(env=[{"name": LNC_ENV, "value": "1"}]))
+    assert errors == [f"spec.env may not set {LNC_ENV}: the operator sets it from spec.lnc"]
 
 
 def test_the_operator_env_is_what_the_builders_set_for_the_trainer() -> None:

@@ -133,9 +133,10 @@ def _add_backend_flag(p: argparse.ArgumentParser) -> None:
         contract.BACKEND_FLAG,
         dest="backend",
         choices=BACKEND_CHOICES,
-        default="auto",
-        help="auto: PyTorch/XLA when torch_xla imports, else CPU; native: TorchNeuron "
-        "(torch.compile on the neuron device; CPU and gloo where torch-neuronx is absent)",
+        default=None,
+        help=f"default ${contract.ENV_BACKEND} (the TrainiumJob's spec.backend) or auto. auto: "
+        "PyTorch/XLA when torch_xla imports, else CPU; native: TorchNeuron (torch.compile on "
+        "the neuron device; CPU and gloo where torch-neuronx is absent)",
     )
 
 
@@ -176,6 +177,7 @@ def parse_args(argv: Sequence[str] | None = None) -> RunConfig:
     values = {k: v for k, v in vars(ns).items() if k in fields}
     values["output_dir"] = output
     values["precision"] = ns.precision or _env_precision()
+    values["backend"] = ns.backend or _env_backend()
     values["extract_graphs_only"] = extract_graphs_only()
     report = os.environ.get(contract.ENV_CHECKPOINT_REPORT)
     values["checkpoint_report"] = Path(report) if report else None
@@ -249,6 +251,14 @@ def _metrics_port() -> int | None:
     if not port.isdigit() or not 0 <= int(port) < 65536:
         raise UsageError(f"{contract.ENV_METRICS_PORT}={port!r}; expected a port number")
     return int(port)
+
+
+def _env_backend() -> str:
+    """The operator passes spec.backend through the environment; unset: auto."""
+    value = os.environ.get(contract.ENV_BACKEND) or "auto"
+    if value not in BACKEND_CHOICES:
+        raise UsageError(f"{contract.ENV_BACKEND}={value!r}; expected one of {BACKEND_CHOICES}")
+    return value
 
 
 def _env_precision() -> str:

@@ -33,6 +33,9 @@ ENV_METRICS_PORT = "TRAINIUM_TRAINER_METRICS_PORT"
 #: Flags torch-neuronx passes to neuronx-cc; the operator puts --cache_dir and spec.compilerFlags
 #: there, and the trainer adds its task's defaults (--model-type=transformer) unless present.
 ENV_NEURON_CC_FLAGS = "NEURON_CC_FLAGS"
+#: The backend the operator chose from spec.backend (BACKENDS: xla or native), set for every
+#: stage: the trainer's --backend default (config.py), as TRAINIUM_PRECISION is --precision's.
+ENV_BACKEND = "TRAINIUM_BACKEND"
 
 #: The metrics port of training pods and its containerPort name (operator and trainer agree here).
 METRICS_PORT = 9400
@@ -92,6 +95,7 @@ TRAINER_ENV = (
     ENV_HF_OFFLINE,
     ENV_CHECKPOINT_REPORT,
     ENV_METRICS_PORT,
+    ENV_BACKEND,
 )
 
 #: Defaults the operator sets that spec.env may change (Hugging Face home, hub downloads).
@@ -120,10 +124,6 @@ BACKEND_NATIVE = "native"
 BACKENDS = (BACKEND_XLA, BACKEND_NATIVE)
 #: The trainer flag that picks the backend; "auto": XLA when torch_xla imports, else plain CPU.
 BACKEND_FLAG = "--backend"
-#: The backend the operator chose from spec.backend. Not read yet: tests/unit/test_drift.py pins
-#: TRAINER_ENV to what the builders set, so it joins TRAINER_ENV (and becomes --backend's default)
-#: in the change that makes the operator set it.
-ENV_BACKEND = "TRAINIUM_BACKEND"
 
 # TorchNeuron's knobs the native runtime sets (AWS, "TorchNeuron environment variables",
 # https://awsdocs-neuron.readthedocs-hosted.com/en/latest/torch/reference/env-vars.html, whose

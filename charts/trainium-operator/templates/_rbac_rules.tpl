@@ -74,6 +74,10 @@ collector through ownerReferences, so no delete on children). */}}
   resources: [leases]
   # one writer per compile-cache entry
   verbs: [get, list, watch, create, patch, delete]
+- apiGroups: [resource.k8s.io]
+  resources: [resourceclaimtemplates]
+  # spec.devices dra: the job's template of Neuron device claims, created before each stage
+  verbs: [create]
 {{- end }}
 
 {{/* The leader election (runtime/leadership.py). create cannot be limited to a name; reading and

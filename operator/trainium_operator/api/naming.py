@@ -89,3 +89,8 @@ def claim_name(job: str) -> str:
 def volume_name(namespace: str, job: str) -> str:
     """Cluster-scoped PV name; includes the namespace so two namespaces never collide."""
     return fit(f"{namespace}-{job}", "fsx", DNS_LABEL_MAX)
+
+
+def claim_template_name(job: str) -> str:
+    """The job's ResourceClaimTemplate of Neuron devices (spec.devices dra), one for all stages."""
+    return fit(job, "neuron", DNS_LABEL_MAX)

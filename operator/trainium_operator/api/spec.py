@@ -18,6 +18,8 @@ from trainium_trainer.contract import DEFAULT_MODULE
 MAX_PROBLEM_BYTES = 1024
 MAX_MESSAGE_BYTES = 4096
 _SEPARATOR = "; "
+#: spec.devices: the Neuron device plugin's extended resources, or a DRA ResourceClaimTemplate.
+DEVICES_PLUGIN, DEVICES_DRA = "plugin", "dra"
 
 
 class SpecError(ValueError):
@@ -147,6 +149,12 @@ class TrainiumJobSpec:
     env: tuple[EnvVar, ...] = ()
     nodes: int = 1
     nprocPerNode: int | None = None
+    #: xla or native; None: the instance family's default (effective_backend).
+    backend: str | None = None
+    #: Logical NeuronCore configuration; None: the instance family's default (effective_lnc).
+    lnc: int | None = None
+    #: How pods get their Neuron devices: the device plugin's resources, or a DRA claim.
+    devices: str = DEVICES_PLUGIN
     precision: str = "bf16"
     #: Check each training node in an init container before the gang starts.
     preflight: bool = True
@@ -163,9 +171,19 @@ class TrainiumJobSpec:
         return instance_type(self.instanceType)
 
     @property
+    def effective_backend(self) -> str:
+        """spec.backend, defaulting to the family's (trn1: xla, trn2/trn3: native)."""
+        return self.backend or self.instance.family.default_backend
+
+    @property
+    def effective_lnc(self) -> int:
+        """spec.lnc, defaulting to AWS's for the family (trn1: 1, trn2/trn3: 2)."""
+        return self.lnc or self.instance.family.default_lnc
+
+    @property
     def procs_per_node(self) -> int:
-        """nprocPerNode, defaulting to one process per NeuronCore."""
-        return self.nprocPerNode or self.instance.neuron_cores
+        """nprocPerNode, defaulting to one process per logical NeuronCore at the job's LNC."""
+        return self.nprocPerNode or self.instance.logical_cores(self.effective_lnc)
 
     @property
     def entry_module(self) -> str | None:
@@ -203,6 +221,9 @@ def from_dict(s: dict[str, Any]) -> TrainiumJobSpec:
         env=tuple(EnvVar(e["name"], e.get("value", "")) for e in s.get("env", ())),
         nodes=s.get("nodes", 1),
         nprocPerNode=s.get("nprocPerNode"),
+        backend=s.get("backend"),
+        lnc=s.get("lnc"),
+        devices=s.get("devices", DEVICES_PLUGIN),
         precision=s.get("precision", "bf16"),
         preflight=s.get("preflight", True),
         compilerFlags=tuple(s.get("compilerFlags", ())),

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from torchx import specs
 
 from trainium_operator.api import naming
-from trainium_operator.api.instances import EFA_RESOURCE, INSTANCE_TYPE_LABEL
-from trainium_operator.api.spec import TrainiumJobSpec
+from trainium_operator.api.instances import EFA_RESOURCE, INSTANCE_TYPE_LABEL, LNC_ENV
+from trainium_operator.api.spec import DEVICES_PLUGIN, TrainiumJobSpec
 from trainium_operator.domain.budget import VOLCANO_MAX_RETRY
 from trainium_operator.domain.cachekey import strip_flag
 from trainium_trainer import config, contract
@@ -44,6 +44,10 @@ EFA_ENV = {
 }
 #: The env var torch-neuronx reads compiler flags (and our cache dir) from.
 NEURON_CC_FLAGS = contract.ENV_NEURON_CC_FLAGS
+#: PyTorch/XLA's precompile: graphs extracted and compiled in parallel (it sets
+#: NEURON_EXTRACT_GRAPHS_ONLY itself). TorchNeuron has no such tool: its precompile is the
+#: training program under NEURON_EXTRACT_GRAPHS_ONLY, which the trainer maps to compile-only mode.
+XLA_COMPILE_LAUNCHER = ("neuron_parallel_compile",)
 
 
 @dataclass(frozen=True)
@@ -63,7 +67,7 @@ class StageContext:
     claim: str | None = None
     python: str = "python3"
     #: Prefix argv of the precompile stage; empty locally where there is no Neuron compiler.
-    compile_launcher: tuple[str, ...] = ("neuron_parallel_compile",)
+    compile_launcher: tuple[str, ...] = XLA_COMPILE_LAUNCHER
     #: Port of the rendezvous store; local runs pick a free one so they never share a store.
     rdzv_port: int = RDZV_PORT
     #: Where training's rank 0 reports each complete checkpoint: the container's termination
@@ -72,6 +76,11 @@ class StageContext:
     #: Port training's local rank 0 serves live metrics on (a named containerPort on a cluster);
     #: None locally, where parallel runs would collide on one port.
     metrics_port: int | None = None
+
+
+def compile_launcher(spec: TrainiumJobSpec) -> tuple[str, ...]:
+    """The precompile stage's argv prefix on a cluster: neuron_parallel_compile for XLA only."""
+    return XLA_COMPILE_LAUNCHER if spec.effective_backend == contract.BACKEND_XLA else ()
 
 
 def escape(text: str) -> str:
@@ -176,17 +185,30 @@ def torchrun_argv(spec: TrainiumJobSpec, ctx: StageContext) -> list[str]:
     return argv + [escape(arg) for arg in [*worker, *user_args(spec, ctx.stage)]]
 
 
+def device_env(spec: TrainiumJobSpec) -> dict[str, str]:
+    """Neuron runtime and EFA env of the instance type, the backend the trainer runs, the LNC.
+
+    The LNC goes to every stage on families that have one: the precompile must compile at the
+    LNC training runs with (AWS: the compiler's LNC may not differ from the runtime's).
+    """
+    env = dict(BASE_ENV)
+    if spec.instance.efa_interfaces:
+        env.update(EFA_ENV)
+    if spec.precision == "bf16":
+        env["NEURON_RT_STOCHASTIC_ROUNDING_EN"] = "1"
+    if len(spec.instance.family.lncs) > 1:
+        env[LNC_ENV] = str(spec.effective_lnc)
+    env[contract.ENV_BACKEND] = spec.effective_backend
+    return env
+
+
 def stage_env(spec: TrainiumJobSpec, ctx: StageContext) -> dict[str, str]:
     """Operator defaults, then the user's env on top (the user wins), cache flags always ours.
 
     Values are TorchX templates: escaped text plus the `${replica_id}` of the cache dir.
     """
     cdir = escape(cache_dir(spec, ctx, "")) + specs.macros.replica_id
-    env = dict(BASE_ENV)
-    if spec.instance.efa_interfaces:
-        env.update(EFA_ENV)
-    if spec.precision == "bf16":
-        env["NEURON_RT_STOCHASTIC_ROUNDING_EN"] = "1"
+    env = device_env(spec)
     env.update(
         {
             contract.ENV_JOB_NAME: ctx.job_name,
@@ -212,9 +234,14 @@ def stage_env(spec: TrainiumJobSpec, ctx: StageContext) -> dict[str, str]:
 
 
 def resource(spec: TrainiumJobSpec) -> specs.Resource:
-    """Whole Neuron devices and every EFA interface of the node, selected by instance type."""
+    """Whole Neuron devices and every EFA interface of the node, selected by instance type.
+
+    With spec.devices dra the Neuron devices come from the pod's claim instead (build/dra.py).
+    """
     inst = spec.instance
-    devices = {spec.scheduling.neuronResourceName: inst.neuron_devices}
+    devices = {}
+    if spec.devices == DEVICES_PLUGIN:
+        devices[spec.scheduling.neuronResourceName] = inst.neuron_devices
     if inst.efa_interfaces:
         devices[EFA_RESOURCE] = inst.efa_interfaces
     return specs.Resource(

@@ -24,7 +24,7 @@ from trainium_operator.api import naming, shortcuts
 from trainium_operator.api.crd import GROUP, KIND, VERSION
 from trainium_operator.api.instances import INSTANCE_TYPE_LABEL
 from trainium_operator.api.spec import TrainiumJobSpec
-from trainium_operator.build import appdef
+from trainium_operator.build import appdef, dra
 from trainium_operator.build.appdef import StageContext
 from trainium_operator.domain import nodes
 from trainium_operator.domain.cachekey import LABEL_CACHE_ENTRY, cache_key, cache_name, identity
@@ -188,6 +188,7 @@ def stage_context(spec: TrainiumJobSpec, owner: Owner, stage: str) -> StageConte
         rank0_host=naming.rank0_host(vcjob),
         mount_root=spec.storage.mountPath,
         claim=claim_for(spec, owner),
+        compile_launcher=appdef.compile_launcher(spec),
         # The kubelet's default terminationMessagePath (the pods set no other).
         checkpoint_report=contract.TERMINATION_LOG,
         metrics_port=contract.METRICS_PORT,
@@ -208,7 +209,21 @@ def pod_overlay(
         pod_spec["tolerations"] = copy.deepcopy(sched.tolerations)
     if sched.priorityClassName:
         pod_spec["priorityClassName"] = sched.priorityClassName
+    if dra.uses_dra(spec):
+        pod_spec["resourceClaims"] = dra.pod_claims(owner.name)
     return {"metadata": {"labels": labels(owner, stage)}, "spec": pod_spec}
+
+
+def build_claim_template(spec: TrainiumJobSpec, owner: Owner) -> Json:
+    """The job's ResourceClaimTemplate (spec.devices dra), owned by it like the other children."""
+    metadata = {
+        "name": naming.claim_template_name(owner.name),
+        "namespace": owner.namespace,
+        "labels": labels(owner),
+        "annotations": owner_annotations(owner),
+        "ownerReferences": [owner.reference()],
+    }
+    return dra.build_claim_template(spec, metadata)
 
 
 class _DryRunScheduler(KubernetesScheduler):
@@ -323,6 +338,8 @@ def _overlay_pod(pod: Json, spec: TrainiumJobSpec, owner: Owner, stage: str, vcj
             wanted = getattr(spec.resources, kind)
             if wanted:
                 res.setdefault(kind, {}).update({k: str(v) for k, v in wanted.items()})
+        if dra.uses_dra(spec):
+            res["claims"] = dra.container_claims()
     if stage == appdef.TRAIN and spec.preflight:
         pod["spec"]["initContainers"] = [preflight_container(spec, pod["spec"]["containers"][0])]
 
@@ -352,7 +369,7 @@ def preflight_container(spec: TrainiumJobSpec, trainer: Json) -> Json:
             "--neuron-devices",
             str(inst.neuron_devices),
             "--efa",
-            str(inst.efa_interfaces),
+            str(inst.efa_interfaces or 0),
         ],
         "env": [
             {

@@ -14,7 +14,7 @@ from kubernetes.client.exceptions import ApiException
 
 from trainium_operator.api import naming
 from trainium_operator.api.spec import TrainiumJobSpec
-from trainium_operator.build import builders, cache
+from trainium_operator.build import builders, cache, dra
 from trainium_operator.build.builders import Owner
 from trainium_operator.cluster import cacheio, k8s
 from trainium_operator.cluster.observe import Seen
@@ -57,6 +57,8 @@ def _one(action: Action, spec: TrainiumJobSpec, owner: Owner, seen: Seen, read: 
         read.wrote(Kind.VOLUME, "", pv_name, k8s.release_claim_ref(seen.volume))
     elif action in (Action.CREATE_PRECOMPILE, Action.CREATE_TRAINING):
         stage = "precompile" if action is Action.CREATE_PRECOMPILE else "train"
+        if dra.uses_dra(spec):  # the pods' claims come from it: it goes first (409 = there)
+            k8s.create_claim_template(builders.build_claim_template(spec, owner))
         job = builders.build_vcjob(spec, owner, stage, seen.excluded_nodes)
         read.wrote(Kind.VCJOB, ns, job["metadata"]["name"], k8s.create_vcjob(job))
     elif action in _CACHE_ACTIONS:

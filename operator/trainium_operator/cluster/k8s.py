@@ -295,6 +295,13 @@ def create_vcjob(body: Json) -> Json | None:
     return exists_is_ok(custom().create_namespaced_custom_object, *args)
 
 
+def create_claim_template(body: Json) -> Json | None:
+    """Create a ResourceClaimTemplate (resource.k8s.io/v1); None when it existed (409)."""
+    group, version = body["apiVersion"].split("/")
+    args = (group, version, body["metadata"]["namespace"], "resourceclaimtemplates", body)
+    return exists_is_ok(custom().create_namespaced_custom_object, *args)
+
+
 def delete_vcjob(namespace: str, name: str, *, foreground: bool = False) -> None:
     """Delete a Volcano job and (in the background) its pods; gone already is fine.
 

@@ -2,6 +2,8 @@
 
 Two jobs with the same key trace the same graphs, so one precompile serves both. The step limit
 is not part of it (precompile runs a few steps of the same program), nor are retries or queues.
+The torch, torch-xla and torch-neuronx versions (and neuronx-cc's) are the image's: they enter
+through spec.image, so an image pinned by digest pins them; a moved tag does not change the key.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from trainium_operator.api.naming import short_hash
 from trainium_operator.api.spec import TrainiumJobSpec
 from trainium_trainer.config import without_flag
 
-KEY_VERSION = 1
+#: 2: backend, LNC and world size joined the key (issue 27); every earlier entry misses once.
+KEY_VERSION = 2
 #: On a cache entry's record, lease and precompile Volcano jobs: the entry's record name.
 LABEL_CACHE_ENTRY = f"{GROUP}/cache-entry"
 
@@ -35,6 +38,9 @@ def cache_key(spec: TrainiumJobSpec) -> str:
         "instanceType": spec.instanceType,
         "nodes": spec.nodes,
         "nprocPerNode": spec.procs_per_node,
+        "worldSize": spec.nodes * spec.procs_per_node,
+        "backend": spec.effective_backend,
+        "lnc": spec.effective_lnc,
         "precision": spec.precision,
         "compilerFlags": list(spec.compilerFlags),
     }

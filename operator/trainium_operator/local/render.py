@@ -17,7 +17,7 @@ import yaml
 from trainium_operator.api import naming, structural
 from trainium_operator.api.crd import GROUP, KIND, VERSION, version_schema
 from trainium_operator.api.spec import SpecError, TrainiumJobSpec, parse
-from trainium_operator.build import builders
+from trainium_operator.build import builders, dra
 from trainium_operator.build.builders import Owner
 from trainium_operator.cluster import fsx
 
@@ -240,6 +240,8 @@ def render_job(doc: Json, lookup: fsx.FsxLookup | None = None) -> Rendered:
     spec, owner = checked(doc)
     out = _storage(spec, owner, lookup)
     stages = ["train"] if spec.precompile.policy == "Never" else ["precompile", "train"]
+    if dra.uses_dra(spec):
+        out.manifests.append(builders.build_claim_template(spec, owner))
     out.manifests += [builders.build_vcjob(spec, owner, stage) for stage in stages]
     return out
 
