@@ -163,3 +163,14 @@ def test_a_report_time_the_api_server_would_refuse_is_no_checkpoint(time: str) -
 def test_rfc3339_times_are_checkpoints() -> None:
     for time in ("2026-11-22T10:00:00Z", "2026-11-22T10:00:00.123456+01:00"):
         assert checkpoints.from_fields({"step": 5, "time": time}) is not None
+
+
+def test_a_local_xla_job_lets_the_trainer_pick_its_runtime_and_a_cluster_one_is_xla() -> None:
+    """On this machine's CPU (make run) torch_xla is absent: auto, not xla (which would fail)."""
+    spec, owner = spec_of(), Owner("job", "ns", "uid")
+    assert spec.effective_backend == contract.BACKEND_XLA
+    cluster = appdef.stage_env(spec, builders.stage_context(spec, owner, appdef.TRAIN))
+    local = appdef.stage_env(
+        spec, appdef.StageContext("job", appdef.TRAIN, "c", "r", "h", "/m", on_cpu=True)
+    )
+    assert (cluster[contract.ENV_BACKEND], local[contract.ENV_BACKEND]) == ("xla", "auto")

@@ -76,6 +76,9 @@ class StageContext:
     #: Port training's local rank 0 serves live metrics on (a named containerPort on a cluster);
     #: None locally, where parallel runs would collide on one port.
     metrics_port: int | None = None
+    #: The stage runs on this machine's CPU (the local backend): an XLA job's trainer then picks
+    #: its runtime by what imports (auto: CPU here); a native job's runs natively on CPU.
+    on_cpu: bool = False
 
 
 def compile_launcher(spec: TrainiumJobSpec) -> tuple[str, ...]:
@@ -209,6 +212,8 @@ def stage_env(spec: TrainiumJobSpec, ctx: StageContext) -> dict[str, str]:
     """
     cdir = escape(cache_dir(spec, ctx, "")) + specs.macros.replica_id
     env = device_env(spec)
+    if ctx.on_cpu and spec.effective_backend == contract.BACKEND_XLA:
+        env[contract.ENV_BACKEND] = "auto"
     env.update(
         {
             contract.ENV_JOB_NAME: ctx.job_name,

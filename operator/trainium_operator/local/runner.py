@@ -116,6 +116,7 @@ def stage_context(run: LocalRun, stage: str) -> StageContext:
         compile_launcher=(),
         rdzv_port=run.rdzv_port,
         checkpoint_report=str(run.checkpoint_report),
+        on_cpu=True,
     )
 
 
