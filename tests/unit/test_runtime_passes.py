@@ -561,8 +561,9 @@ def test_a_new_term_forgets_our_writes_echo_and_event_looks_but_not_that_a_job_f
     assert record.memory == Memory(metrics_read_at=1.0, finished=True)
 
 
-def test_watched_passes_read_precompiles_from_the_index_and_fresh_ones_list() -> None:
-    """Rank 0 and other jobs' precompiles come from the watches; a healing pass lists."""
+def test_watched_passes_read_precompiles_from_the_index_and_fresh_ones_check_it() -> None:
+    """Rank 0 and other jobs' precompiles come from the watches; a healing pass checks what
+    the index shows (observe.compiling_elsewhere lists only then)."""
     script = Script(Outcome("Precompiling"), Outcome("Precompiling"))
     passes = runtime(script)
     passes.reads.indices.update({kind: {} for kind in Kind})
@@ -575,7 +576,7 @@ def test_watched_passes_read_precompiles_from_the_index_and_fresh_ones_list() ->
     passes.queue.add_after(KEY, 0, fresh=True)
     assert step(passes)
     healing = script.views[-1]
-    assert healing.pods_watched and healing.precompiles is None
+    assert healing.pods_watched and healing.precompiles is index and healing.fresh
 
 
 def _pod_event(passes: Passes, type_: str, name: str, status: dict[str, Any]) -> None:

@@ -35,7 +35,7 @@ Json = dict[str, Any]
 #: Waits whose end arrives as a watch event (the claim, the queue, our PV): no polling for them.
 WATCHED = frozenset(
     {"ClaimNotFound", "ClaimPending", "ClaimLost", "QueueNotFound", "QueueNotOpen",
-     "QueueNotLeaf", "VolumeTerminating", "GangStopping"}
+     "QueueNotLeaf", "VolumeTerminating", "GangStopping", "PriorityClassNotFound"}
 )  # fmt: skip
 
 

@@ -133,6 +133,9 @@ async def tj_wakers(
         ("claim", namespace, claim): key,
         ("queue", _field(body, "scheduling", "queue") or "default"): key,
     }
+    priority = _field(body, "scheduling", "priorityClassName")
+    if priority:
+        out[("priority", priority)] = key
     entry = _entry(body)
     if entry:
         out[("entry", namespace, entry)] = key
@@ -272,6 +275,15 @@ async def on_queue(type: str, name: str, body: kopf.Body, **kwargs: Any) -> None
     for queue in {name, _field(body, "parent")} - {None}:
         for key in _waiting_on(kwargs, "queue", queue):
             _wake(kwargs["memo"], key)
+
+
+@kopf.on.event("scheduling.k8s.io", "v1", "priorityclasses")
+async def on_priority_class(type: str, name: str, **kwargs: Any) -> None:
+    """A PriorityClass created (or gone): wake the jobs that name it."""
+    if type is None:
+        return
+    for key in _waiting_on(kwargs, "priority", name):
+        _wake(kwargs["memo"], key)
 
 
 def _field(body: kopf.Body, *path: str) -> Any:

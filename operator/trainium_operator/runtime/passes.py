@@ -239,9 +239,9 @@ class Passes:
         read = self.reads.reader(fresh=fresh)
         if read is None:  # before kopf handed over its indices: GETs and lists
             return views
-        # The watches run: rank 0 is known from the pod watch; a fresh pass lists precompiles.
-        precompiles = None if fresh else self.reads.precompiles
-        return replace(views, reader=read, pods_watched=True, precompiles=precompiles)
+        # The watches run: rank 0 is known from the pod watch; a fresh pass checks precompiles.
+        precompiles = self.reads.precompiles
+        return replace(views, reader=read, pods_watched=True, precompiles=precompiles, fresh=fresh)
 
     def _failed(self, key: Key, record: JobRecord, exc: Exception) -> None:
         """Back off and look again: with GETs after a lost race, quietly outside our term."""
