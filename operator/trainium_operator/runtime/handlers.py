@@ -73,7 +73,6 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any) -
     # but a settled job's TTL delete is a request: keep threads to spare for retries' waits.
     settings.execution.max_workers = WORKERS
     logging.getLogger("kopf.objects").addFilter(_quiet_events)
-    metrics.start_from_env()
     passes = Passes(reconcile, _emit, on_idle=footprint.Trimmer().idle)
     passes.reads.indices.update(watches.indices(kwargs))
     passes.reads.queue_children = kwargs["queue_children"]
@@ -94,8 +93,8 @@ def _elect(lease: str, passes: Passes) -> leadership.Election:
     api = lease_io.ElectionLease(namespace, lease)
     election = leadership.Election(api, candidate, leadership.timing_from())
     k8s.fence = election.fence.check
-    log.warning("standing for the Lease %s/%s as %s: the holder acts, the others stand by",
-                namespace, lease, election.identity)  # fmt: skip
+    log.info("standing for the Lease %s/%s as %s: the holder acts, the others stand by",
+             namespace, lease, election.identity)  # fmt: skip
     election.start()
     return election
 
