@@ -510,7 +510,7 @@ def test_status_is_composed_purely_and_a_settled_status_is_returned_as_is(
 
     from support import spec_of
 
-    from trainium_operator.domain import budget, lifecycle, status
+    from trainium_operator.domain import budget, lifecycle, specdigest, status
     from trainium_operator.domain.model import Observed
 
     def no_io(*_: Any, **__: Any) -> Any:
@@ -524,7 +524,7 @@ def test_status_is_composed_purely_and_a_settled_status_is_returned_as_is(
                            digests={"nodes": "d"}, now="2026-11-22T06:40:00Z")  # fmt: skip
     first, again = status.compose(inputs), status.compose(inputs)
     assert first == again and first["phase"] == decision.phase.value
-    assert first["specDigests"] == {"nodes": "d"}
+    assert first["specDigest"] == specdigest.combined({"nodes": "d"}) and "specDigests" not in first
     same = status.compose(replace(inputs, previous=first))
     assert same is first  # nothing changed: no patch
 

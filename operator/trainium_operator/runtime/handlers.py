@@ -32,7 +32,7 @@ from trainium_operator.cluster import election as lease_io
 from trainium_operator.cluster import k8s, watches
 from trainium_operator.cluster.reconcile import reconcile
 from trainium_operator.domain import events
-from trainium_operator.domain.status import clip
+from trainium_operator.domain.status import clip, one_line
 from trainium_operator.runtime import essence, footprint, leadership, metrics, pods
 from trainium_operator.runtime.passes import WORKERS, Passes
 from trainium_operator.runtime.records import Key
@@ -46,7 +46,8 @@ log = logging.getLogger(__name__)
 def _emit(body: Json, kind: str, reason: str, message: str, action: str) -> None:
     """Our own Event, not kopf.event: that one's `action` is always "Action?"."""
     now = events.now_micro()
-    k8s.post_event(events.build(body, kind, reason, clip(message), action, now_micro=now))
+    message = clip(one_line(message))  # one line in `kubectl describe`'s Events table
+    k8s.post_event(events.build(body, kind, reason, message, action, now_micro=now))
 
 
 def _passes(memo: Any) -> Passes:
