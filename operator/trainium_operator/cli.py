@@ -111,7 +111,10 @@ def operator_parser() -> argparse.ArgumentParser:
     level = p.add_mutually_exclusive_group()
     for short, name in (("-v", "verbose"), ("-d", "debug"), ("-q", "quiet")):
         level.add_argument(short, f"--{name}", action="store_true", help=f"{name} logging")
-    p.add_argument("--log-format", choices=["plain", "full", "json"], help="log line format")
+    p.add_argument(
+        "--log-format", choices=["text", "json", "plain", "full"],
+        help="log line format: text (kopf's full; the default) or json, one object a line",
+    )  # fmt: skip
     p.add_argument("--log-refkey", metavar="KEY", help="JSON logs: the key of the object reference")
     p.add_argument("--log-prefix", action=argparse.BooleanOptionalAction, default=None,
                    help="prefix log lines with the object they are about")  # fmt: skip
@@ -127,6 +130,8 @@ def kopf_argv(argv: Sequence[str]) -> list[str]:
     out += ["--all-namespaces"] if a.all_namespaces else []
     out += [f"--namespace={ns}" for ns in a.namespace]
     out += [f"--{f}" for f in flags[1:] if getattr(a, f)]
+    if a.log_format == "text":
+        a.log_format = "full"
     for name in ("liveness", "log_format", "log_refkey"):
         if getattr(a, name) is not None:
             out.append(f"--{name.replace('_', '-')}={getattr(a, name)}")
@@ -273,16 +278,29 @@ def _print_labelled(streams: list[tuple[int, str, Any]], target: Any, parallel: 
 
 
 def cmd_operator(argv: Sequence[str]) -> int:
-    """`kopf run` of our handlers with the user's options (parsed here: --help is ours)."""
+    """`kopf run` of our handlers with the user's options (parsed here: --help is ours).
+
+    Logging is set up and the metrics port bound first: a port that is taken is one log line
+    (in the chosen format) and exit code 1.
+    """
     args = kopf_argv(argv)
-    lease = operator_parser().parse_args(list(argv)).lease
+    a = operator_parser().parse_args(list(argv))
+    import logging
+
     import kopf.cli
 
-    from trainium_operator.runtime import footprint, leadership
+    from trainium_operator.runtime import footprint, leadership, metrics, oplog
 
+    level = next((n for n in ("debug", "verbose", "quiet") if getattr(a, n)), None)
+    oplog.configure(level, a.log_format, a.log_refkey, a.log_prefix)
+    try:
+        metrics.start_from_env()
+    except metrics.PortTaken as exc:
+        logging.getLogger("trainium_operator").critical("%s", exc)
+        return 1
     footprint.cap_malloc_arenas()
-    if lease:  # the startup handler reads it there (kopf runs our handlers module by name)
-        os.environ[leadership.LEASE_ENV] = lease
+    if a.lease:  # the startup handler reads it there (kopf runs our handlers module by name)
+        os.environ[leadership.LEASE_ENV] = a.lease
     kopf.cli.main(args=args, prog_name="trainium operator")
     return 0
 

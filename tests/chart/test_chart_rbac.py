@@ -20,7 +20,7 @@ ELECTION = {  # the replicas' leader election (the default): one Lease, get/upda
 CLUSTER_SCOPED = {
     ("", "persistentvolumes"): {"get", "list", "watch", "create", "patch", "delete"},
     ("scheduling.volcano.sh", "queues"): {"get", "list", "watch"},
-    ("scheduling.k8s.io", "priorityclasses"): {"get"},
+    ("scheduling.k8s.io", "priorityclasses"): {"get", "list", "watch"},
 }
 NAMESPACED = {
     ("trainium.dev", "trainiumjobs"): {"get", "list", "watch", "patch", "delete"},

@@ -65,11 +65,23 @@ def test_two_peered_replicas_by_default_one_standalone_otherwise(helm_bin: Path)
 def test_command_watches_all_namespaces_or_the_listed_ones(helm_bin: Path) -> None:
     assert container("peering.enabled=false", "replicaCount=1")["command"] == [
         "trainium", "operator", "--standalone", "--all-namespaces",
-        "--liveness=http://0.0.0.0:8080/healthz",
+        "--liveness=http://0.0.0.0:8080/healthz", "--log-format=text",
     ]  # fmt: skip
     cmd = container("watchNamespaces={a,b}")["command"]
     assert "--all-namespaces" not in cmd
     assert cmd[3:5] == ["--namespace=a", "--namespace=b"]
+
+
+def test_the_log_format_is_a_value_and_the_operator_takes_it(helm_bin: Path) -> None:
+    """Issue 26: text or JSON log lines; `trainium operator` accepts what the chart passes."""
+    from trainium_operator import cli
+
+    for value in ("text", "json"):
+        cmd = container(f"operator.logFormat={value}")["command"]
+        assert f"--log-format={value}" in cmd
+        assert f"--log-format={'full' if value == 'text' else value}" in cli.kopf_argv(cmd[2:])
+    with pytest.raises(AssertionError, match="value must be one of 'text', 'json'"):
+        render("operator.logFormat=yaml")  # values.schema.json refuses it
 
 
 def test_env_ports_and_liveness_probe(helm_bin: Path) -> None:

@@ -121,7 +121,7 @@ def test_a_graph_field_changed_on_a_live_job_is_refused_and_records_nothing(
             "-p", '{"spec": {"nodes": 4}}')  # fmt: skip
     wait_for(lambda: condition(ns, "resized", "Validated").get("reason") == "ImmutableFieldChanged",
              what="Validated=False ImmutableFieldChanged")  # fmt: skip
-    assert "spec.nodes" in condition(ns, "resized", "Validated")["message"]
+    assert "spec.nodes" in condition(ns, "resized", "Validated")["message"]  # among the fields
     # Status describes what runs (the 2-node compile), not the refused 4-node key (issue 21).
     assert status(ns, "resized")["cache"] == compiling
     simulate_vcjob_phase(ns, "resized-compile", "Completed")  # a 2-node compile finishing

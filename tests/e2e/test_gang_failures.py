@@ -54,6 +54,7 @@ def test_an_oom_kill_fails_fast_with_the_log_tail(
     assert failed["reason"] == "OOMKilled" and "hungry-train-node-0-0" in failed["message"]
     assert "step 79 loss" in failed["message"] and "step 20 loss" not in failed["message"]
     assert st["lastFailure"]["reason"] == "OOMKilled" and st["lastFailure"]["retry"] is False
+    assert st["lastFailure"]["logTail"][-2:] == ["step 79 loss 7.79", "Killed"]
     wait_for(lambda: vcjobs(k8s, ns) == [], what="the gang stopped: a restart would OOM again")
     warned = [e for e in events(ns) if e["reason"] == "OOMKilled"]
     assert warned and "step 79 loss" in warned[0]["message"]
@@ -86,9 +87,31 @@ def test_log_lines_reach_status_and_events_as_lines_and_anchored_rules_match(
     failed = condition(ns, "buggy", "Failed")
     assert failed["reason"] == "UserCodeError"
     assert st["lastFailure"]["reason"] == "UserCodeError"
-    for text in (failed["message"], st["lastFailure"]["message"], st["message"]):
-        lines = text.splitlines()
-        assert "step 2 loss 7.0" in lines and "b'" not in text, text
+    assert "step 2 loss 7.0" in st["lastFailure"]["logTail"]
+    # One line each where `kubectl describe` prints them (a newline broke its indentation).
+    for text in (failed["message"], st["message"]):
+        assert "| step 2 loss 7.0 |" in text and "\n" not in text and "b'" not in text, text
     warned = wait_for(lambda: [e for e in events(ns) if e["reason"] == "UserCodeError"],
                       what="a UserCodeError Event")  # fmt: skip
-    assert "step 2 loss 7.0" in warned[0]["message"].splitlines()
+    assert "| step 2 loss 7.0 |" in warned[0]["message"] and "\n" not in warned[0]["message"]
+
+
+def test_describe_shows_one_digest_line_and_keeps_the_log_tail_indented(
+    operator: OperatorProcess, ns: str, k8s: EmulatorServer
+) -> None:
+    """Issue 26: `kubectl describe tj` printed 12 spec-digest lines, and a message's newlines
+    started lines at column 0, outside the field they belong to."""
+    start_training(k8s, ns, "told")
+    log = "step 1 loss 7.1\nTraceback (most recent call last):\nValueError: bad batch"
+    gang_pod(k8s, ns, "told", 0, terminated("Error", 1), log)
+    wait_phase(ns, "told", "Failed")
+    wait_for(lambda: [e for e in events(ns) if e["reason"] == "UserCodeError"], what="the Event")
+    out = kubectl("describe", "trainiumjobs.v1alpha1.trainium.dev", "told", "-n", ns).stdout
+    lines = out.splitlines()
+    assert "Spec Digests:" not in out, out  # a section of 12 lines before
+    assert len([ln for ln in lines if ln.strip().startswith("Spec Digest:")]) == 1, out
+    top = {ln.split(":")[0] for ln in lines if ln[:1].strip()}  # what starts at column 0
+    assert top <= {"Name", "Namespace", "Labels", "Annotations", "API Version", "Kind",
+                   "Metadata", "Spec", "Status", "Events"}, top  # fmt: skip
+    tail = lines.index(next(ln for ln in lines if ln.strip() == "Log Tail:"))
+    assert [ln.strip() for ln in lines[tail + 1 : tail + 4]] == log.splitlines()

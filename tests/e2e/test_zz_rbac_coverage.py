@@ -74,12 +74,25 @@ def phase(name: str) -> str | None:
     return ((get(TJ, name, NS) or {}).get("status") or {}).get("phase")
 
 
-def run_to_success(k8s: EmulatorServer, name: str) -> None:
-    """Play Volcano for both stages of one job and wait until the operator says Succeeded."""
+def run_to_success(
+    k8s: EmulatorServer, name: str, backstop: list[ApiRequest] | None = None
+) -> None:
+    """Play Volcano for both stages of one job and wait until the operator says Succeeded.
+
+    `backstop`: the recorded requests; each stage runs until a backstop pass (1 s here) GETs
+    what the watches show the job (its Volcano job, its cache lease or record).
+    """
+    looked = {"compile": ("jobs", "leases"), "train": ("jobs", "configmaps")}
     for stage in ("compile", "train"):
         vcjob = f"{name}-{stage}"
         wait_for(lambda: k8s.get(VCJOBS, NS, vcjob), timeout=20, what=f"vcjob {vcjob}")  # noqa: B023
         simulate_vcjob_phase(NS, vcjob, "Running")
+        for resource in looked[stage] if backstop is not None else ():
+            seen = len(backstop or [])
+            wait_for(lambda: any(r.verb == "get" and r.resource == resource  # noqa: B023
+                                 and r.client == "trainium-operator"
+                                 for r in (backstop or [])[seen:]),  # noqa: B023
+                     timeout=20, what=f"a backstop's GET of {resource} in {stage}")  # fmt: skip
         simulate_vcjob_phase(NS, vcjob, "Completed")
     wait_for(lambda: phase(name) == "Succeeded", timeout=20, what=f"{name} Succeeded")
 
@@ -93,7 +106,7 @@ def drive_operator(k8s: EmulatorServer, api_requests: list[ApiRequest]) -> None:
            "metadata": {"name": f"{NS}-high"}, "value": 1000})  # fmt: skip
     apply(tj("claimed", {"claimName": "shared"},
              scheduling={"queue": NS, "priorityClassName": f"{NS}-high"}))  # fmt: skip
-    run_to_success(k8s, "claimed")
+    run_to_success(k8s, "claimed", api_requests)
     # Names given, so no AWS call: the operator creates the static PV and its claim itself.
     fs_id = "fs-0123456789abcdef0"
     fsx = {"fileSystemId": fs_id, "dnsName": f"{fs_id}.fsx.us-west-2.amazonaws.com",
@@ -101,15 +114,24 @@ def drive_operator(k8s: EmulatorServer, api_requests: list[ApiRequest]) -> None:
     leak_volume(k8s, "fsx", fs_id)  # an earlier operator's: repaired, not created
     apply(tj("fsx", {"fsx": fsx}))
     run_to_success(k8s, "fsx")
-    # A job waiting for its queue is re-checked by the backstop (1 s here), and those passes GET
-    # what event-driven passes read from the watches: every kind a pass reads.
+    # Jobs waiting (for a PriorityClass; for a claim to bind) are re-checked by the backstop (1 s
+    # here), and those passes GET what the watches show them, to heal a ghost: every kind a pass
+    # reads (never what the watches show absent: issue 26).
     later = f"{NS}-later"
-    apply(tj("waiting", {"fsx": fsx}, scheduling={"queue": later}))
-    wait_for(lambda: any(r.verb == "get" and r.resource == "queues" and r.name == later
-                         and r.client == "trainium-operator" for r in api_requests),
-             timeout=20, what="a backstop pass of the waiting job")  # fmt: skip
-    apply({"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue",
-           "metadata": {"name": later}, "spec": {"weight": 1}})  # fmt: skip
+    apply(tj("waiting", {"fsx": fsx}, scheduling={"queue": NS, "priorityClassName": later}))
+    apply({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+           "metadata": {"name": "unbound", "namespace": NS},
+           "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "none-such",
+                    "resources": {"requests": {"storage": "1Gi"}}}})  # fmt: skip
+    apply(tj("unbound", {"claimName": "unbound"},
+             scheduling={"queue": NS, "priorityClassName": f"{NS}-high"}))  # fmt: skip
+    for resource, name in (("queues", NS), ("priorityclasses", f"{NS}-high")):
+        wait_for(lambda: any(r.verb == "get" and r.resource == resource and r.name == name  # noqa: B023
+                             and r.client == "trainium-operator" for r in api_requests),
+                 timeout=20, what=f"a backstop pass's GET of {resource}/{name}")  # fmt: skip
+    kubectl("delete", TJ, "unbound", "-n", NS, "--wait=false")
+    apply({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+           "metadata": {"name": later}, "value": 10})  # fmt: skip
     run_to_success(k8s, "waiting")
     kubectl("delete", TJ, "fsx", "-n", NS, "--wait=false")
     wait_for(lambda: get(TJ, "fsx", NS) is None, timeout=20, what="fsx job deleted")

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from trainium_operator.cluster import eventlooks, k8s, observe
+from trainium_operator.cluster.reads import ApiReader
 
 Json = dict[str, Any]
 NOW = "2026-11-25T10:00:00Z"
@@ -127,8 +128,9 @@ def test_a_new_gang_instance_is_looked_at_anew(events: list[Json]) -> None:
 def test_a_missing_priority_class_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
     classes = {"high": {"metadata": {"name": "high"}, "value": 1000}}
     monkeypatch.setattr(k8s, "get_priority_class", classes.get)
-    assert observe.priority_blocker("high") is None
-    assert observe.priority_blocker(None) is None
-    blocker = observe.priority_blocker("urgent")
+    read = ApiReader()
+    assert observe.priority_blocker("high", read) is None
+    assert observe.priority_blocker(None, read) is None
+    blocker = observe.priority_blocker("urgent", read)
     assert blocker is not None and blocker.reason == "PriorityClassNotFound"
     assert "'urgent'" in blocker.message and "priorityClassName" in blocker.message

@@ -382,8 +382,9 @@ def test_operator_help_is_ours_not_kopfs(capsys: pytest.CaptureFixture[str]) -> 
             ["--standalone", "--namespace=a", "--namespace=b", "--verbose", "--log-format=json"],
         ),
         (["-A", "--standalone", "-d", "--no-log-prefix"], None),
+        (["-A", "--log-format=text"], ["--standalone", "--all-namespaces", "--log-format=full"]),
     ],
-    ids=["chart", "peering", "debug"],
+    ids=["chart", "peering", "debug", "text"],
 )
 def test_operator_flags_become_kopf_run_arguments(argv: list[str], kopf: list[str] | None) -> None:
     got = cli.kopf_argv(argv)

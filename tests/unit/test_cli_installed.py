@@ -18,6 +18,7 @@ import pytest
 from support import CRD_FILE
 
 from harness import EmulatorServer, apply, free_port, kubectl, write_kubeconfig
+from trainium_operator.domain import logs
 
 TRAINIUM = Path(sys.executable).with_name("trainium")
 
@@ -140,12 +141,13 @@ def test_a_missing_job_is_one_line(crd: None, ns: str) -> None:
 
 
 def test_the_failed_job_hint_names_the_namespace(crd: None, ns: str) -> None:
-    failure = {"reason": "OOMKilled", "message": "pod x: OOMKilled (exit 137)\ntail"}
+    failure = {"reason": "OOMKilled", "message": "pod x: OOMKilled (exit 137)",
+               "logTail": ["step 9 loss 2.1", "Killed"]}  # fmt: skip
     a_job(ns, "oom", {"phase": "Failed", "lastFailure": failure})
     result = trainium("logs", "oom", "-n", ns)
     assert "Traceback" not in result.stderr
-    hint = f"kubectl get tj oom -n {ns} -o jsonpath='{{.status.lastFailure.message}}'"
+    hint = f"kubectl get tj oom -n {ns} -o jsonpath='{logs.TAIL_PATH}'"
     assert hint in result.stderr, result.stderr
-    # The hint is a command a user can paste: it prints the failure's message.
-    pasted = kubectl("get", "tj", "oom", "-n", ns, "-o", "jsonpath={.status.lastFailure.message}")
-    assert pasted.stdout == failure["message"]
+    # The hint is a command a user can paste: it prints the log tail, a line each.
+    pasted = kubectl("get", "tj", "oom", "-n", ns, "-o", f"jsonpath={logs.TAIL_PATH}")
+    assert pasted.stdout == "step 9 loss 2.1\nKilled\n"

@@ -51,7 +51,7 @@ def test_a_failed_job_says_where_its_last_failure_tail_is() -> None:
     note = logs.ended_note("j", status, "team-a")
     assert note is not None
     assert note.startswith("job j is Failed; last failure OOMKilled: pod j-train-node-0-0")
-    assert "kubectl get tj j -n team-a -o jsonpath='{.status.lastFailure.message}'" in note
+    assert f"kubectl get tj j -n team-a -o jsonpath='{logs.TAIL_PATH}'" in note
     assert logs.ended_note("j", {"phase": "Training"}, "team-a") is None
     assert "is Succeeded" in (logs.ended_note("j", {"phase": "Succeeded"}, "team-a") or "")
 

@@ -266,6 +266,21 @@ def test_the_operator_finds_a_running_compile_in_its_index_without_a_list(
     assert found == ((holder, "default/w") if holder == "other" else ("none", ""))
 
 
+def test_a_backstop_lists_the_precompiles_its_index_shows_and_trusts_an_empty_entry(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A fresh pass checks a ghost (deleted while a watch re-listed), never an absence."""
+    spec = parse(job("j", precompile={"policy": "Always"}))
+    ident, owner = cache.identity(spec), Owner("j", "default", "u")
+    monkeypatch.setattr(k8s, "list_vcjobs", lambda *_: pytest.fail("listed Volcano jobs"))
+    assert observe.compiling_elsewhere(ident, owner, {}, True) == ("none", "")
+    ghost = {("default", ident.record_name): [watches.slim_precompile(
+        precompile_job("w", "Running"))]}  # fmt: skip
+    monkeypatch.setattr(k8s, "list_vcjobs", lambda *_: [])  # it is gone
+    assert observe.compiling_elsewhere(ident, owner, ghost, True) == ("none", "")
+    assert observe.compiling_elsewhere(ident, owner, ghost)[0] == "other"  # as watched
+
+
 def test_a_replaced_gangs_pods_are_no_failures_of_the_next_instance() -> None:
     def pod(name: str, owner: str | None) -> dict:
         refs = [{"kind": "Job", "name": "j-train", "uid": owner}] if owner else []

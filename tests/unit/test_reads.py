@@ -196,14 +196,14 @@ def test_every_index_function_tells_the_overlay_what_the_watch_showed() -> None:
         Kind.TRAINIUMJOB: watches.read_trainiumjobs, Kind.VCJOB: watches.read_vcjobs,
         Kind.CLAIM: watches.read_claims, Kind.VOLUME: watches.read_volumes,
         Kind.RECORD: watches.read_records, Kind.LEASE: watches.read_leases,
-        Kind.QUEUE: watches.read_queues,
+        Kind.QUEUE: watches.read_queues, Kind.PRIORITY: watches.read_priorityclasses,
     }  # fmt: skip
     assert set(functions) == set(Kind)
     passes = Passes(lambda *_: Outcome(None), lambda *_: None, workers=0)
     memo = types.SimpleNamespace(passes=passes)
     overlay = passes.reads.overlay
     for kind, function in functions.items():
-        scoped = kind not in (Kind.VOLUME, Kind.QUEUE)
+        scoped = kind not in (Kind.VOLUME, Kind.QUEUE, Kind.PRIORITY)
         ns = NS if scoped else ""
         reader = WatchReader(indices(**{kind.name.lower(): [obj("x", "4")]}), overlay)
         reader.get(kind, ns, "x")
@@ -229,6 +229,21 @@ def test_fresh_and_ambiguous_reads_get_and_supersede_what_the_index_shows(
     assert rv_of(WatchReader(idx, overlay).get(Kind.RECORD, NS, "x")) == "6"  # index: 3
     ambiguous = WatchReader(idx, overlay)  # an old "y" whose deletion is not processed yet
     assert rv_of(ambiguous.get(Kind.RECORD, NS, "y")) == "9"
+
+
+def test_a_fresh_read_trusts_an_absence_and_serves_our_pending_write(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 26: a backstop GETs what the index shows (a ghost), not what it says is absent."""
+    got: list[str] = []
+    monkeypatch.setattr(cacheio, "get_configmap", lambda ns, name: got.append(name))
+    idx, overlay = indices(record=[]), Overlay()
+    assert WatchReader(idx, overlay, fresh=True).get(Kind.RECORD, NS, "x") is None
+    writer = WatchReader(idx, overlay)
+    assert writer.get(Kind.RECORD, NS, "x") is None
+    writer.wrote(Kind.RECORD, NS, "x", obj("x", "4"))  # created: its event is still to come
+    assert rv_of(WatchReader(idx, overlay, fresh=True).get(Kind.RECORD, NS, "x")) == "4"
+    assert got == []
 
 
 def test_the_api_reader_gets_and_keeps_nothing(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -510,7 +510,7 @@ def test_status_is_composed_purely_and_a_settled_status_is_returned_as_is(
 
     from support import spec_of
 
-    from trainium_operator.domain import budget, lifecycle, status
+    from trainium_operator.domain import budget, lifecycle, specdigest, status
     from trainium_operator.domain.model import Observed
 
     def no_io(*_: Any, **__: Any) -> Any:
@@ -524,7 +524,7 @@ def test_status_is_composed_purely_and_a_settled_status_is_returned_as_is(
                            digests={"nodes": "d"}, now="2026-11-22T06:40:00Z")  # fmt: skip
     first, again = status.compose(inputs), status.compose(inputs)
     assert first == again and first["phase"] == decision.phase.value
-    assert first["specDigests"] == {"nodes": "d"}
+    assert first["specDigest"] == specdigest.combined({"nodes": "d"}) and "specDigests" not in first
     same = status.compose(replace(inputs, previous=first))
     assert same is first  # nothing changed: no patch
 
@@ -561,8 +561,9 @@ def test_a_new_term_forgets_our_writes_echo_and_event_looks_but_not_that_a_job_f
     assert record.memory == Memory(metrics_read_at=1.0, finished=True)
 
 
-def test_watched_passes_read_precompiles_from_the_index_and_fresh_ones_list() -> None:
-    """Rank 0 and other jobs' precompiles come from the watches; a healing pass lists."""
+def test_watched_passes_read_precompiles_from_the_index_and_fresh_ones_check_it() -> None:
+    """Rank 0 and other jobs' precompiles come from the watches; a healing pass checks what
+    the index shows (observe.compiling_elsewhere lists only then)."""
     script = Script(Outcome("Precompiling"), Outcome("Precompiling"))
     passes = runtime(script)
     passes.reads.indices.update({kind: {} for kind in Kind})
@@ -575,7 +576,7 @@ def test_watched_passes_read_precompiles_from_the_index_and_fresh_ones_list() ->
     passes.queue.add_after(KEY, 0, fresh=True)
     assert step(passes)
     healing = script.views[-1]
-    assert healing.pods_watched and healing.precompiles is None
+    assert healing.pods_watched and healing.precompiles is index and healing.fresh
 
 
 def _pod_event(passes: Passes, type_: str, name: str, status: dict[str, Any]) -> None:

@@ -32,8 +32,9 @@ replicas' leader election (a Lease of one name, in the release namespace: the Cl
   verbs: [get, list, watch]
 - apiGroups: [scheduling.k8s.io]
   resources: [priorityclasses]
-  # get: spec.scheduling.priorityClassName must exist before a stage is submitted
-  verbs: [get]
+  # spec.scheduling.priorityClassName must exist before a stage is submitted; watch: its
+  # creation wakes the jobs that wait for it (no polling)
+  verbs: [get, list, watch]
 {{- end }}
 
 {{/* The operator's namespaced objects: its jobs and their children (removed by the garbage

@@ -23,6 +23,7 @@ from trainium_operator.cluster.report import Emit, Transition
 from trainium_operator.domain import (
     budget,
     lifecycle,
+    specdigest,
     status,
     supervise,
 )
@@ -35,7 +36,7 @@ Json = dict[str, Any]
 #: Waits whose end arrives as a watch event (the claim, the queue, our PV): no polling for them.
 WATCHED = frozenset(
     {"ClaimNotFound", "ClaimPending", "ClaimLost", "QueueNotFound", "QueueNotOpen",
-     "QueueNotLeaf", "VolumeTerminating", "GangStopping"}
+     "QueueNotLeaf", "VolumeTerminating", "GangStopping", "PriorityClassNotFound"}
 )  # fmt: skip
 
 
@@ -176,7 +177,6 @@ def _judge(
     seen, redo = _watch(spec, owner, seen, previous, views)
     if redo is not None:
         counted = budget.replaced(counted, redo.reason, spec.runPolicy.maxRetries)
-    digests, started = parsed.digests(body), previous.get("specDigests") or {}
     deadline_in = _deadline_in(spec, previous)
     observed = replace(
         seen.observed,
@@ -185,7 +185,7 @@ def _judge(
         restarts=counted.tally.restarts,
         disruptions=counted.tally.disruptions,
         exhausted=counted.exhausted,
-        changed_fields=tuple(f for f in digests if f in started and started[f] != digests[f]),
+        changed_fields=specdigest.changed(parsed.digests(body), previous),
         previous_phase=previous.get("phase"),
         previous_conditions=status.read_conditions(previous),
         suspend=spec.runPolicy.suspend,

@@ -48,6 +48,8 @@ class Transition:
     cache_outcome: str | None = None
     #: The job's final cost, on the transition into Succeeded or Failed.
     cost: cost.Cost | None = None
+    #: What holds the job in its new phase (a blocker's reason: QueueNotFound), if anything.
+    blocker: str | None = None
 
 
 def status_of(body: Json) -> Json:
@@ -144,8 +146,9 @@ def announce(
     first = outcome if outcome != (previous.get("cache") or {}).get("outcome") else None
     meta = body["metadata"]
     return Transition(
-        meta["namespace"], meta["name"], old_phase, new["phase"], reason, decision.message, first
-    )
+        meta["namespace"], meta["name"], old_phase, new["phase"], reason, decision.message, first,
+        blocker=blocker.reason if blocker else None,
+    )  # fmt: skip
 
 
 def _reason(decision: Decision) -> str:

@@ -96,6 +96,14 @@ async def read_queues(name: str, body: kopf.Body, memo: Any = None, **_: Any) ->
     return _entry(Kind.QUEUE, None, name, body, memo)
 
 
+@kopf.index("scheduling.k8s.io", "v1", "priorityclasses")
+async def read_priorityclasses(
+    name: str, body: kopf.Body, memo: Any = None, **_: Any
+) -> dict[Any, Any]:
+    """PriorityClasses (cluster-scoped): a job names one its gang's pods need (issue 26)."""
+    return _entry(Kind.PRIORITY, None, name, body, memo)
+
+
 @kopf.index(
     "batch.volcano.sh",
     "v1alpha1",
@@ -133,6 +141,7 @@ _BY_KIND = {
     Kind.RECORD: "read_records",
     Kind.LEASE: "read_leases",
     Kind.QUEUE: "read_queues",
+    Kind.PRIORITY: "read_priorityclasses",
 }
 
 

@@ -124,6 +124,7 @@ def _idle_blocked(decision: Decision, obs: Observed) -> bool:
 def _hold(decision: Decision, fields: tuple[str, ...]) -> Decision:
     """A graph-defining field changed on a live job: act on nothing, record nothing, say so."""
     names = ", ".join(f"spec.{f}" for f in fields)
+    names = names if len(fields) == 1 else f"one or more of {names}"
     msg = (
         f"{names} changed after the job started: graph-defining fields are immutable (the CRD's "
         "rules refuse this where the API server enforces them); the job goes on with what it "

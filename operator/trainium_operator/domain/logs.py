@@ -17,6 +17,8 @@ from trainium_operator.api import naming
 Json = Mapping[str, Any]
 _TEE = re.compile(r"^\[(?:[A-Za-z_]+)?(\d+)\]:")
 _NODE = re.compile(r"-node-(\d+)-\d+$")
+#: kubectl's JSONPath of a failure's log tail, one line each (status.lastFailure.logTail).
+TAIL_PATH = '{range .status.lastFailure.logTail[*]}{@}{"\\n"}{end}'
 
 
 @dataclass(frozen=True)
@@ -102,6 +104,6 @@ def ended_note(name: str, status: Json, namespace: str) -> str | None:
     first = str(failure.get("message", "")).splitlines()[0] if failure.get("message") else ""
     return (
         f"{head}; last failure {failure.get('reason')}: {first}\n"
-        f"its log tail is in status.lastFailure: kubectl get tj {name} -n {namespace} "
-        "-o jsonpath='{.status.lastFailure.message}'"
+        f"its log tail is in status.lastFailure.logTail: kubectl get tj {name} -n {namespace} "
+        f"-o jsonpath='{TAIL_PATH}'"
     )

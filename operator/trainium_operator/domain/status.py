@@ -9,7 +9,7 @@ from typing import Any
 
 from trainium_operator.api import naming
 from trainium_operator.api.spec import TrainiumJobSpec
-from trainium_operator.domain import budget, checkpoints, cost, history, nodes
+from trainium_operator.domain import budget, checkpoints, cost, history, nodes, specdigest
 from trainium_operator.domain.cachekey import cache_key, cache_name, identity
 from trainium_operator.domain.checkpoints import Checkpoint
 from trainium_operator.domain.lifecycle import TERMINAL, Condition, Decision
@@ -31,6 +31,14 @@ def clip(message: str, limit: int = MAX_MESSAGE) -> str:
     return message[: limit - len(marker)] + marker
 
 
+def one_line(message: str) -> str:
+    """A message as `kubectl describe` can print it: its lines joined (it prints a newline as
+    is, and the next line starts at column 0, outside the field it belongs to)."""
+    if "\n" not in message:
+        return message
+    return " | ".join(line.rstrip() for line in message.splitlines() if line.strip())
+
+
 def now_iso() -> str:
     """RFC 3339 UTC timestamp, second precision as Kubernetes writes them."""
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -48,7 +56,7 @@ def conditions(decision: Decision, previous: list[Json], generation: int, now: s
                 "type": cond.type,
                 "status": cond.status,
                 "reason": cond.reason,
-                "message": clip(cond.message),
+                "message": clip(one_line(cond.message)),
                 "lastTransitionTime": now if changed else old.get("lastTransitionTime", now),
                 "observedGeneration": generation,
             }
@@ -94,7 +102,7 @@ def render(
     """
     status: Json = {
         "phase": decision.phase.value,
-        "message": clip(decision.message),
+        "message": clip(one_line(decision.message)),
         "observedGeneration": generation,
         "conditions": conditions(decision, previous.get("conditions", []), generation, now),
         "restarts": decision.restarts,
@@ -163,7 +171,7 @@ def compose(inputs: Inputs) -> Json:
     previous, decision = inputs.previous, inputs.decision
     new = _rendered(inputs)
     if inputs.spec is not None:  # what the job started with: a later change is refused
-        new["specDigests"] = previous.get("specDigests") or dict(inputs.digests)
+        new.update(specdigest.fragment(previous, inputs.digests))
     new.update(budget.fragment(inputs.counted.tally))
     _add_evidence(new, inputs)
     pending = _gang_pending(decision, inputs.observed)
@@ -223,9 +231,11 @@ def _last_failure(obs: Observed) -> Json | None:
     failure = obs.failure
     if failure is None:
         return None
-    tail = "\n".join(failure.log_tail)
-    message = clip(failure.message + ("\nlast log lines:\n" + tail if tail else ""))
-    return {"reason": failure.reason, "message": message, "retry": failure.retry}
+    out: Json = {"reason": failure.reason, "message": clip(one_line(failure.message))}
+    out["retry"] = failure.retry
+    if failure.log_tail:  # a list: `kubectl describe` prints each line indented under it
+        out["logTail"] = list(failure.log_tail)
+    return out
 
 
 def _cache_figures(spec: TrainiumJobSpec, decision: Decision, obs: Observed) -> Json:

@@ -44,7 +44,7 @@ def ends(
         spent = obs.exhausted
         msg = f"{spent.message}; the {stage} gang was stopped"
         if obs.failure is not None:
-            msg += "\n" + why(obs, default, volcano, stage)[1]
+            msg += "; " + why(obs, default, volcano, stage)[1]
         return spent.reason, msg, True
     return None
 
@@ -59,10 +59,28 @@ def why(obs: Observed, default: str, volcano: str, stage: str) -> tuple[str, str
     failure = obs.failure
     if failure is None:
         return default, volcano or f"the {stage} job failed"
-    msg = failure.message
-    if failure.log_tail:
-        msg += "\nlast log lines:\n" + "\n".join(failure.log_tail)
-    return failure.reason, msg
+    return failure.reason, with_tail(failure.message, failure.log_tail)
+
+
+#: Characters of a message with its log tail: an Event's note holds 1024 (the newest lines
+#: stay; status.lastFailure.logTail keeps them all).
+WITH_TAIL = 1000
+
+
+def with_tail(message: str, tail: tuple[str, ...]) -> str:
+    """The message and the log's last lines, on one line (`kubectl describe` and the Events
+    table print a message as is: a newline broke their indentation)."""
+    if not tail:
+        return message
+    kept: list[str] = []
+    size = len(message) + 24
+    for line in reversed(tail):
+        if kept and size + len(line) + 3 > WITH_TAIL:
+            break
+        kept.insert(0, line)
+        size += len(line) + 3
+    more = "... | " if len(kept) < len(tail) else ""
+    return f"{message}; last log lines: {more}{' | '.join(kept)}"
 
 
 def running(obs: Observed) -> tuple[str, str, str]:

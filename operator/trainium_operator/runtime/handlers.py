@@ -32,7 +32,7 @@ from trainium_operator.cluster import election as lease_io
 from trainium_operator.cluster import k8s, watches
 from trainium_operator.cluster.reconcile import reconcile
 from trainium_operator.domain import events
-from trainium_operator.domain.status import clip
+from trainium_operator.domain.status import clip, one_line
 from trainium_operator.runtime import essence, footprint, leadership, metrics, pods
 from trainium_operator.runtime.passes import WORKERS, Passes
 from trainium_operator.runtime.records import Key
@@ -46,7 +46,8 @@ log = logging.getLogger(__name__)
 def _emit(body: Json, kind: str, reason: str, message: str, action: str) -> None:
     """Our own Event, not kopf.event: that one's `action` is always "Action?"."""
     now = events.now_micro()
-    k8s.post_event(events.build(body, kind, reason, clip(message), action, now_micro=now))
+    message = clip(one_line(message))  # one line in `kubectl describe`'s Events table
+    k8s.post_event(events.build(body, kind, reason, message, action, now_micro=now))
 
 
 def _passes(memo: Any) -> Passes:
@@ -73,7 +74,6 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any) -
     # but a settled job's TTL delete is a request: keep threads to spare for retries' waits.
     settings.execution.max_workers = WORKERS
     logging.getLogger("kopf.objects").addFilter(_quiet_events)
-    metrics.start_from_env()
     passes = Passes(reconcile, _emit, on_idle=footprint.Trimmer().idle)
     passes.reads.indices.update(watches.indices(kwargs))
     passes.reads.queue_children = kwargs["queue_children"]
@@ -94,8 +94,8 @@ def _elect(lease: str, passes: Passes) -> leadership.Election:
     api = lease_io.ElectionLease(namespace, lease)
     election = leadership.Election(api, candidate, leadership.timing_from())
     k8s.fence = election.fence.check
-    log.warning("standing for the Lease %s/%s as %s: the holder acts, the others stand by",
-                namespace, lease, election.identity)  # fmt: skip
+    log.info("standing for the Lease %s/%s as %s: the holder acts, the others stand by",
+             namespace, lease, election.identity)  # fmt: skip
     election.start()
     return election
 
@@ -133,6 +133,9 @@ async def tj_wakers(
         ("claim", namespace, claim): key,
         ("queue", _field(body, "scheduling", "queue") or "default"): key,
     }
+    priority = _field(body, "scheduling", "priorityClassName")
+    if priority:
+        out[("priority", priority)] = key
     entry = _entry(body)
     if entry:
         out[("entry", namespace, entry)] = key
@@ -272,6 +275,15 @@ async def on_queue(type: str, name: str, body: kopf.Body, **kwargs: Any) -> None
     for queue in {name, _field(body, "parent")} - {None}:
         for key in _waiting_on(kwargs, "queue", queue):
             _wake(kwargs["memo"], key)
+
+
+@kopf.on.event("scheduling.k8s.io", "v1", "priorityclasses")
+async def on_priority_class(type: str, name: str, **kwargs: Any) -> None:
+    """A PriorityClass created (or gone): wake the jobs that name it."""
+    if type is None:
+        return
+    for key in _waiting_on(kwargs, "priority", name):
+        _wake(kwargs["memo"], key)
 
 
 def _field(body: kopf.Body, *path: str) -> Any:

@@ -184,18 +184,20 @@ class Election:
             self.fence.open_until(sent + self.timing.deadline, new_term=first)
             if first:
                 self.leading = True
-                log.warning("lease %s/%s acquired by %s: this replica acts",
-                            self.namespace, self.name, self.identity)  # fmt: skip
+                # INFO: a replica taking over is the election working (a start-up, a rollout);
+                # losing a term stops a working leader, and says so as a WARNING (_lose).
+                log.info("lease %s/%s acquired by %s: this replica acts",
+                         self.namespace, self.name, self.identity)  # fmt: skip
                 self.candidate.on_start()
         elif self.leading and not self.fence.holds():
             self._lose(f"could not renew within {self.timing.deadline:.0f} s")
         return self.leading
 
-    def _lose(self, why: str) -> None:
+    def _lose(self, why: str, level: int = logging.WARNING) -> None:
         self.leading = False
         self.fence.close()
-        log.warning("lease %s/%s lost by %s (%s): this replica stops acting",
-                    self.namespace, self.name, self.identity, why)  # fmt: skip
+        log.log(level, "lease %s/%s lost by %s (%s): this replica stops acting",
+                self.namespace, self.name, self.identity, why)  # fmt: skip
         self.candidate.on_stop()
 
     def _try_acquire_or_renew(self, now: float) -> bool:
@@ -253,7 +255,7 @@ class Election:
         if self._thread is not None:
             self._thread.join(timeout=self.timing.retry + 5)
         if self.leading:
-            self._lose("shutting down")
+            self._lose("shutting down", logging.INFO)  # asked to: nothing went wrong
             if release:
                 self._release()
 

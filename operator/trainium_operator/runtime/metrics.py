@@ -118,12 +118,26 @@ def _zero_known_labels() -> None:
 _zero_known_labels()
 
 
+class PortTaken(Exception):
+    """The metrics port cannot be served (taken, or not ours to bind): the operator stops."""
+
+
 def start_from_env() -> int | None:
-    """Serve /metrics when TRAINIUM_METRICS_PORT is set (the chart sets it); returns the port."""
+    """Serve /metrics when TRAINIUM_METRICS_PORT is set (the chart sets it); returns the port.
+
+    Before kopf starts (cli.py): a port that is taken stops the process with one line, where
+    kopf retried the startup handler every 60 s with a traceback and /healthz never answered.
+    """
     port = os.environ.get("TRAINIUM_METRICS_PORT")
     if not port:
         return None
-    _serve(int(port), addr=os.environ.get("TRAINIUM_METRICS_ADDR", "0.0.0.0"))
+    addr = os.environ.get("TRAINIUM_METRICS_ADDR", "0.0.0.0")
+    try:
+        _serve(int(port), addr=addr)
+    except OSError as exc:
+        raise PortTaken(
+            f"cannot serve metrics on {addr}:{port} (TRAINIUM_METRICS_PORT): {exc.strerror or exc}"
+        ) from exc
     return int(port)
 
 

@@ -27,7 +27,7 @@ from trainium_operator.cluster.reads import Indices, Kind, Overlay, Reader, Watc
 from trainium_operator.cluster.reconcile import Emit, Outcome, StaleRead
 from trainium_operator.domain.checkpoints import Checkpoint
 from trainium_operator.domain.lifecycle import TERMINAL
-from trainium_operator.runtime import metrics
+from trainium_operator.runtime import metrics, oplog
 from trainium_operator.runtime.leadership import NotLeader
 from trainium_operator.runtime.queue import FIRST, FOLLOW_UP, Item, WorkQueue
 from trainium_operator.runtime.records import JobRecord, Key, Records
@@ -239,9 +239,9 @@ class Passes:
         read = self.reads.reader(fresh=fresh)
         if read is None:  # before kopf handed over its indices: GETs and lists
             return views
-        # The watches run: rank 0 is known from the pod watch; a fresh pass lists precompiles.
-        precompiles = None if fresh else self.reads.precompiles
-        return replace(views, reader=read, pods_watched=True, precompiles=precompiles)
+        # The watches run: rank 0 is known from the pod watch; a fresh pass checks precompiles.
+        precompiles = self.reads.precompiles
+        return replace(views, reader=read, pods_watched=True, precompiles=precompiles, fresh=fresh)
 
     def _failed(self, key: Key, record: JobRecord, exc: Exception) -> None:
         """Back off and look again: with GETs after a lost race, quietly outside our term."""
@@ -266,6 +266,7 @@ class Passes:
         _count(outcome, record.phase_entered_at, now)
         if outcome.transition:
             self.records.phase_entered(record, now)
+            oplog.transition(record.uid, outcome.transition)
 
     def _next(self, record: JobRecord, outcome: Outcome) -> tuple[float, bool] | None:
         """When to look again, and whether with GETs: a backstop or backoff heals what a watch
