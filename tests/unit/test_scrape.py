@@ -185,7 +185,7 @@ def test_a_succeeded_job_keeps_its_final_progress(monkeypatch: pytest.MonkeyPatc
         spec, OWNER, scrape.Sight(Child.SUCCEEDED, "g", {"progress": last}, T0)
     ).write
     assert done is not None and done["display"] == "1000/1000 (100%)"
-    assert "etaSeconds" not in done and done["eta"] == "-"
+    assert done["etaSeconds"] is None and done["eta"] == "-"  # null: the merge patch removes it
     again = scrape.look(
         spec, OWNER, scrape.Sight(Child.SUCCEEDED, "g", {"progress": done}, T0)
     ).write

@@ -128,8 +128,8 @@ def finished(previous: Mapping[str, Any] | None) -> Json | None:
     total = (previous or {}).get("totalSteps")
     if not isinstance(total, int) or total <= 0 or (previous or {}).get("percent") == 100.0:
         return None
-    done: Json = {k: v for k, v in dict(previous or {}).items() if k != "etaSeconds"}
-    done.update(step=total, percent=100.0)
+    done: Json = dict(previous or {})
+    done.update(step=total, percent=100.0, etaSeconds=None)  # a merge-patch null removes it
     done.update(display=display(done), eta=eta_text(None))
     return done
 
