@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 TOOLS := .tools/bin
 export PATH := $(abspath $(BIN)):$(abspath $(TOOLS)):$(PATH)
 
-.PHONY: help install run test test-unit test-e2e test-chart test-xla test-reliability test-cluster bench lint \
+.PHONY: help install run run-native test test-unit test-e2e test-chart test-xla test-reliability test-cluster bench lint \
 	crds verify helm promtool render chart-docs clean
 
 help: ## Show the targets
@@ -42,6 +42,11 @@ run: $(STAMP) ## Train examples/local-tiny-bert.yaml on this machine (TorchX loc
 	@echo ">> trainium run -f examples/local-tiny-bert.yaml: a tiny BERT, 2 processes on CPU" \
 	  "(a few minutes); outputs in runs/local-tiny-bert/" >&2
 	@$(BIN)/trainium run -f examples/local-tiny-bert.yaml
+
+run-native: $(STAMP) ## The same tiny BERT on the native backend (torch.compile, its compile cache)
+	@echo ">> trainium run -f examples/local-tiny-bert-native.yaml: a tiny BERT, 1 process on CPU," \
+	  "compiled (about 2 minutes the first time, mostly compiling); run it again for the cache hit" >&2
+	@$(BIN)/trainium run -f examples/local-tiny-bert-native.yaml
 
 render: $(STAMP) ## Print the manifests the operator would create for the BERT tutorial job
 	@$(BIN)/trainium render -f examples/bert-large-pretrain.yaml
@@ -83,6 +88,7 @@ bench: $(STAMP) ## Benchmarks behind BENCHMARKS.md (BENCH_JOBS="100 500 1000")
 	$(BIN)/python bench/operator_scale.py --jobs $(BENCH_JOBS)
 	$(BIN)/python bench/compile_cache.py
 	$(BIN)/python bench/trainer_loop.py
+	$(BIN)/python bench/native_compile.py
 	if [ -x .venv-xla/bin/python ]; then PJRT_DEVICE=CPU .venv-xla/bin/python bench/xla_graphs.py; \
 	else echo "bench/xla_graphs.py skipped: run make test-xla first (builds .venv-xla)"; fi
 

@@ -153,3 +153,37 @@ def test_the_bar_ends_at_the_last_step_so_the_export_does_not_slow_its_rate(
     view.close()
     (rate,) = _rates(capsys.readouterr().err)
     assert float(rate) == pytest.approx(5.0, rel=0.01)
+
+
+def test_the_cache_lines_say_hit_or_miss_per_stage_and_nothing_without_counters() -> None:
+    counts = {"compiler": "inductor", "dir": "/v/neuron_cache/c_0", "fxgraph_cache_miss": 0}
+    summary = {
+        "precompile_compile_cache": {**counts, "fxgraph_cache_hit": 0, "fxgraph_cache_miss": 3},
+        "compile_cache": {**counts, "fxgraph_cache_hit": 3},
+    }
+    assert localview.compile_cache_lines(summary) == [
+        "[cache] precompile: compile cache miss, compiled 3 graphs (0 FX-graph hits, 3 misses; "
+        "inductor in /v/neuron_cache/c_0)",
+        "[cache] training: compile cache hit, compiled nothing new (3 FX-graph hits, 0 misses; "
+        "inductor in /v/neuron_cache/c_0)",
+    ]
+    # An XLA or CPU run reports no counters; a run that skipped the precompile has none for it.
+    assert localview.compile_cache_lines({"precompile_compile_cache": None}) == []
+
+
+def test_the_precompile_counters_come_from_its_rank_prefixed_log(tmp_path: Path) -> None:
+    from trainium_operator.local import logs
+
+    node = tmp_path / "precompile" / "app" / "trainer" / "0"
+    node.mkdir(parents=True)
+    copy = tmp_path / "precompile" / "app" / "torchelastic" / "attempt_0" / "0"
+    copy.mkdir(parents=True)
+    event = '{"compile_cache": {"fxgraph_cache_miss": 3}, "event": "runtime"}'
+    (node / "stdout.log").write_text(
+        f'[default0]:{{"step": 1}}\n[default0]:{event}\nnot json "runtime"\n'
+    )
+    (copy / "stdout.log").write_text(
+        '{"compile_cache": {"fxgraph_cache_miss": 99}, "event": "runtime"}\n'
+    )
+    assert logs.compile_cache(tmp_path, "precompile") == {"fxgraph_cache_miss": 3}
+    assert logs.compile_cache(tmp_path, "train") is None

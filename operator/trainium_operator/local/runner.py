@@ -35,6 +35,7 @@ from trainium_operator.domain import checkpoints, lifecycle, status
 from trainium_operator.domain.cachekey import cache_key, cache_name
 from trainium_operator.domain.lifecycle import Action, Child, Decision, Observed, Phase
 from trainium_operator.domain.status import now_iso, read_conditions
+from trainium_operator.local import logs as locallogs
 from trainium_operator.local import render
 from trainium_operator.local import view as localview
 
@@ -77,6 +78,11 @@ class LocalRun:
     def volume(self) -> Path:
         """The folder standing in for the shared volume."""
         return self.root / "volume"
+
+    @property
+    def logs(self) -> Path:
+        """Each stage's TorchX logs, under logs/<stage>/."""
+        return self.root / "logs"
 
     @property
     def checkpoint_report(self) -> Path:
@@ -176,26 +182,7 @@ def observe(run: LocalRun, runner: Any) -> Observed:
 def _fail_message(run: LocalRun, stage: str, state: Child) -> str:
     if state is not Child.FAILED:
         return ""
-    return f"{stage} failed; last log lines:\n" + "\n".join(tail_logs(run, stage))
-
-
-#: The folder where torchrun (--tee) keeps a copy of each worker's output, under a TorchX app.
-TORCHELASTIC_DIR = "torchelastic"
-
-
-def replica_logs(run: LocalRun, stage: str, stream: str) -> list[Path]:
-    """Each node's log of one stream (rank-prefixed by --tee), not torchrun's per-worker copies."""
-    paths = (run.root / "logs" / stage).rglob(f"{stream}.log")
-    return sorted(p for p in paths if TORCHELASTIC_DIR not in p.parts)
-
-
-def tail_logs(run: LocalRun, stage: str, lines: int = 15) -> list[str]:
-    """Why a stage failed: its `error:` lines if any, else the last lines of its stderr logs."""
-    every: list[str] = []
-    for path in replica_logs(run, stage, "stderr"):
-        every += path.read_text(errors="replace").splitlines()
-    errors = [line for line in every if "error:" in line.lower()]
-    return list(dict.fromkeys(errors))[-lines:] if errors else every[-lines:]
+    return f"{stage} failed; last log lines:\n" + "\n".join(locallogs.tail_logs(run.logs, stage))
 
 
 def act(run: LocalRun, decision: Decision, runner: Any) -> None:
@@ -311,7 +298,7 @@ def report(run: LocalRun, decision: Decision) -> None:
         cache = new.get("cache", {}).get("outcome", "-")
         line = f"[phase] {new['phase']:<12} cache={cache:<5} {decision.message}"
         localview.say(run.view, line)  # a bar in progress ends first: the line is not glued to it
-        logs = run.root / "logs"
+        logs = run.logs
         if new["phase"] == Phase.PRECOMPILING.value:
             print(localview.precompile_line(run.spec, logs / "precompile"), flush=True)
         elif new["phase"] == Phase.TRAINING.value:
@@ -355,6 +342,8 @@ def finish(run: LocalRun) -> bool:
     summary["phase"] = run.status.get("phase")
     summary["cache_hit"] = (run.status.get("cache") or {}).get("hit")
     summary["phase_seconds"] = {k: round(v, 2) for k, v in run.phase_seconds.items()}
+    if appdef.PRECOMPILE in run.apps:  # this run precompiled: what its torch.compile did
+        summary["precompile_compile_cache"] = locallogs.compile_cache(run.logs, appdef.PRECOMPILE)
     (run.root / "summary.json").write_text(json.dumps(summary, indent=2))
     ok = run.status.get("phase") == Phase.SUCCEEDED.value
     if run.view is not None:
@@ -365,6 +354,8 @@ def finish(run: LocalRun) -> bool:
               f"{localview.tensorboard_note(out)}")  # fmt: skip
     elif not ok:
         print(f"[failed] {run.status.get('message', '')}", file=sys.stderr)
+    for line in localview.compile_cache_lines(summary):
+        print(line, flush=True)
     return ok
 
 

@@ -102,3 +102,24 @@ def tensorboard_note(output: Path) -> str:
     """Where the run's TensorBoard events are, for the [done] line ("" when there are none)."""
     tb = output / "tensorboard"
     return f"; TensorBoard: tensorboard --logdir {tb}" if tb.is_dir() else ""
+
+
+def compile_cache_lines(summary: dict[str, Any]) -> list[str]:
+    """The `[cache]` lines: whether the precompile's and training's torch.compile hit the cache.
+
+    The native runtime reports its compile-cache counters (summary.json's `compile_cache`; the
+    runner adds the precompile's from its log); a hit compiled nothing new. Other runtimes
+    report none, and there is no line.
+    """
+    stages = (("precompile", summary.get("precompile_compile_cache")),
+              ("training", summary.get("compile_cache")))  # fmt: skip
+    return [compile_cache_line(stage, counts) for stage, counts in stages if counts]
+
+
+def compile_cache_line(stage: str, counts: dict[str, Any]) -> str:
+    """One stage's `[cache]` line: hit (nothing compiled) or miss (how many graphs compiled)."""
+    hits, misses = int(counts.get("fxgraph_cache_hit", 0)), int(counts.get("fxgraph_cache_miss", 0))
+    outcome = f"miss, compiled {misses} graphs" if misses else "hit, compiled nothing new"
+    where = f"{counts.get('compiler', '?')} in {counts.get('dir') or 'its default directory'}"
+    counted = f"{hits} FX-graph hits, {misses} misses"
+    return f"[cache] {stage}: compile cache {outcome} ({counted}; {where})"
