@@ -225,12 +225,18 @@ STANDALONE = ("peering.enabled=false", "replicaCount=1")
 
 
 def _peering(r: ApiRequest) -> bool:
-    """The election's Lease (read and renewed by name), asked only by `--leader-elect` processes."""
-    return _election(r)
+    """A renewal of an election's Lease: only `--leader-elect` processes update Leases (the cache
+    takes its writer Lease over with a patch)."""
+    return _lease(r) and r.verb == "update"
+
+
+def _lease(r: ApiRequest) -> bool:
+    return r.api_group == "coordination.k8s.io" and r.resource == "leases"
 
 
 def _election(r: ApiRequest) -> bool:
-    return r.api_group == "coordination.k8s.io" and r.resource == "leases" and r.name == "trainium"
+    """The chart's election Lease (peering.name: trainium), read and renewed by name."""
+    return _lease(r) and r.name == "trainium"
 
 
 def test_the_default_chart_allows_the_elections_requests(
