@@ -105,8 +105,10 @@ INSTANCE_TYPES: dict[str, InstanceType] = {
         _type("trn1n.32xlarge", TRN1, 16, 16, 512, 24.78),
         # AWS Neuron, "Amazon EC2 Trn2 Architecture": trn2.48xlarge and trn2u.48xlarge (four of
         # which make a Trn2 UltraServer) have 16 Trainium2 chips, 2,048 GiB host and 1,536 GiB
-        # device memory, 3,200 Gbps of EFA. No AWS page found gives the EFA interface count: 16 is
-        # the table's earlier value (and issue 27's), unverified. AWS's pages give no price.
+        # device memory, 3,200 Gbps of EFA. 16 EFA interfaces: AWS's EKS node-group template for
+        # trn2.48xlarge and trn2u.48xlarge (aws-neuron/aws-neuron-eks-samples, dp_bert_hf_pretrain/
+        # cfn/eks_trn2_ng_stack_al2023.yaml, named by "Using Neuron with Amazon EKS") attaches an
+        # EFA interface on network cards 0-15. AWS's pages give no price.
         _type("trn2.48xlarge", TRN2, 16, 16, 2048),
         _type("trn2u.48xlarge", TRN2, 16, 16, 2048),
         # AWS Neuron, "Amazon EC2 Trn3 Architecture": a Trn3 Gen1 UltraServer is "four servers
