@@ -1,9 +1,13 @@
 """Trainer loop overhead: trainium_trainer vs a bare hand-written loop, 1 and 2 processes.
 
 Same task (tiny BERT pretraining on synthetic shards), batch, optimizer (LAMB) and steps, in one
-run; the claim is the ratio trainer / bare. CPU, plain torch (gloo for 2 processes). Usage:
+run; the claim is the ratio trainer / bare in steady state (from --warmup to the step before the
+last; "to end" also counts the last step, where the trainer writes its final checkpoint). CPU,
+plain torch (gloo for 2 processes). The runs are paired and interleaved (bare, trainer, bare,
+trainer, ...; 1 then 2 processes within each round), so load from other work on the machine
+falls on both sides of a pair. Usage:
 
-    python bench/trainer_loop.py [--steps 60 --warmup 10]
+    python bench/trainer_loop.py [--steps 160 --warmup 10 --pairs 3]
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -40,26 +45,44 @@ def measure(kind: str, nproc: int, data: Path, out: Path, steps: int, warmup: in
     return {"loop": kind, "processes": nproc, **json.loads(line)}
 
 
+def _row(pair: int, nproc: int, r: dict) -> list[object]:
+    """One measurement as a table row."""
+    ms = r["cpu_s_per_step"] * 1000
+    return [pair, r["loop"], nproc, r["samples_per_s"], ms, r["samples_per_s_to_end"]]
+
+
+def _ratios(trainer: dict, bare: dict) -> list[float]:
+    """trainer / bare: samples/s and CPU per step (steady state), and samples/s to the end."""
+    keys = ("samples_per_s", "cpu_s_per_step", "samples_per_s_to_end")
+    return [trainer[k] / bare[k] for k in keys]
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--steps", type=int, default=60)
+    p.add_argument("--steps", type=int, default=160)
     p.add_argument("--warmup", type=int, default=10)
+    p.add_argument("--pairs", type=int, default=3, help="interleaved bare/trainer pairs per size")
     args = p.parse_args(argv)
     rows, ratios = [], []
     with tempfile.TemporaryDirectory(prefix="bench-trainer-") as tmp:
         data = Path(tmp) / "data"
         write_bert_shards(data, shards=4, samples_per_shard=256, seq_len=64, seed=1)
-        for nproc in (1, 2):
-            pair = {k: measure(k, nproc, data, Path(tmp), args.steps, args.warmup)
-                    for k in ("bare", "trainer")}  # fmt: skip
-            rows += [[r["loop"], nproc, r["samples_per_s"], r["cpu_s_per_step"] * 1000]
-                     for r in pair.values()]  # fmt: skip
-            t, b = pair["trainer"], pair["bare"]
-            ratios.append([nproc, t["samples_per_s"] / b["samples_per_s"],
-                           t["cpu_s_per_step"] / b["cpu_s_per_step"]])  # fmt: skip
-    print(common.table(["loop", "processes", "samples/s", "CPU ms/step (rank 0)"], rows))
+        for pair in range(1, args.pairs + 1):
+            for nproc in (1, 2):
+                out = Path(tmp) / f"pair{pair}"  # a fresh output dir: no resume
+                run = {k: measure(k, nproc, data, out, args.steps, args.warmup)
+                       for k in ("bare", "trainer")}  # fmt: skip
+                rows += [_row(pair, nproc, r) for r in run.values()]
+                ratios.append([nproc, pair, *_ratios(run["trainer"], run["bare"])])
+    header = ["pair", "loop", "processes", "samples/s", "CPU ms/step (rank 0)", "samples/s to end"]
+    print(common.table(header, rows))
     print()
-    print(common.table(["processes", "samples/s trainer/bare", "CPU/step trainer/bare"], ratios))
+    header = ["processes", "pair", "samples/s trainer/bare", "CPU/step trainer/bare", "to end"]
+    print(common.table(header, sorted(ratios, key=lambda r: (r[0], r[1]))))
+    print()
+    medians = [[n, *(statistics.median(r[i] for r in ratios if r[0] == n) for i in (2, 3, 4))]
+               for n in (1, 2)]  # fmt: skip
+    print(common.table(["processes", "median samples/s", "median CPU/step", "to end"], medians))
     return 0
 
 

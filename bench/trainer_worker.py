@@ -2,7 +2,9 @@
 
 `trainer` runs trainium_trainer's loop; `bare` is a hand-written loop over the same task (model,
 data shards, batch, optimizer): forward, backward, step, zero_grad, DDP when distributed.
-Prints one JSON line on rank 0: steady-state samples/s and CPU seconds per step.
+Prints one JSON line on rank 0: steady-state samples/s and CPU seconds per step, from step
+`warmup` to the step before the last (the trainer's last step writes its final checkpoint, a
+one-off the bare loop has no counterpart for), and the same up to the last step (`*_to_end`).
 """
 
 from __future__ import annotations
@@ -39,6 +41,16 @@ def bare(cfg: RunConfig, rt: Runtime, on_step: Callable[[int], None]) -> None:
         on_step(step)
 
 
+def _rates(
+    start: tuple[float, float], end: tuple[float, float], steps: int, samples_per_step: int
+) -> dict[str, float]:
+    """samples/s (wall) and CPU seconds per step between two (wall, CPU) marks."""
+    return {
+        "samples_per_s": steps * samples_per_step / (end[0] - start[0]),
+        "cpu_s_per_step": (end[1] - start[1]) / steps,
+    }
+
+
 def main() -> int:
     kind, warmup, argv = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
     cfg = parse_args(argv)
@@ -46,18 +58,18 @@ def main() -> int:
     marks: dict[int, tuple[float, float]] = {}
 
     def on_step(step: int) -> None:
-        if step in (warmup, cfg.max_steps):
+        if step in (warmup, cfg.max_steps - 1, cfg.max_steps):
             marks[step] = (time.perf_counter(), time.process_time())
 
     try:
         (train if kind == "trainer" else bare)(cfg, rt, on_step)
     finally:
         rt.close()
-    (w0, c0), (w1, c1) = marks[warmup], marks[cfg.max_steps]
-    steps = cfg.max_steps - warmup
-    samples = steps * cfg.batch_size * rt.world_size
+    samples = cfg.batch_size * rt.world_size
+    steady = _rates(marks[warmup], marks[cfg.max_steps - 1], cfg.max_steps - 1 - warmup, samples)
+    to_end = _rates(marks[warmup], marks[cfg.max_steps], cfg.max_steps - warmup, samples)
     if rt.is_main:
-        result = {"samples_per_s": samples / (w1 - w0), "cpu_s_per_step": (c1 - c0) / steps}
+        result = {**steady, **{f"{k}_to_end": v for k, v in to_end.items()}}
         print(json.dumps(result), flush=True)
     return 0
 

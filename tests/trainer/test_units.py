@@ -218,3 +218,24 @@ def test_precompile_args_bring_every_step_kind_within_the_limit(
     got = config.precompile_args(["bert-pretrain", *args], steps)
     assert got == ["bert-pretrain", *want]
     assert config.precompile_steps(1) == config.MIN_PRECOMPILE_STEPS == 3
+
+
+def test_cpu_reseed_draws_as_manual_seed_without_formatting_a_stack(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The per-step reseed (issue 26): torch.manual_seed's lazy CUDA/XPU/MTIA seeding formats
+    the caller's stack each time (~0.4 ms a step); the CPU runtime seeds its generator alone."""
+    import traceback
+
+    from trainium_trainer.device import Runtime
+
+    torch.manual_seed(1234)
+    expected = torch.nn.functional.dropout(torch.ones(64), 0.5)
+    stacks: list[int] = []
+    real = traceback.format_stack
+    monkeypatch.setattr(traceback, "format_stack", lambda *a, **k: stacks.append(1) or real())
+    Runtime().reseed(1234)
+    assert torch.equal(torch.nn.functional.dropout(torch.ones(64), 0.5), expected)
+    assert stacks == []
+    torch.manual_seed(1234)  # the reference does format stacks: the probe sees them
+    assert stacks

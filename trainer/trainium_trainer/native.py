@@ -168,6 +168,13 @@ class NativeRuntime(Runtime):
         if callable(update):
             optimizer.apply_update = self.compile(update)  # type: ignore[attr-defined]
 
+    def reseed(self, seed: int) -> None:
+        """On `neuron`, every generator (torch.manual_seed seeds the device's too); CPU's alone."""
+        if self.on_neuron:
+            torch.manual_seed(seed)
+        else:
+            super().reseed(seed)
+
     def _host_group(self) -> Any:
         """gloo for host flags: the default group on CPU, a side group beside `neuron`."""
         if not self.on_neuron:
