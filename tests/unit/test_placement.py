@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -13,6 +14,8 @@ from trainium_operator.api.instances import INSTANCE_TYPES, NETWORK_TOPOLOGY_TYP
 from trainium_operator.api.spec import Placement, parse
 from trainium_operator.build import builders, placement
 from trainium_operator.build.builders import Owner
+from trainium_operator.domain import verdicts
+from trainium_operator.domain.lifecycle import Child, Observed, decide
 
 Json = dict[str, Any]
 OWNER = Owner("bert", "team-a", "uid-1")
@@ -92,3 +95,36 @@ def test_the_placement_may_change_on_a_live_job() -> None:
     new = job(scheduling={"placement": {"networkNodeLayer": 2}})
     assert crd.validate(new, old=old)[1] == []
     assert crd.validate(job(), old=old)[1] == []
+
+
+NOTE = verdicts.placement_note(Placement(networkNodeLayer=3), 2)
+
+
+def conditions(obs: Observed) -> dict[str, tuple[str, str]]:
+    return {c.type: (c.reason, c.message) for c in decide(obs).conditions}
+
+
+def test_a_pending_training_gang_says_what_its_placement_waits_for() -> None:
+    obs = Observed(storage_ready=True, cache_recorded=True, training=Child.PENDING)
+    reason, message = conditions(replace(obs, placement=NOTE))["Running"]
+    assert reason == "GangPending"
+    assert message.startswith("training job waiting for the gang to be scheduled; ")
+    assert "all 2 node(s) under one network-node-layer-3 network node" in message
+    assert "never split" in message
+    assert conditions(obs)["Running"][1] == "training job waiting for the gang to be scheduled"
+    running = replace(obs, training=Child.RUNNING, placement=NOTE)
+    assert conditions(running)["Running"][0] == "GangRunning"
+
+
+def test_a_pending_precompile_gang_says_it_too() -> None:
+    obs = Observed(storage_ready=True, precompile=Child.PENDING, cache_holder="self")
+    assert conditions(obs)["Precompiled"][0] == "Compiling"  # unchanged without a placement
+    reason, message = conditions(replace(obs, placement=NOTE))["Precompiled"]
+    assert (reason, message) == ("GangPending", f"precompile job waiting for the gang to be "
+                                                f"scheduled; {NOTE}")  # fmt: skip
+    assert decide(replace(obs, placement=NOTE)).message == message
+
+
+def test_only_a_required_placement_holds_a_gang() -> None:
+    assert verdicts.placement_note(None, 2) == ""
+    assert verdicts.placement_note(Placement(mode="Preferred"), 2) == ""
