@@ -23,7 +23,7 @@ import yaml
 from cluster import Cluster, wait_until
 from harness import OperatorProcess
 from helmchart import by_kind, render
-from jobs import TJ, VCJOB, children, condition, create, fsx_claim, get, small_job
+from jobs import TJ, VCJOB, children, condition, create, events, fsx_claim, get, small_job
 from kubelet import Behavior, FakeKubelet, NodeType
 
 Obj = dict[str, Any]
@@ -208,6 +208,8 @@ def test_a_required_gang_waits_rather_than_straddle_and_says_why(
     assert running["reason"] == "GangPending", running
     assert "all 2 node(s) under one network-node-layer-3 network node" in running["message"]
     assert all(not p["spec"].get("nodeName") for p in gang(cluster, free, "apart"))
+    said = [e["message"] for e in events(cluster, free, "apart")]
+    assert any("network-node-layer-3" in m for m in said), said  # the phase's Event says it too
 
     started = time.monotonic()
     cluster.kubectl("delete", "pod", "block-trn2-a0", "-n", free, "--grace-period=0", "--force")
