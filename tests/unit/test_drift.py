@@ -32,6 +32,7 @@ MODELS: dict[str, type] = {
     "spec.cache": spec.Cache,
     "spec.precompile": spec.Precompile,
     "spec.scheduling": spec.Scheduling,
+    "spec.scheduling.placement": spec.Placement,
     "spec.resources": spec.Resources,
     "spec.runPolicy": spec.RunPolicy,
     "spec.env[]": spec.EnvVar,
