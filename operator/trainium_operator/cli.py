@@ -231,7 +231,8 @@ def _log_lines(namespace: str, pod: str, container: str, follow: bool) -> Any:
 
     # Raw bytes: the client's deserializer turns JSON-looking lines (the trainer's metric records)
     # into Python reprs (kubernetes-client/python#1199).
-    resp = k8s.core().read_namespaced_pod_log(
+    # A urllib3 response (not preloaded), not the str the client's annotations say.
+    resp: Any = k8s.core().read_namespaced_pod_log(
         pod, namespace, container=container, follow=follow, _preload_content=False
     )
     if not follow:

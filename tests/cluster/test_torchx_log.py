@@ -1,7 +1,8 @@
 """`torchx log` on the operator's Volcano jobs prints the pods' log lines as text (issue 26).
 
-kubernetes==36.0.3 (the pin) turns a text/plain body into a bytes repr (`node/0 b'[default0]:...'`,
-kubernetes-client/python#2596): expected to fail there, and to pass on 37.0.1 (tried: it does).
+kubernetes 36.0.3 (the old pin) turned a text/plain body into a bytes repr
+(`node/0 b'[default0]:...'`, kubernetes-client/python#2596): this failed there (a strict xfail)
+and passes on 37.0.1, the pin.
 TorchX reads the pod `<app>-<role>-<k>-0`, the name the operator's Volcano job gives replica k.
 """
 
@@ -11,9 +12,6 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-
-import kubernetes
-import pytest
 
 from cluster import Cluster, wait_until
 from harness import OperatorProcess
@@ -25,11 +23,6 @@ TORCHX = str(Path(sys.executable).parent / "torchx")
 LINES = ("[default0]:step 1 loss 7.1", "[default0]:ünïcode survives", "[default1]:done")
 
 
-@pytest.mark.xfail(
-    int(kubernetes.__version__.split(".")[0]) < 37,
-    reason="kubernetes<37 returns text/plain as a bytes repr (pyproject.toml: why it is pinned)",
-    strict=True,
-)
 def test_torchx_log_reads_a_tier_jobs_log_as_text(
     cluster: Cluster, kubelet: FakeKubelet, running_operator: OperatorProcess, ns: str
 ) -> None:

@@ -66,7 +66,7 @@ def test_off_each_model_copies_the_configuration_and_the_job_is_the_same(
     monkeypatch.setenv(ENV, "model-configuration")
     on, job_on = _copies_in_one_build(monkeypatch)
     assert (on, job_on) == (1, job_off)
-    assert off > 10  # one per kubernetes model TorchX builds
+    assert off >= 2  # one per ApiClient TorchX makes for the pod overlay (per model before 37)
 
 
 def test_off_the_cel_cli_is_loaded() -> None:

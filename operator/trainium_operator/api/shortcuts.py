@@ -8,8 +8,10 @@ each one works around:
 
 - `essence`: kopf's diff-base deep-copies every watched body to diff it, for kinds no changing
   handler reads (`essence.LeanDiffBase`; no upstream issue found in nolar/kopf).
-- `model-configuration`: every kubernetes model TorchX builds deep-copies the default
-  Configuration (`builders._one_model_configuration`; kubernetes-client/python#1921, #2284).
+- `model-configuration`: each ApiClient TorchX makes for a build's pod overlay (2 per build)
+  deep-copies the default Configuration (`builders._one_model_configuration`; 1 copy with it on;
+  kubernetes-client/python#1921, #2284). kubernetes 36's models copied it too (~60 per build);
+  37's pydantic models do not, so it now saves ~1 copy per build.
 - `cel-cli`: `import cel` loads its interactive CLI (`celcore`; no upstream issue found in
   hardbyte/python-common-expression-language).
 """

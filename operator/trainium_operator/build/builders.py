@@ -252,10 +252,11 @@ _serializer = ApiClient()
 def _one_model_configuration() -> Iterator[None]:
     """Every kubernetes model a dry run builds shares one Configuration, not a deep copy each.
 
-    A model built without one deep-copies the default Configuration, whose setters re-level the
-    client's loggers (walking every logger): ~60 models per Volcano job made that more than half
-    of a build's CPU (kubernetes-client/python#1921). Models only read its validation flag; the
-    client's own requests pass their Configuration explicitly and are unaffected. A shortcut
+    An ApiClient (TorchX makes 2 per build) or, in kubernetes < 37, a model built without one
+    deep-copies the default Configuration, whose setters re-level the client's loggers (walking
+    every logger): ~60 models per Volcano job made that more than half of a build's CPU on 36
+    (kubernetes-client/python#1921); 37's models copy nothing. Models only read its validation
+    flag; the client's own requests pass their Configuration explicitly. A shortcut
     (`shortcuts.py`, "model-configuration"): it swaps a classmethod of the client's, process-wide.
     """
     shared = Configuration.get_default_copy()

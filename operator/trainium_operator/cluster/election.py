@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from kubernetes import config
+from kubernetes.client import V1Lease
 from kubernetes.client.exceptions import ApiException
 
 from trainium_operator.cluster.k8s import coordination, to_dict
@@ -42,13 +43,14 @@ class ElectionLease:
 
     def create(self, body: Json) -> Json:
         made = coordination().create_namespaced_lease(
-            self.namespace, body, _request_timeout=self.timeout
+            self.namespace, V1Lease.model_validate(body), _request_timeout=self.timeout
         )
         return to_dict(made) or {}
 
     def replace(self, body: Json) -> Json:
         """PUT with the resourceVersion read: 409 when anyone wrote it since."""
+        lease = V1Lease.model_validate(body)
         done = coordination().replace_namespaced_lease(
-            self.name, self.namespace, body, _request_timeout=self.timeout
+            self.name, self.namespace, lease, _request_timeout=self.timeout
         )
         return to_dict(done) or {}

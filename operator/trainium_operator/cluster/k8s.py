@@ -109,8 +109,9 @@ def post_event(event: Json) -> None:
     """Post a core/v1 Event, once: Events are auxiliary, a failure is logged, never raised."""
     try:
         fence()
+        body = client.CoreV1Event.model_validate(event)  # what the client would make of the dict
         core().create_namespaced_event(
-            event["metadata"]["namespace"], event, _request_timeout=TIMEOUT
+            event["metadata"]["namespace"], body, _request_timeout=TIMEOUT
         )
     except Exception as exc:  # a refused or lost Event must not fail the pass that posts it
         log.warning("posting Event %s (%s) failed: %s", event.get("reason"), event["action"], exc)
@@ -142,7 +143,14 @@ def api_client() -> client.ApiClient:
     cfg.connection_pool_maxsize = POOL_SIZE
     api = client.ApiClient(configuration=cfg)
     api.user_agent = f"trainium-operator/{__version__}"  # audit logs name us, not the library
+    _load_apis()
     return api
+
+
+def _load_apis() -> None:
+    """kubernetes 37 imports an API's module on first use (CoreV1Api: ~0.4 s CPU): pay it here."""
+    for name in ("CoreV1Api", "CustomObjectsApi"):
+        getattr(client, name)
 
 
 def core() -> client.CoreV1Api:

@@ -74,6 +74,7 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any) -
     # but a settled job's TTL delete is a request: keep threads to spare for retries' waits.
     settings.execution.max_workers = WORKERS
     logging.getLogger("kopf.objects").addFilter(_quiet_events)
+    k8s.api_client()  # the client (and its API modules) load at start, not in the first pass
     passes = Passes(reconcile, _emit, on_idle=footprint.Trimmer().idle)
     passes.reads.indices.update(watches.indices(kwargs))
     passes.reads.queue_children = kwargs["queue_children"]
