@@ -15,7 +15,7 @@ from trainium_operator.api import parsed
 from trainium_operator.api.spec import SpecError, TrainiumJobSpec
 from trainium_operator.build import cache
 from trainium_operator.build.builders import Owner
-from trainium_operator.cluster import actions, fsx, k8s, report, scrape
+from trainium_operator.cluster import actions, elasticio, fsx, k8s, report, scrape
 from trainium_operator.cluster.memory import Memory
 from trainium_operator.cluster.observe import Seen, Views, observe
 from trainium_operator.cluster.reads import ApiReader, Kind, Reader
@@ -98,15 +98,21 @@ def _run(
     """A valid, unfinished job: observe, decide, act; report unless a created child will."""
     md, read = body["metadata"], views.reader
     owner = Owner(md["name"], md["namespace"], md.get("uid", ""))
+    previous = report.status_of(body)
+    full, spec = spec, elasticio.stage_spec(spec, owner, previous, read)  # its size now
     seen = observe(spec, owner, views, lookup)
     seen, observed, counted = _judge(body, spec, seen, views)
+    observed, sized, shrink_in = elasticio.look(
+        full, spec, previous, observed, seen.checkpoint, views.now
+    )
     decision = lifecycle.decide(observed)
     rejections = actions.perform(decision.actions, spec, owner, seen, read)
     soonest = _soonest(
-        _deadline_in(spec, report.status_of(body)),
+        _deadline_in(spec, previous),
         seen.startup_left,
         seen.events_look,
         seen.progress_in,
+        shrink_in,
     )
     if rejections:  # what the API server refused is observed, and decided on, in this pass
         decision = lifecycle.decide(replace(observed, rejections=rejections))
@@ -117,6 +123,7 @@ def _run(
     inputs = replace(
         report.inputs(body, decision, spec),
         observed=observed, counted=counted, checkpoint=seen.checkpoint, progress=seen.progress,
+        elastic=sized,
     )  # fmt: skip
     new, transition, rv = report.write(body, inputs, emit, read)
     outcome = replace(
