@@ -38,11 +38,28 @@ def stage_spec(spec: TrainiumJobSpec, owner: Owner, previous: Mapping[str, Any],
     before training starts, else the gang's current size."""
     if spec.elastic is None:
         return spec
-    size = elastic.current(spec, state_of(previous))
-    if previous.get("phase") in _BEFORE_TRAINING and spec.precompile.policy != "Never":
-        size = next((n for n in elastic.precompile_sizes(spec)
-                     if not _compiled(elastic.at_size(spec, n), owner, read)), size)  # fmt: skip
-    return elastic.at_size(spec, size)
+    todo = to_compile(spec, owner, previous, read)
+    return elastic.at_size(spec, todo[0] if todo else elastic.current(spec, state_of(previous)))
+
+
+def to_compile(spec: TrainiumJobSpec, owner: Owner, previous: Mapping[str, Any],
+               read: Reader) -> list[int]:  # fmt: skip
+    """The precompile sizes still to compile before training starts, largest first."""
+    if spec.elastic is None or spec.precompile.policy == "Never":
+        return []
+    if previous.get("trainingJob") or previous.get("phase") not in _BEFORE_TRAINING:
+        return []  # training started: a later size compiles when a resize needs it
+    sizes = elastic.precompile_sizes(spec)
+    return [n for n in sizes if not _compiled(elastic.at_size(spec, n), owner, read)]
+
+
+def hold_training(spec: TrainiumJobSpec, stage: TrainiumJobSpec, owner: Owner,
+                  previous: Mapping[str, Any], read: Reader) -> bool:  # fmt: skip
+    """Another precompile size is still to compile, or this one is not the size training starts
+    at: training waits (the pass after the last record builds it at the current size)."""
+    todo = to_compile(spec, owner, previous, read)
+    current = elastic.current(spec, state_of(previous))
+    return bool(todo) and (any(n != stage.nodes for n in todo) or stage.nodes != current)
 
 
 def _compiled(spec: TrainiumJobSpec, owner: Owner, read: Reader) -> bool:

@@ -28,7 +28,7 @@ from trainium_operator.domain import (
     supervise,
 )
 from trainium_operator.domain.failures import Failure
-from trainium_operator.domain.lifecycle import Action, Child, Decision, Observed
+from trainium_operator.domain.lifecycle import Action, Child, Decision, Observed, Phase
 from trainium_operator.domain.model import Rejection
 from trainium_operator.domain.status import now_iso
 
@@ -106,6 +106,12 @@ def _run(
         full, spec, previous, observed, seen.checkpoint, views.now
     )
     decision = lifecycle.decide(observed)
+    if Action.CREATE_TRAINING in decision.actions and elasticio.hold_training(
+        full, spec, owner, previous, read
+    ):  # the next precompile size goes first: its pass starts when this record is written
+        acts = _without(decision.actions, Action.CREATE_TRAINING)
+        msg = "filling the Neuron compile cache: the next elastic size (spec.elastic)"
+        decision = replace(decision, phase=Phase.PRECOMPILING, message=msg, actions=acts)
     rejections = actions.perform(decision.actions, spec, owner, seen, read)
     soonest = _soonest(
         _deadline_in(spec, previous),
@@ -134,6 +140,10 @@ def _run(
         deadline_in=soonest,
     )
     return _kept(outcome, _learnt(views, seen), rv)
+
+
+def _without(acts: tuple[Action, ...], action: Action) -> tuple[Action, ...]:
+    return tuple(a for a in acts if a is not action)
 
 
 def _learnt(views: Views, seen: Seen) -> Memory:
