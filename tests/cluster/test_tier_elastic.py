@@ -109,12 +109,30 @@ def scenario(cluster: Cluster, kubelet: FakeKubelet, ns: str) -> str:
     assert entry2 in states
 
     # A node of the gang dies; there is no spare in the pool.
-    lost = sorted(training_pods(cluster, ns).values())[-1]
+    pods = training_pods(cluster, ns)
+    lost = sorted(pods.values())[-1]
+    [orphan] = [name for name, node in pods.items() if node == lost]
+    orphan_uid = (get(cluster, "pod", orphan, ns) or {})["metadata"]["uid"]
     loss = time.monotonic()
     kubelet.lose_node(lost)
+
+    def gone() -> bool:  # the restarted gang's pod may take its name
+        pod = get(cluster, "pod", orphan, ns)
+        return pod is None or pod["metadata"]["uid"] != orphan_uid
+
+    wait_until(gone, 300, f"pod {orphan} deleted by the pod garbage collector", every=0.5)
+    collected = time.monotonic() - loss
+    shrunk = lambda: (status_of(cluster, "elastic", ns).get("elastic") or {}).get("resizes") == 1  # noqa: E731
+    wait_until(shrunk, 300, "the gang resized", every=0.5)
+    resized_at = time.monotonic() - loss
     status = wait_until(lambda: training_at(2), 300, "training again at 2 nodes", every=0.5)
     recovered = time.monotonic() - loss
-    print(f"\nelastic recovery: node {lost} lost -> training again at 2 nodes in {recovered:.1f} s")
+    print(
+        f"\nelastic recovery: node {lost} lost -> its pod deleted (pod GC) {collected:.1f} s -> "
+        f"resized {resized_at:.1f} s -> training again at 2 nodes {recovered:.1f} s "
+        f"(restarts {status.get('restarts')}, disruptions {status.get('disruptions')}, "
+        f"last failure {(status.get('lastFailure') or {}).get('reason')})"
+    )
     assert status["elastic"]["display"] == "2/3" and status["elastic"]["resizes"] == 1
     assert status["elastic"]["lastResize"]["kind"] == "Shrink"
     assert lost not in training_pods(cluster, ns).values()
