@@ -32,7 +32,7 @@ def strip_chart_additions(crd: dict) -> dict:  # type: ignore[type-arg]
 
 
 def trainium_crd(objs: list[Any]) -> Any:
-    """The TrainiumJob CRD among the rendered ones (kopf's peering CRDs are beside it)."""
+    """The TrainiumJob CRD among the rendered ones."""
     found = [
         o for o in by_kind(objs, "CustomResourceDefinition") if "trainium" in o["metadata"]["name"]
     ]
@@ -66,24 +66,8 @@ def test_crds_can_be_left_out(helm_bin: Path) -> None:
     assert by_kind(render("crds.enabled=false"), "CustomResourceDefinition") == []
 
 
-PEERING_SOURCE = CHART.parents[1] / "crds" / "kopf-peering.yaml"
-
-
-def test_rendered_peering_crds_equal_the_source(helm_bin: Path) -> None:
-    """Two replicas peer by default: kopf's CRDs come with the chart, a copy that cannot drift."""
-    crds = by_kind(render(), "CustomResourceDefinition")
-    rendered = sorted(
-        (strip_chart_additions(c) for c in crds if c["metadata"]["name"].endswith("kopf.dev")),
-        key=lambda c: c["metadata"]["name"],
-    )
-    assert rendered == list(yaml.safe_load_all(PEERING_SOURCE.read_text())), (
-        "templates/crd-kopf-peering.yaml drifted from crds/kopf-peering.yaml"
-    )
-    assert all(c["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"}
-               for c in crds)  # fmt: skip
-    for off in ("peering.crds=false", "crds.enabled=false", "peering.enabled=false"):
-        names = [
-            c["metadata"]["name"]
-            for c in by_kind(render(off, "replicaCount=1"), "CustomResourceDefinition")
-        ]
-        assert not [n for n in names if n.endswith("kopf.dev")], off
+def test_kopf_peering_crds_are_no_longer_rendered(helm_bin: Path) -> None:
+    """The replicas elect through a Lease: kopf's peering CRDs are not the chart's to install."""
+    for sets in ((), ("peering.crds=true",)):
+        names = [c["metadata"]["name"] for c in by_kind(render(*sets), "CustomResourceDefinition")]
+        assert names == ["trainiumjobs.trainium.dev"], sets

@@ -95,8 +95,8 @@ def test_env_ports_and_liveness_probe(helm_bin: Path) -> None:
         "AWS_REGION": "eu-west-1", "X": "y",
     }  # fmt: skip
     assert c["env"][0]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
-    peered = container("watchNamespaces={a,b}")["env"]
-    assert {"name": "TRAINIUM_PEERING_NAMESPACES", "value": "a,b"} in peered
+    scoped = {e["name"] for e in container("watchNamespaces={a,b}")["env"]}
+    assert "TRAINIUM_PEERING_NAMESPACES" not in scoped  # kopf peering is gone: nothing reads it
     assert {p["name"]: p["containerPort"] for p in c["ports"]} == {"health": 8080, "metrics": 9090}
     assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
     assert "AWS_REGION" not in {e["name"] for e in container()["env"]}
@@ -313,3 +313,12 @@ def test_readiness_probe_on_kopf_health_endpoint(helm_bin: Path) -> None:
     probe = container("readinessProbe.periodSeconds=7")["readinessProbe"]
     assert probe["httpGet"] == {"path": "/healthz", "port": "health"}
     assert probe["periodSeconds"] == 7
+
+
+def test_every_operator_env_the_chart_sets_is_read_by_the_operator(helm_bin: Path) -> None:
+    """An env nothing reads is a setting that silently does nothing (as the old peering one)."""
+    source = "\n".join(p.read_text() for p in (CHART.parents[1] / "operator").rglob("*.py"))
+    every = ("watchNamespaces={a,b}", "operator.logFormat=json")
+    names = {e["name"] for e in container(*every)["env"] if e["name"].startswith("TRAINIUM_")}
+    unread = sorted(n for n in names if f'"{n}"' not in source)
+    assert names and not unread, unread

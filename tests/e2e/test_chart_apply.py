@@ -31,9 +31,6 @@ RESOURCE = {
 }
 
 
-PEERING_CRDS = ("clusterkopfpeerings.kopf.dev", "kopfpeerings.kopf.dev")
-
-
 @pytest.mark.parametrize(
     "sets",
     [(), ("metrics.dashboard.enabled=true", "crds.keep=false")],
@@ -60,8 +57,6 @@ def test_apply_default_chart(
     deployment = get(RESOURCE["Deployment"], f"{release}-trainium-operator", ns)
     assert deployment is not None
     assert deployment["spec"]["strategy"] == {"type": "RollingUpdate"}  # peered replicas
-    # kopf's peering CRDs came with the chart: leave the emulator as other tests expect it.
-    kubectl("delete", "crd", *PEERING_CRDS, "--ignore-not-found", check=False)
 
 
 def test_apply_namespaced_rbac(helm_bin: Path, crd: Path, ns: str) -> None:  # noqa: F811

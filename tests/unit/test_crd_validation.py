@@ -16,6 +16,36 @@ Json = dict[str, Any]
 #: (id, TrainiumJob, substring one of the errors must contain; it names the field).
 BAD: list[tuple[str, Json, str]] = [
     ("missing-image", job_without("image"), "spec.image: required"),
+    (
+        "placement-required-without-layer",
+        job(scheduling={"placement": {"mode": "Required"}}),
+        "spec.scheduling.placement.networkNodeLayer is required with mode Required",
+    ),
+    (
+        "placement-preferred-with-layer",
+        job(scheduling={"placement": {"mode": "Preferred", "networkNodeLayer": 3}}),
+        "spec.scheduling.placement.networkNodeLayer bounds a Required placement only",
+    ),
+    (
+        "placement-layer-4",
+        job(scheduling={"placement": {"networkNodeLayer": 4}}),
+        "spec.scheduling.placement.networkNodeLayer: 4 is greater than the maximum of 3",
+    ),
+    (
+        "placement-layer-0",
+        job(scheduling={"placement": {"networkNodeLayer": 0}}),
+        "spec.scheduling.placement.networkNodeLayer: 0 is less than the minimum of 1",
+    ),
+    (
+        "placement-mode-hard",
+        job(scheduling={"placement": {"mode": "hard", "networkNodeLayer": 3}}),
+        "spec.scheduling.placement.mode: 'hard' is not one of",
+    ),
+    (
+        "placement-required-on-trn3",
+        job(instanceType="trn3.48xlarge", scheduling={"placement": {"networkNodeLayer": 3}}),
+        "spec.scheduling.placement mode Required needs nodes EKS labels",
+    ),
     ("missing-instance-type", job_without("instanceType"), "spec.instanceType: required"),
     ("missing-storage", job_without("storage"), "spec.storage: required"),
     (

@@ -33,6 +33,7 @@ MODELS: dict[str, type] = {
     "spec.precompile": spec.Precompile,
     "spec.elastic": spec.Elastic,
     "spec.scheduling": spec.Scheduling,
+    "spec.scheduling.placement": spec.Placement,
     "spec.resources": spec.Resources,
     "spec.runPolicy": spec.RunPolicy,
     "spec.env[]": spec.EnvVar,

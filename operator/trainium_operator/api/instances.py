@@ -121,6 +121,17 @@ INSTANCE_TYPES: dict[str, InstanceType] = {
 }
 
 
+#: Types whose nodes EKS labels with topology.k8s.aws/network-node-layer-1..3 (spec.scheduling.
+#: placement Required needs them): EC2 describes instance topology, three network nodes each,
+#: for "trn1.2xlarge | trn1.32xlarge | trn1n.32xlarge | trn2.48xlarge | trn2u.48xlarge" (AWS,
+#: "Prerequisites for Amazon EC2 topology", ec2-instance-topology-prerequisites), and EKS sets
+#: the labels from it ("Place distributed AI/ML workloads with network topology labels",
+#: ml-workload-topology). trn3.48xlarge is not listed. The CRD's placement rule repeats this.
+NETWORK_TOPOLOGY_TYPES = frozenset(
+    {"trn1.2xlarge", "trn1.32xlarge", "trn1n.32xlarge", "trn2.48xlarge", "trn2u.48xlarge"}
+)
+
+
 def instance_type(name: str) -> InstanceType:
     """Look up an instance type, with an error naming the supported ones."""
     try:

@@ -103,6 +103,19 @@ class Precompile:
     stepsArg: str = "--max-steps"
 
 
+#: spec.scheduling.placement.mode: Volcano's hard and soft network topology modes.
+PLACEMENT_REQUIRED, PLACEMENT_PREFERRED = "Required", "Preferred"
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Keep the gang under one EKS network node (Required), or as close as Volcano can."""
+
+    mode: str = PLACEMENT_REQUIRED
+    #: The network-node layer (1-3) whose one node holds the whole gang; Required only.
+    networkNodeLayer: int | None = None
+
+
 @dataclass(frozen=True)
 class Elastic:
     """Elastic training: the sizes the job may shrink to and the global batch it keeps."""
@@ -124,6 +137,7 @@ class Scheduling:
     nodeSelector: dict[str, str] = field(default_factory=dict)
     tolerations: list[dict[str, Any]] = field(default_factory=list)
     neuronResourceName: str = "aws.amazon.com/neuron"
+    placement: Placement | None = None
 
 
 @dataclass(frozen=True)
@@ -249,7 +263,7 @@ def from_dict(s: dict[str, Any]) -> TrainiumJobSpec:
         cache=Cache(**s.get("cache", {})),
         precompile=Precompile(**s.get("precompile", {})),
         elastic=_elastic(s.get("elastic")),
-        scheduling=Scheduling(**s.get("scheduling", {})),
+        scheduling=_scheduling(s.get("scheduling", {})),
         resources=Resources(**s.get("resources", {})),
         runPolicy=RunPolicy(**s.get("runPolicy", {})),
     )
@@ -260,3 +274,10 @@ def _elastic(e: dict[str, Any] | None) -> Elastic | None:
     if e is None:
         return None
     return Elastic(**{**e, "precompileSizes": tuple(e.get("precompileSizes", ()))})
+
+
+def _scheduling(s: dict[str, Any]) -> Scheduling:
+    """spec.scheduling, its placement (a nested object) typed too."""
+    placement = s.get("placement")
+    fields = {k: v for k, v in s.items() if k != "placement"}
+    return Scheduling(**fields, placement=None if placement is None else Placement(**placement))

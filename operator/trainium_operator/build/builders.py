@@ -2,7 +2,7 @@
 
 TorchX's Kubernetes scheduler (dry run, no API server) turns our AppDef into the Volcano Job;
 we overlay only what TorchX cannot express: deterministic names, gang size, labels, owner,
-user resources, tolerations and node selectors.
+user resources, tolerations, node selectors and network placement.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from trainium_operator.api import naming, shortcuts
 from trainium_operator.api.crd import GROUP, KIND, VERSION
 from trainium_operator.api.instances import INSTANCE_TYPE_LABEL
 from trainium_operator.api.spec import TrainiumJobSpec
-from trainium_operator.build import appdef, dra
+from trainium_operator.build import appdef, dra, placement
 from trainium_operator.build.appdef import StageContext
 from trainium_operator.domain import nodes
 from trainium_operator.domain.cachekey import LABEL_CACHE_ENTRY, cache_key, cache_name, identity
@@ -315,6 +315,7 @@ def _overlay_job(job: Json, spec: TrainiumJobSpec, owner: Owner, stage: str, nam
         "ownerReferences": [owner.reference()],
     }
     job["spec"]["minAvailable"] = spec.nodes
+    job["spec"].update(placement.job_fields(spec))  # both gangs: the same nodes, the same network
     ctx = stage_context(spec, owner, stage)
     for task in job["spec"]["tasks"]:
         _overlay_pod(task["template"], spec, owner, stage, name)

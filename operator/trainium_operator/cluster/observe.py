@@ -27,6 +27,7 @@ from trainium_operator.cluster.storage import storage_of
 from trainium_operator.domain import budget, checkpoints, failures, lifecycle, unschedulable
 from trainium_operator.domain.checkpoints import Checkpoint
 from trainium_operator.domain.lifecycle import TERMINAL, Blocker, Child, Observed
+from trainium_operator.domain.verdicts import placement_note
 
 Json = dict[str, Any]
 
@@ -158,6 +159,7 @@ def observe(
         precompile_message=_child_message(pre),
         training=_child(train),
         training_message=_child_message(train),
+        placement=placement_note(spec.scheduling.placement, spec.nodes),
         gang_retries=_retries(job),
     )
     checkpoint = checkpoints.newest([views.checkpoint, *reported])

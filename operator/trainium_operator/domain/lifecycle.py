@@ -296,6 +296,8 @@ def _precompiling(obs: Observed, conds: list[Condition], hit: bool | None) -> De
     reason, msg = verdicts.STAGE_WAIT.get(
         obs.precompile, ("Compiling", "neuron_parallel_compile running")
     )
+    if obs.precompile is Child.PENDING and obs.placement:
+        reason, msg = "GangPending", verdicts.gang_pending("precompile", obs)
     stuck = obs.gang_blocker if obs.precompile is Child.PENDING else None
     if stuck is not None:
         reason, msg = verdicts.said(stuck)

@@ -175,6 +175,9 @@ class Observed:
     precompile_message: str = ""
     training: Child = Child.ABSENT
     training_message: str = ""
+    #: What a Required spec.scheduling.placement asks of the gang, in words ("": none): a
+    #: pending gang's condition says it, since Volcano's own words do not name the topology.
+    placement: str = ""
     #: Whole-gang restarts that spent runPolicy.maxRetries, across the job's Volcano jobs.
     restarts: int = 0
     #: Whole-gang restarts after an eviction or preemption (they spend no retries).

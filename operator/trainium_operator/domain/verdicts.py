@@ -5,6 +5,7 @@ lifecycle.py decides which stage a job is in; this says why in the words status 
 
 from __future__ import annotations
 
+from trainium_operator.api.spec import PLACEMENT_REQUIRED, Placement
 from trainium_operator.domain.model import (
     Action,
     Blocker,
@@ -94,7 +95,7 @@ def running(obs: Observed) -> tuple[str, str, str]:
         counts = f"restarts: {obs.restarts}, disruptions: {obs.disruptions}"
         return "False", "Restarting", f"restarting the gang ({counts})"
     if state is Child.PENDING:
-        return "False", "GangPending", "training job waiting for the gang to be scheduled"
+        return "False", "GangPending", gang_pending("training", obs)
     return "True", "GangRunning", "training"
 
 
@@ -139,3 +140,25 @@ def failed(
     conds.append(Condition("Succeeded", "False", reason, msg))
     conds.append(Condition("Failed", "True", reason, msg))
     return Decision(Phase.FAILED, msg, tuple(conds), (), hit, obs.restarts)
+
+
+def placement_note(placement: Placement | None, nodes: int) -> str:
+    """What a Required placement holds a pending gang to ("" without one, or Preferred).
+
+    Volcano's own words for such a gang (pod condition, PodGroup Event) are its gang summary,
+    "pod group is not ready, 2 Pending, 2 minAvailable; Pending: 2 Unschedulable" (seen on the
+    tier), which names no topology.
+    """
+    if placement is None or placement.mode != PLACEMENT_REQUIRED:
+        return ""
+    return (
+        f"spec.scheduling.placement (Required) wants all {nodes} node(s) under one "
+        f"network-node-layer-{placement.networkNodeLayer} network node: Volcano keeps the gang "
+        "Pending, never split, until one has room for all of it"
+    )
+
+
+def gang_pending(stage: str, obs: Observed) -> str:
+    """The message of a stage whose gang waits for Volcano to schedule it."""
+    said = f"{stage} job waiting for the gang to be scheduled"
+    return f"{said}; {obs.placement}" if obs.placement else said
