@@ -21,6 +21,7 @@ CLUSTER_SCOPED = {
     ("", "persistentvolumes"): {"get", "list", "watch", "create", "patch", "delete"},
     ("scheduling.volcano.sh", "queues"): {"get", "list", "watch"},
     ("scheduling.k8s.io", "priorityclasses"): {"get", "list", "watch"},
+    ("", "nodes"): {"list"},  # spec.elastic counts the nodes that could hold the gang
 }
 NAMESPACED = {
     ("trainium.dev", "trainiumjobs"): {"get", "list", "watch", "patch", "delete"},

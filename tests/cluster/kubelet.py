@@ -95,6 +95,8 @@ class Metrics:
     loss: float = 2.5
     samples_per_second: float = 512.0
     checkpoint_step: int = 0
+    #: Non-zero: the served checkpoint step follows the step, a checkpoint every this many steps.
+    checkpoint_every: int = 0
 
 
 class Feed:
@@ -127,7 +129,11 @@ class Feed:
             contract.METRIC_SAMPLES_PER_SECOND: m.samples_per_second,
             contract.METRIC_TOKENS_PER_SECOND: m.samples_per_second * 512,
             contract.METRIC_LR: 1e-4,
-            contract.METRIC_CHECKPOINT_STEP: m.checkpoint_step,
+            contract.METRIC_CHECKPOINT_STEP: (
+                self.step() // m.checkpoint_every * m.checkpoint_every
+                if m.checkpoint_every
+                else m.checkpoint_step
+            ),
         }
         for name, value in values.items():
             Gauge(name, name, registry=registry).set(value)
@@ -394,6 +400,21 @@ class FakeKubelet:
             "spec": {"drivers": [{"name": FSX_DRIVER, "nodeID": name, "topologyKeys": None}]},
         })  # fmt: skip
         self.nodes[name] = kind
+
+    def lose_node(self, name: str) -> list[str]:
+        """The instance behind node `name` is gone, as EKS sees it: nothing runs or reports there
+        any more, and the cloud controller deletes the Node (kube-controller-manager's pod GC
+        then deletes its orphaned pods). The names of the pods that ran there."""
+        with self._lock:
+            self.nodes.pop(name, None)
+            gone = {u: p for u, p in self._running.items() if p["spec"].get("nodeName") == name}
+            for uid in gone:
+                self._running.pop(uid, None)
+        for uid in gone:
+            self._stop_feed(uid)
+        self.api.request("DELETE", f"/api/v1/nodes/{name}")
+        self.api.request("DELETE", f"/apis/storage.k8s.io/v1/csinodes/{name}")
+        return sorted(p["metadata"]["name"] for p in gone.values())
 
     def _heartbeat(self) -> None:
         for name in list(self.nodes):

@@ -177,10 +177,11 @@ def test_full_lifecycle_then_cache_hit(
     simulate_vcjob_phase(ns, "bert-train", "Running")
     wait_phase(ns, "bert", "Training")
     printed = kubectl("get", "tj", "bert", "-n", ns, "-o", f"custom-columns={printer_columns()}")
-    assert printed.stdout.split("\n")[1].split()[:5] == [
+    assert printed.stdout.split("\n")[1].split()[:6] == [
         "Training",
         "trn1.32xlarge",
         "2",
+        "<none>",  # SIZE: only an elastic job has one
         "miss",
         "0",
     ]

@@ -44,7 +44,8 @@ CLAIM_TEMPLATES = "resource.k8s.io/v1/resourceclaimtemplates"
 # Requests from the operator process: kopf's own client and the operator's kubernetes client,
 # which sends its own User-Agent (kubectl and in-process test clients are someone else).
 OPERATOR_CLIENTS = {"kopf", "trainium-operator"}
-CLUSTER_SCOPED = {"persistentvolumes", "queues", "customresourcedefinitions", "namespaces"}
+CLUSTER_SCOPED = {"persistentvolumes", "queues", "customresourcedefinitions", "namespaces",
+                  "nodes"}  # fmt: skip
 SUBJECT = Subject("t-trainium-operator", "ops")  # what render() names the ServiceAccount
 Obj = dict[str, Any]
 #: Granted to the operator but used by no request of this session: (verb, group, resource) and
@@ -137,6 +138,7 @@ def drive_operator(k8s: EmulatorServer, api_requests: list[ApiRequest]) -> None:
     wait_for(lambda: get(TJ, "fsx", NS) is None, timeout=20, what="fsx job deleted")
     share_one_cache_entry(k8s)
     stop_an_oom_killed_gang(k8s)
+    shrink_an_elastic_gang(k8s, api_requests)
     claim_devices_through_dra(k8s)
     # runPolicy.ttlSecondsAfterFinished: the operator deletes the finished job itself.
     apply(tj("ttl", {"claimName": "shared"}, runPolicy={"ttlSecondsAfterFinished": 0}))
@@ -185,6 +187,19 @@ def claim_devices_through_dra(k8s: EmulatorServer) -> None:
     assert template["metadata"]["ownerReferences"][0]["name"] == "dra"
     simulate_vcjob_phase(NS, "dra-train", "Completed")
     wait_for(lambda: phase("dra") == "Succeeded", timeout=20, what="dra Succeeded")
+
+
+def shrink_an_elastic_gang(k8s: EmulatorServer, api_requests: list[ApiRequest]) -> None:
+    """spec.elastic: a gang that cannot form again makes the operator count the Nodes."""
+    elastic = {"minNodes": 1, "globalBatchSize": 64, "batchSizePerProcess": 1,
+               "shrinkAfterSeconds": 10}  # fmt: skip
+    apply(tj("stretchy", {"claimName": "shared"}, args=["bert-pretrain"], elastic=elastic,
+             precompile={"policy": "Never"}))  # fmt: skip
+    wait_for(lambda: k8s.get(VCJOBS, NS, "stretchy-train"), timeout=20, what="stretchy-train")
+    simulate_vcjob_phase(NS, "stretchy-train", "Pending", retryCount=1)
+    wait_for(lambda: any(r.verb == "list" and r.resource == "nodes" for r in api_requests),
+             timeout=30, what="the operator's list of Nodes")  # fmt: skip
+    kubectl("delete", TJ, "stretchy", "-n", NS, "--wait=false")
 
 
 def stop_an_oom_killed_gang(k8s: EmulatorServer) -> None:

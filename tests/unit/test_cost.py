@@ -99,8 +99,9 @@ def test_the_status_fragment_is_valid_against_the_crd() -> None:
 def test_the_status_fragment_has_every_field_the_crd_declares() -> None:
     schema = crd.version_schema()["properties"]["status"]["properties"]["cost"]["properties"]
     fragment = cost.status_fragment(simulated_run())
-    assert set(fragment) | {"projectedTotal"} == set(schema)  # projected: only while training
-    assert set(cost.with_projection(fragment, 3600, 2)) == set(schema)
+    # projected: only while training; by size: only for an elastic job
+    assert set(fragment) | {"projectedTotal", "instanceHoursBySize"} == set(schema)
+    assert set(cost.with_projection(fragment, 3600, 2)) | {"instanceHoursBySize"} == set(schema)
     for key in ("instanceHours", "estimated"):
         assert set(fragment[key]) == set(schema[key]["properties"]) == {*cost.BUCKETS, "total"}
 

@@ -34,6 +34,7 @@ def test_printer_columns_point_at_declared_fields() -> None:
         "Phase",
         "Instance",
         "Nodes",
+        "Size",  # an elastic job's current/wanted nodes (empty otherwise)
         "Cache",
         "Restarts",
         "Disruptions",  # priority 1: kubectl get -o wide

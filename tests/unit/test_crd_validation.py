@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 from support import CRD_FILE, job, job_without
+from test_elastic_spec import ELASTIC_BAD, ELASTIC_CHANGED
 from test_pod_rules import OWNED_ENV, POD_REFUSES, PREFIX_TOO_LONG
 
 from trainium_operator.api import crd
@@ -282,6 +283,7 @@ def test_every_cel_rule_of_the_crd_rejects_a_case_in_these_tables() -> None:
     expected = [e for _, _, e in BAD] + [e for _, _, e in IMMUTABLE] + [SCRIPT_CHANGED]
     expected += [e for _, _, _, e in TRN2_IMMUTABLE]
     expected += [e for _, _, e in POD_REFUSES + OWNED_ENV] + [PREFIX_TOO_LONG]
+    expected += [e for _, _, e in ELASTIC_BAD] + [e for _, _, _, e in ELASTIC_CHANGED]
     for rule in rules(crd.version_schema()):
         assert any(e in rule["message"] for e in expected), rule["message"]
 

@@ -31,6 +31,7 @@ MODELS: dict[str, type] = {
     "spec.storage.fsx": spec.Fsx,
     "spec.cache": spec.Cache,
     "spec.precompile": spec.Precompile,
+    "spec.elastic": spec.Elastic,
     "spec.scheduling": spec.Scheduling,
     "spec.scheduling.placement": spec.Placement,
     "spec.resources": spec.Resources,
@@ -131,18 +132,25 @@ def test_instance_type_enum_is_the_instance_table() -> None:
 
 def _nproc_rule() -> Json:
     rules = [r for r in _spec_schema()["x-kubernetes-validations"] if "nprocPerNode" in r["rule"]]
-    rules = [r for r in rules if "instanceType" in r["rule"]]
+    rules = [r for r in rules if "instanceType" in r["rule"] and "elastic" not in r["rule"]]
     assert len(rules) == 1
     return rules[0]
 
 
 def test_cel_nproc_map_is_the_physical_cores_of_the_instance_table() -> None:
-    match = re.search(r"\{([^}]*)\}\s*\[\s*self\.instanceType\s*\]", _nproc_rule()["rule"])
-    assert match, "no {type: cores}[self.instanceType] map literal in the rule"
-    pairs = re.findall(r"'([^']+)'\s*:\s*(\d+)", match.group(1))
-    assert {name: int(cores) for name, cores in pairs} == {
-        name: t.physical_cores for name, t in INSTANCE_TYPES.items()
-    }
+    """Every {type: cores}[self.instanceType] map (nprocPerNode's, spec.elastic's) is the table."""
+    maps = [
+        m.group(1)
+        for r in _spec_schema()["x-kubernetes-validations"]
+        for m in re.finditer(r"\{([^}]*)\}\s*\[\s*self\.instanceType\s*\]", r["rule"])
+    ]
+    assert re.search(r"\{([^}]*)\}\s*\[\s*self\.instanceType\s*\]", _nproc_rule()["rule"])
+    assert len(maps) >= 3, "no {type: cores}[self.instanceType] map literal in the rules"
+    for found in maps:
+        pairs = re.findall(r"'([^']+)'\s*:\s*(\d+)", found)
+        assert {name: int(cores) for name, cores in pairs} == {
+            name: t.physical_cores for name, t in INSTANCE_TYPES.items()
+        }
 
 
 def test_cel_nproc_message_lists_the_same_cores() -> None:

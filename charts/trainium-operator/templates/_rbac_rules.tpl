@@ -18,8 +18,8 @@ replicas' leader election (a Lease of one name, in the release namespace: the Cl
 {{- end }}
 {{- end }}
 
-{{/* The operator's cluster-scoped objects: static FSx PVs; Volcano queues and PriorityClasses
-(read only). */}}
+{{/* The operator's cluster-scoped objects: static FSx PVs; Volcano queues, PriorityClasses and
+Nodes (read only). */}}
 {{- define "trainium-operator.rules.clusterScoped" -}}
 - apiGroups: [""]
   resources: [persistentvolumes]
@@ -35,6 +35,10 @@ replicas' leader election (a Lease of one name, in the release namespace: the Cl
   # spec.scheduling.priorityClassName must exist before a stage is submitted; watch: its
   # creation wakes the jobs that wait for it (no polling)
   verbs: [get, list, watch]
+- apiGroups: [""]
+  resources: [nodes]
+  # spec.elastic: the nodes that could hold the gang, counted when a shrink or grow may be due
+  verbs: [list]
 {{- end }}
 
 {{/* The operator's namespaced objects: its jobs and their children (removed by the garbage

@@ -56,14 +56,19 @@ def label_value(text: str) -> str:
     return f"{head}-{tag}" if head else tag
 
 
-def vcjob_name(job: str, stage: str) -> str:
+def vcjob_name(job: str, stage: str, size: int | None = None) -> str:
     """Name of the Volcano job of one stage; its pod hostnames stay within 63 characters.
 
     Volcano's svc plugin names a Service after the job, and Service names must start with a
-    letter (DNS-1035), so a job name starting with a digit gets a `tj-` prefix.
+    letter (DNS-1035), so a job name starting with a digit gets a `tj-` prefix. An elastic
+    job compiles each size in its own precompile job (`size`: its node count); training keeps
+    one name, its gang replaced at another size.
     """
     base = job if job[:1].isalpha() else f"tj-{job}"
-    return fit(base, STAGE_SUFFIX[stage], DNS_LABEL_MAX - _POD_SUFFIX_MAX)
+    suffix = STAGE_SUFFIX[stage]
+    if size is not None and stage == "precompile":
+        suffix = f"{suffix}-n{size}"
+    return fit(base, suffix, DNS_LABEL_MAX - _POD_SUFFIX_MAX)
 
 
 def task_name(replica: int) -> str:

@@ -117,6 +117,18 @@ class Placement:
 
 
 @dataclass(frozen=True)
+class Elastic:
+    """Elastic training: the sizes the job may shrink to and the global batch it keeps."""
+
+    minNodes: int
+    globalBatchSize: int
+    batchSizePerProcess: int
+    #: Sizes the precompile stage compiles; empty: the default (elastic.py, precompile_sizes).
+    precompileSizes: tuple[int, ...] = ()
+    shrinkAfterSeconds: int = 300
+
+
+@dataclass(frozen=True)
 class Scheduling:
     """Volcano queue, priority and node placement."""
 
@@ -175,6 +187,8 @@ class TrainiumJobSpec:
     compilerFlags: tuple[str, ...] = ()
     cache: Cache = Cache()
     precompile: Precompile = Precompile()
+    #: Elastic training (None: the gang always has spec.nodes).
+    elastic: Elastic | None = None
     scheduling: Scheduling = Scheduling()
     resources: Resources = Resources()
     runPolicy: RunPolicy = RunPolicy()
@@ -198,6 +212,11 @@ class TrainiumJobSpec:
     def procs_per_node(self) -> int:
         """nprocPerNode, defaulting to one process per logical NeuronCore at the job's LNC."""
         return self.nprocPerNode or self.instance.logical_cores(self.effective_lnc)
+
+    @property
+    def precompile_size(self) -> int | None:
+        """The node count that names this spec's precompile job: elastic sizes each have one."""
+        return self.nodes if self.elastic else None
 
     @property
     def entry_module(self) -> str | None:
@@ -243,10 +262,18 @@ def from_dict(s: dict[str, Any]) -> TrainiumJobSpec:
         compilerFlags=tuple(s.get("compilerFlags", ())),
         cache=Cache(**s.get("cache", {})),
         precompile=Precompile(**s.get("precompile", {})),
+        elastic=_elastic(s.get("elastic")),
         scheduling=_scheduling(s.get("scheduling", {})),
         resources=Resources(**s.get("resources", {})),
         runPolicy=RunPolicy(**s.get("runPolicy", {})),
     )
+
+
+def _elastic(e: dict[str, Any] | None) -> Elastic | None:
+    """spec.elastic, with precompileSizes as a tuple (None when the job is not elastic)."""
+    if e is None:
+        return None
+    return Elastic(**{**e, "precompileSizes": tuple(e.get("precompileSizes", ()))})
 
 
 def _scheduling(s: dict[str, Any]) -> Scheduling:

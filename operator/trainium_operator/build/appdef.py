@@ -234,6 +234,9 @@ def stage_env(spec: TrainiumJobSpec, ctx: StageContext) -> dict[str, str]:
     env = {name: escape(value) for name, value in env.items()}
     env[contract.ENV_CACHE_DIR] = cdir
     env.update({e.name: escape(e.value) for e in spec.env})
+    if spec.elastic is not None:  # both stages: the precompile traces the same micro batch
+        env[contract.ENV_GLOBAL_BATCH_SIZE] = str(spec.elastic.globalBatchSize)
+        env[contract.ENV_BATCH_SIZE] = str(spec.elastic.batchSizePerProcess)
     env[NEURON_CC_FLAGS] = " ".join([f"--cache_dir={cdir}", *map(escape, spec.compilerFlags)])
     return env
 

@@ -179,7 +179,7 @@ def build_fsx_claim(spec: TrainiumJobSpec, owner: Owner) -> Json:
 
 def stage_context(spec: TrainiumJobSpec, owner: Owner, stage: str) -> StageContext:
     """The cluster StageContext of one stage: pod 0's DNS name, the claim at mountPath."""
-    vcjob = naming.vcjob_name(owner.name, stage)
+    vcjob = naming.vcjob_name(owner.name, stage, spec.precompile_size)
     return StageContext(
         job_name=owner.name,
         stage=stage,

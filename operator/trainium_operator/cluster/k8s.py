@@ -350,6 +350,12 @@ def list_pods(namespace: str, selector: str) -> list[Json]:
     return [to_dict(p) or {} for p in found.items]
 
 
+def list_nodes(selector: str) -> list[Json]:
+    """Nodes matching a label selector (an elastic job counts the ones that could hold it)."""
+    found = request(core().list_node, label_selector=selector)
+    return [to_dict(n) or {} for n in found.items]
+
+
 def pod_log_tail(namespace: str, pod: str, container: str, lines: int) -> list[str]:
     """The last lines of a container's log; none when the log is gone or unreadable.
 

@@ -114,7 +114,8 @@ def observe(
     """Read the job's world: storage, queue, cache record and both Volcano jobs."""
     read = views.reader
     storage = storage_of(spec, owner, lookup or fsx.describe, read)
-    pre = read.get(Kind.VCJOB, owner.namespace, naming.vcjob_name(owner.name, "precompile"))
+    pre_name = naming.vcjob_name(owner.name, "precompile", spec.precompile_size)
+    pre = read.get(Kind.VCJOB, owner.namespace, pre_name)
     train = read.get(Kind.VCJOB, owner.namespace, naming.vcjob_name(owner.name, "train"))
     stopping = train is not None and bool(train["metadata"].get("deletionTimestamp"))
     if stopping:
@@ -123,7 +124,9 @@ def observe(
     entry, lease, holder, holder_job = _cache(ident, owner, spec.precompile.policy, read)
     about_to_compile = pre is None and train is None and storage.ready
     if holder == "none" and about_to_compile and spec.precompile.policy != "Never":
-        holder, holder_job = compiling_elsewhere(ident, owner, views.precompiles, views.fresh)
+        holder, holder_job = compiling_elsewhere(
+            ident, owner, views.precompiles, views.fresh, spec.precompile_size
+        )
     stage, job = ("train", train) if train is not None else ("precompile", pre)
     left = startup_left(job, spec.runPolicy.startupDeadlineSeconds, views.now)
     stuck = left is not None and left <= 0
@@ -204,6 +207,7 @@ def compiling_elsewhere(
     owner: Owner,
     watched: Mapping[tuple[str, str], Iterable[Json]] | None = None,
     fresh: bool = False,
+    size: int | None = None,
 ) -> tuple[str, str]:
     """Another job's live precompile of this entry, found by label: ("other", its job).
 
@@ -212,7 +216,7 @@ def compiling_elsewhere(
     operator's index of them (`watched`), else listed (one list per job at 1000 jobs); a `fresh`
     pass lists what the index shows (a ghost), never an entry it shows none of.
     """
-    mine = naming.vcjob_name(owner.name, "precompile")
+    mine = naming.vcjob_name(owner.name, "precompile", size)
     found = _precompiles(ident, owner.namespace, watched)
     if fresh and found:
         found = _precompiles(ident, owner.namespace, None)

@@ -15,7 +15,7 @@ from trainium_operator.api import parsed
 from trainium_operator.api.spec import SpecError, TrainiumJobSpec
 from trainium_operator.build import cache
 from trainium_operator.build.builders import Owner
-from trainium_operator.cluster import actions, fsx, k8s, report, scrape
+from trainium_operator.cluster import actions, elasticio, fsx, k8s, report, scrape
 from trainium_operator.cluster.memory import Memory
 from trainium_operator.cluster.observe import Seen, Views, observe
 from trainium_operator.cluster.reads import ApiReader, Kind, Reader
@@ -28,7 +28,7 @@ from trainium_operator.domain import (
     supervise,
 )
 from trainium_operator.domain.failures import Failure
-from trainium_operator.domain.lifecycle import Action, Child, Decision, Observed
+from trainium_operator.domain.lifecycle import Action, Child, Decision, Observed, Phase
 from trainium_operator.domain.model import Rejection
 from trainium_operator.domain.status import now_iso
 
@@ -98,15 +98,27 @@ def _run(
     """A valid, unfinished job: observe, decide, act; report unless a created child will."""
     md, read = body["metadata"], views.reader
     owner = Owner(md["name"], md["namespace"], md.get("uid", ""))
+    previous = report.status_of(body)
+    full, spec = spec, elasticio.stage_spec(spec, owner, previous, read)  # its size now
     seen = observe(spec, owner, views, lookup)
     seen, observed, counted = _judge(body, spec, seen, views)
+    observed, sized, shrink_in = elasticio.look(
+        full, spec, previous, observed, seen.checkpoint, views.now
+    )
     decision = lifecycle.decide(observed)
+    if Action.CREATE_TRAINING in decision.actions and elasticio.hold_training(
+        full, spec, owner, previous, read
+    ):  # the next precompile size goes first: its pass starts when this record is written
+        acts = _without(decision.actions, Action.CREATE_TRAINING)
+        msg = "filling the Neuron compile cache: the next elastic size (spec.elastic)"
+        decision = replace(decision, phase=Phase.PRECOMPILING, message=msg, actions=acts)
     rejections = actions.perform(decision.actions, spec, owner, seen, read)
     soonest = _soonest(
-        _deadline_in(spec, report.status_of(body)),
+        _deadline_in(spec, previous),
         seen.startup_left,
         seen.events_look,
         seen.progress_in,
+        shrink_in,
     )
     if rejections:  # what the API server refused is observed, and decided on, in this pass
         decision = lifecycle.decide(replace(observed, rejections=rejections))
@@ -117,6 +129,7 @@ def _run(
     inputs = replace(
         report.inputs(body, decision, spec),
         observed=observed, counted=counted, checkpoint=seen.checkpoint, progress=seen.progress,
+        elastic=sized,
     )  # fmt: skip
     new, transition, rv = report.write(body, inputs, emit, read)
     outcome = replace(
@@ -127,6 +140,10 @@ def _run(
         deadline_in=soonest,
     )
     return _kept(outcome, _learnt(views, seen), rv)
+
+
+def _without(acts: tuple[Action, ...], action: Action) -> tuple[Action, ...]:
+    return tuple(a for a in acts if a is not action)
 
 
 def _learnt(views: Views, seen: Seen) -> Memory:

@@ -18,6 +18,7 @@ from trainium_operator.domain import (
     budget,
     checkpoints,
     cost,
+    elastic,
     events,
     history,
     lifecycle,
@@ -82,7 +83,8 @@ def write(
     _warn(body, inputs, emit)
     transition = announce(body, previous, new, decision, emit)
     if transition and decision.phase in lifecycle.TERMINAL and inputs.spec is not None:
-        job_cost = history.job_cost(inputs.spec, new["history"], inputs.now)
+        sizes = elastic.size_timeline(new.get("elastic") or {})
+        job_cost = history.job_cost(inputs.spec, new["history"], inputs.now, sizes)
         transition = replace(transition, cost=job_cost)  # counted once, when the job finishes
     return new, transition, written_version(patched)
 
@@ -96,6 +98,8 @@ def _warn(body: Json, inputs: status.Inputs, emit: Emit) -> None:
     node = inputs.excluded_node
     if node is not None and obs.failure is not None:
         emit(body, "Warning", "NodeExcluded", nodes.event(node, obs.failure), events.RESTART)
+    if obs.resize is not None:  # an elastic gang changes size (written with this status)
+        emit(body, "Normal", "Resized", obs.resize.message, events.RESTART)
 
 
 def late_checkpoint(

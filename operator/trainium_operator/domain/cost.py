@@ -20,7 +20,7 @@ from __future__ import annotations
 import datetime
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
@@ -163,6 +163,8 @@ class Cost:
     nodes: int
     price_per_hour: Decimal | None
     instance_hours: Mapping[str, Decimal]
+    #: Instance-hours by gang size (nodes -> hours) of an elastic job; empty otherwise.
+    by_size: Mapping[int, Decimal] = field(default_factory=dict)
 
     @property
     def total_hours(self) -> Decimal:
@@ -190,25 +192,64 @@ def compute(
     prices: Mapping[str, Decimal],
     restarts: Sequence[Interval] = (),
     gang_pending: Sequence[Interval] = (),
+    sizes: Sequence[tuple[Time, int]] = (),
 ) -> Cost:
-    """The job's cost from its phase history (end None: still in it at `now`)."""
+    """The job's cost from its phase history (end None: still in it at `now`).
+
+    sizes: (since, nodes) of an elastic job's gang, oldest first; each instant counts the
+    nodes of the size it falls in (the first size also covers what came before it).
+    """
     if nodes < 1:
         raise ValueError(f"nodes must be at least 1, got {nodes}")
     lost = _union(_span(a, b, now, "restart interval") for a, b in restarts)
     held = _union([*lost, *(_span(a, b, now, "gang-pending interval") for a, b in gang_pending)])
+    windows = _windows(sizes) or [(float("-inf"), float("inf"), nodes)]
+    hours = {b: Decimal(0) for b in BUCKETS}
+    by_size: dict[int, Decimal] = {}
+    for low, high, size in windows:
+        seconds = _bucket_seconds(phases, lost, held, now, (low, high))
+        for bucket, secs in seconds.items():
+            part = Decimal(repr(secs)) * size / 3600
+            hours[bucket] += part
+            if sizes:
+                by_size[size] = by_size.get(size, Decimal(0)) + part
+    return Cost(instance_type, nodes, prices.get(instance_type), hours, by_size)
+
+
+def _windows(sizes: Sequence[tuple[Time, int]]) -> list[tuple[float, float, int]]:
+    """(start, end, nodes) of each size; the first reaches back, the last forward, for ever."""
+    starts = [to_datetime(since).timestamp() for since, _ in sizes]
+    out = []
+    for i, (_, size) in enumerate(sizes):
+        low = float("-inf") if i == 0 else starts[i]
+        high = starts[i + 1] if i + 1 < len(sizes) else float("inf")
+        out.append((low, max(low, high), size))
+    return out
+
+
+def _bucket_seconds(
+    phases: Sequence[PhaseInterval],
+    lost: Sequence[Span],
+    held: Sequence[Span],
+    now: datetime.datetime,
+    window: Span,
+) -> dict[str, float]:
+    """Seconds per bucket of the gang phases, inside one window of time."""
     seconds = dict.fromkeys(BUCKETS, 0.0)
     for phase, start, end in phases:
         if phase in IDLE_PHASES:
             continue
         if phase not in GANG_PHASES:
             raise ValueError(f"unknown phase {phase!r} in the phase history")
-        span = _span(start, end, now, f"phase {phase}")
+        a, b = _span(start, end, now, f"phase {phase}")
+        span = (max(a, window[0]), min(b, window[1]))
+        if span[1] <= span[0]:
+            continue
         in_restarts, not_running = _overlap(span, lost), _overlap(span, held)
         seconds["restarts"] += in_restarts
         seconds["waiting"] += not_running - in_restarts
         seconds[GANG_PHASES[phase]] += span[1] - span[0] - not_running
-    hours = {b: Decimal(repr(s)) * nodes / 3600 for b, s in seconds.items()}
-    return Cost(instance_type, nodes, prices.get(instance_type), hours)
+    return seconds
 
 
 # --- status ----------------------------------------------------------------------------------
@@ -236,7 +277,7 @@ def status_fragment(cost: Cost) -> dict[str, Any]:
     if cost.price_per_hour is not None:
         estimated = {b: _number(cost.usd(b) or Decimal(0), _CENT) for b in keys}
     price = None if cost.price_per_hour is None else float(cost.price_per_hour)
-    return {
+    out = {
         "currency": CURRENCY,
         "pricePerHour": price,
         "instanceHours": hours,
@@ -244,6 +285,11 @@ def status_fragment(cost: Cost) -> dict[str, Any]:
         "unknown": estimated is None,
         "display": display(cost),
     }
+    if cost.by_size:  # an elastic job: node-hours of each gang size
+        out["instanceHoursBySize"] = {
+            str(n): _number(h, _MILLI) for n, h in sorted(cost.by_size.items(), reverse=True)
+        }
+    return out
 
 
 def with_projection(fragment: dict[str, Any], eta_seconds: Any, nodes: int) -> dict[str, Any]:

@@ -66,8 +66,13 @@ def _close(entries: list[Json], kind: str, now: str) -> None:
             break
 
 
-def job_cost(spec: TrainiumJobSpec, entries: list[Json], now: str) -> cost.Cost:
-    """The job's cost from the history, as of now (the last phase runs until now)."""
+def job_cost(
+    spec: TrainiumJobSpec, entries: list[Json], now: str, sizes: list[tuple[str, int]] | None = None
+) -> cost.Cost:
+    """The job's cost from the history, as of now (the last phase runs until now).
+
+    sizes: an elastic job's gang sizes over time (elastic.size_timeline).
+    """
     phases = [e for e in entries if e["phase"] not in SPANS]
     intervals = [
         (e["phase"], *_forward(e["since"], phases[i + 1]["since"] if i + 1 < len(phases) else None))
@@ -76,6 +81,7 @@ def job_cost(spec: TrainiumJobSpec, entries: list[Json], now: str) -> cost.Cost:
     return cost.compute(
         spec.instanceType, spec.nodes, intervals, now=cost.to_datetime(now), prices=prices(),
         restarts=_spans(entries, RESTARTING), gang_pending=_spans(entries, GANG_PENDING),
+        sizes=sizes or (),
     )  # fmt: skip
 
 

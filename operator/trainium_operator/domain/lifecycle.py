@@ -346,6 +346,13 @@ def _training(obs: Observed, conds: list[Condition], hit: bool | None) -> Decisi
         conds.append(Condition("Running", "False", reason, msg))
         stop = (Action.STOP_TRAINING,) if stop_now else ()
         return replace(verdicts.failed(conds, reason, msg, hit, obs), actions=stop)
+    if obs.resize is not None and state in verdicts.LIVE:
+        msg = f"resizing the training gang {obs.resize.message}"
+        conds.append(Condition("Running", "False", "Resizing", msg))
+        stop = (Action.STOP_TRAINING,)
+        return Decision(
+            Phase.TRAINING, msg, verdicts.close(conds, running=None), stop, hit, obs.restarts
+        )
     if obs.replace_gang and state in verdicts.LIVE:
         why = obs.failure.reason if obs.failure else "Unknown"
         detail = f": {obs.failure.message}" if obs.failure else ""

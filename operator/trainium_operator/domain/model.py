@@ -14,6 +14,7 @@ from trainium_operator.domain.failures import POLICIES
 
 if TYPE_CHECKING:
     from trainium_operator.domain.budget import Exhausted
+    from trainium_operator.domain.elastic import Resize
     from trainium_operator.domain.failures import Failure
 
 
@@ -202,6 +203,9 @@ class Observed:
     #: The operator recreates the training gang itself (a node to keep out, a hang): `failure`
     #: says why; the live gang stops now and the next pass creates it again.
     replace_gang: bool = False
+    #: An elastic job's gang changes size (elastic.py): the live gang stops now and the next
+    #: pass creates it at the new size; it spends no retries.
+    resize: Resize | None = None
 
     def rejected(self, action: Action) -> Rejection | None:
         """The refusal of one action in this pass, if any."""

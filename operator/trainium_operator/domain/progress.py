@@ -103,6 +103,8 @@ def advance(previous: Mapping[str, Any] | None, sample: Sample | None, gang: str
         out["samplesPerSecond"] = round(sample.samples_per_second, 2)
     if sample.loss is not None:
         out["loss"] = round(sample.loss, 4)
+    if sample.checkpoint_step is not None:  # an elastic job grows at the next checkpoint
+        out["checkpointStep"] = sample.checkpoint_step
     eta = _eta(base, sample, now) if moved else None if restarted else base.get("etaSeconds")
     if eta is not None:
         out["etaSeconds"] = eta

@@ -9,7 +9,7 @@ from typing import Any
 
 from trainium_operator.api import naming
 from trainium_operator.api.spec import TrainiumJobSpec
-from trainium_operator.domain import budget, checkpoints, cost, history, nodes, specdigest
+from trainium_operator.domain import budget, checkpoints, cost, elastic, history, nodes, specdigest
 from trainium_operator.domain.cachekey import cache_key, cache_name, identity
 from trainium_operator.domain.checkpoints import Checkpoint
 from trainium_operator.domain.lifecycle import TERMINAL, Condition, Decision
@@ -155,6 +155,8 @@ class Inputs:
     checkpoint: Checkpoint | None = None
     #: {}: no gang trains any more (a merge-patch null removes status.progress).
     progress: Json | None = None
+    #: status.elastic of an elastic job (elastic.py), None otherwise.
+    elastic: Json | None = None
 
     @property
     def excluded_node(self) -> str | None:
@@ -174,6 +176,8 @@ def compose(inputs: Inputs) -> Json:
         new.update(specdigest.fragment(previous, inputs.digests))
     new.update(budget.fragment(inputs.counted.tally))
     _add_evidence(new, inputs)
+    if inputs.elastic is not None:
+        new["elastic"] = inputs.elastic
     pending = _gang_pending(decision, inputs.observed)
     new["history"] = history.advance(previous, new, inputs.now, gang_pending=pending)
     if not changed(previous, new):
@@ -192,7 +196,9 @@ def _rendered(inputs: Inputs) -> Json:
         now=inputs.now,
         cache_key=key,
         cache_name=cache_name(spec, key) if spec and key else None,
-        precompile_job=_job_name(inputs.name, "precompile", obs.precompile, acts),
+        precompile_job=_job_name(
+            inputs.name, "precompile", obs.precompile, acts, spec.precompile_size if spec else None
+        ),
         training_job=_job_name(inputs.name, "train", obs.training, acts),
         cache_extra=_cache_figures(spec, inputs.decision, obs) if spec else None,
         held=bool(obs.changed_fields),
@@ -217,7 +223,8 @@ def _add_evidence(new: Json, inputs: Inputs) -> None:
 def _add_cost(new: Json, inputs: Inputs) -> None:
     """The cost as of this write: the estimate moves with the status, not the clock."""
     spec = inputs.spec
-    job_cost = history.job_cost(spec, new["history"], inputs.now) if spec is not None else None
+    sizes = elastic.size_timeline(new.get("elastic") or {})
+    job_cost = history.job_cost(spec, new["history"], inputs.now, sizes) if spec else None
     if job_cost is None or spec is None:
         return
     new["cost"] = cost.status_fragment(job_cost)
@@ -249,11 +256,13 @@ def _cache_figures(spec: TrainiumJobSpec, decision: Decision, obs: Observed) -> 
     return out
 
 
-def _job_name(owner: str, stage: str, state: Child, actions: tuple[Action, ...]) -> str | None:
+def _job_name(
+    owner: str, stage: str, state: Child, actions: tuple[Action, ...], size: int | None = None
+) -> str | None:
     """Name a stage's job on status once it exists or is being created now."""
     create = Action.CREATE_PRECOMPILE if stage == "precompile" else Action.CREATE_TRAINING
     present = state is not Child.ABSENT
-    return naming.vcjob_name(owner, stage) if present or create in actions else None
+    return naming.vcjob_name(owner, stage, size) if present or create in actions else None
 
 
 def _gang_pending(decision: Decision, obs: Observed) -> bool:

@@ -1,0 +1,111 @@
+"""An elastic job's reads: which size each stage is built at, and the nodes that could hold it.
+
+The decisions are elastic.py's (pure); this picks the spec a pass observes and builds with (the
+precompile stage walks through spec.elastic's precompile sizes, one cache entry each, before
+training starts), and counts the schedulable nodes only when a shrink or a grow may be due.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+from trainium_operator.api import naming
+from trainium_operator.api.instances import INSTANCE_TYPE_LABEL
+from trainium_operator.api.spec import TrainiumJobSpec
+from trainium_operator.build import cache
+from trainium_operator.build.builders import Owner
+from trainium_operator.cluster import k8s
+from trainium_operator.cluster.reads import Kind, Reader
+from trainium_operator.domain import capacity, checkpoints, elastic, nodes
+from trainium_operator.domain.lifecycle import Observed
+
+Json = dict[str, Any]
+#: Phases before the training gang first exists: the precompile sizes are compiled then.
+_BEFORE_TRAINING = frozenset({None, "Pending", "WaitingForCache", "Precompiling"})
+
+
+def state_of(previous: Mapping[str, Any]) -> Json:
+    """status.elastic as written ({} when absent or malformed)."""
+    found = previous.get("elastic")
+    return dict(found) if isinstance(found, dict) else {}
+
+
+def stage_spec(spec: TrainiumJobSpec, owner: Owner, previous: Mapping[str, Any],
+               read: Reader) -> TrainiumJobSpec:  # fmt: skip
+    """The spec this pass observes and builds: the next precompile size still to compile
+    before training starts, else the gang's current size."""
+    if spec.elastic is None:
+        return spec
+    todo = to_compile(spec, owner, previous, read)
+    return elastic.at_size(spec, todo[0] if todo else elastic.current(spec, state_of(previous)))
+
+
+def to_compile(spec: TrainiumJobSpec, owner: Owner, previous: Mapping[str, Any],
+               read: Reader) -> list[int]:  # fmt: skip
+    """The precompile sizes still to compile before training starts, largest first."""
+    if spec.elastic is None or spec.precompile.policy == "Never":
+        return []
+    if previous.get("trainingJob") or previous.get("phase") not in _BEFORE_TRAINING:
+        return []  # training started: a later size compiles when a resize needs it
+    sizes = elastic.precompile_sizes(spec)
+    return [n for n in sizes if not _compiled(elastic.at_size(spec, n), owner, read)]
+
+
+def hold_training(spec: TrainiumJobSpec, stage: TrainiumJobSpec, owner: Owner,
+                  previous: Mapping[str, Any], read: Reader) -> bool:  # fmt: skip
+    """Another precompile size is still to compile, or this one is not the size training starts
+    at: training waits (the pass after the last record builds it at the current size)."""
+    todo = to_compile(spec, owner, previous, read)
+    current = elastic.current(spec, state_of(previous))
+    return bool(todo) and (any(n != stage.nodes for n in todo) or stage.nodes != current)
+
+
+def _compiled(spec: TrainiumJobSpec, owner: Owner, read: Reader) -> bool:
+    """The size's cache entry is Ready (IfNotCached), or its own precompile job finished."""
+    ident = cache.identity(spec)
+    entry = cache.read_entry(read.get(Kind.RECORD, owner.namespace, ident.record_name), ident)
+    if spec.precompile.policy == "Always":
+        return False if entry is None else _own_compile_done(spec, owner, read)
+    return entry is not None and entry.state == cache.READY
+
+
+def _own_compile_done(spec: TrainiumJobSpec, owner: Owner, read: Reader) -> bool:
+    """precompile.policy Always: this job's precompile job of that size exists (and recorded)."""
+    name = naming.vcjob_name(owner.name, "precompile", spec.precompile_size)
+    return read.get(Kind.VCJOB, owner.namespace, name) is not None
+
+
+def look(
+    spec: TrainiumJobSpec, stage: TrainiumJobSpec, previous: Mapping[str, Any],
+    observed: Observed, checkpoint: checkpoints.Checkpoint | None, now: str,
+) -> tuple[Observed, Json | None, float | None]:  # fmt: skip
+    """(the observation with any resize, status.elastic to write, seconds until a shrink is due)."""
+    if spec.elastic is None:
+        return observed, None, None
+    state = note_stage(state_of(previous), stage, now)
+    progress = previous.get("progress") or {}
+    step = progress.get("checkpointStep")
+    seen = elastic.Look(
+        observed.training, now,
+        checkpoint_time=checkpoint.time if checkpoint else None,
+        checkpoint_step=step if isinstance(step, int) else None,
+    )  # fmt: skip
+    if elastic.needs_count(spec, state, seen):
+        selector = f"{INSTANCE_TYPE_LABEL}={spec.instanceType}"
+        count = capacity.schedulable(k8s.list_nodes(selector), spec, nodes.names(previous))
+        seen = replace(seen, schedulable=count)
+    new, resize = elastic.step(spec, state, seen)
+    if resize is not None:
+        observed = replace(observed, resize=resize)
+    return observed, new, elastic.shrink_in(spec, new, now)
+
+
+def note_stage(state: Json, stage: TrainiumJobSpec, now: str) -> Json:
+    """status.elastic with the size of the gang that exists now (a precompile size too)."""
+    sizes = list(state.get("sizes") or [])
+    if sizes and sizes[-1].get("nodes") != stage.nodes:
+        sizes = [*sizes, {"nodes": stage.nodes, "since": now}][-elastic.MAX_SIZES :]
+        return {**state, "sizes": sizes}
+    return state

@@ -1,0 +1,166 @@
+"""Issue 28's elastic scenario on a real cluster: a node dies with no spare, the job trains on.
+
+Three fake trn1.32xlarge nodes carry this test's pool label (the tier's fourth does not: no
+spare). A 3-node elastic job with minNodes 2 (global batch 192 = 3 x 32 x 2 = 2 x 32 x 3)
+precompiles the 3- and the 2-node cache entries, then trains at 3. One node is lost as EKS loses
+an instance: nothing on it runs or reports any more and the cloud controller deletes the Node;
+the real pod garbage collector then deletes its orphaned pod, and Volcano restarts the gang,
+which cannot form at 3. After spec.elastic.shrinkAfterSeconds the operator replaces it with a
+2-node gang, which trains from the 2-node entry with no compile; when a node joins again, the
+gang grows back to 3 at the next checkpoint rank 0 serves.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from cluster import Cluster, wait_until
+from harness import OperatorProcess
+from jobs import TJ, VCJOB, create, events, fsx_claim, get, small_job
+from kubelet import TRN1_32XLARGE, Behavior, FakeKubelet, Metrics
+
+Obj = dict[str, Any]
+TRAINING = {"trainium.dev/stage": "train"}
+POOL = "tier.trainium.dev/elastic-pool"
+NODES = ("trn1-32xl-0", "trn1-32xl-1", "trn1-32xl-2")
+#: Runs until stopped; a checkpoint every 10 steps at 5 steps a second.
+TRAINS = Behavior(
+    outcome="RunForever", metrics=Metrics(total_steps=100000, rate=5.0, checkpoint_every=10)
+)
+
+
+def status_of(cluster: Cluster, name: str, namespace: str) -> Obj:
+    return dict((get(cluster, TJ, name, namespace) or {}).get("status") or {})
+
+
+def vcjobs(cluster: Cluster, namespace: str) -> list[Obj]:
+    proc = cluster.kubectl("get", VCJOB, "-n", namespace, "-o", "json")
+    return list(json.loads(proc.stdout)["items"])
+
+
+def label(cluster: Cluster, node: str, value: str | None) -> None:
+    change = f"{POOL}={value}" if value else f"{POOL}-"
+    cluster.kubectl("label", "node", node, change, "--overwrite", check=value is not None)
+
+
+def training_pods(cluster: Cluster, namespace: str) -> dict[str, str]:
+    """Running training pod -> node, as the API server has them."""
+    proc = cluster.kubectl("get", "pods", "-n", namespace, "-l", "trainium.dev/stage=train",
+                           "-o", "json")  # fmt: skip
+    return {
+        p["metadata"]["name"]: p["spec"].get("nodeName", "")
+        for p in json.loads(proc.stdout)["items"]
+        if (p.get("status") or {}).get("phase") == "Running"
+        and not p["metadata"].get("deletionTimestamp")
+    }
+
+
+def test_an_elastic_job_shrinks_without_a_compile_and_grows_back(
+    cluster: Cluster, kubelet: FakeKubelet, running_operator: OperatorProcess, ns: str
+) -> None:
+    fsx_claim(cluster, ns)
+    for node in NODES:
+        label(cluster, node, ns)
+    lost = ""
+    try:
+        lost = scenario(cluster, kubelet, ns)
+    finally:
+        if lost and lost not in kubelet.nodes:
+            kubelet.add_node(lost, TRN1_32XLARGE)
+        for node in NODES:
+            label(cluster, node, None)
+
+
+def scenario(cluster: Cluster, kubelet: FakeKubelet, ns: str) -> str:
+    """The scenario; returns the node it lost (restored by the caller if still gone)."""
+    kubelet.plan(TRAINING, TRAINS, namespace=ns)
+    elastic = {"minNodes": 2, "globalBatchSize": 192, "batchSizePerProcess": 1,
+               "shrinkAfterSeconds": 10}  # fmt: skip
+    scheduling = {"queue": "test", "nodeSelector": {POOL: ns}}
+    body = small_job("elastic", ns, nodes=3, precompile={"policy": "IfNotCached"},
+                     elastic=elastic, scheduling=scheduling)  # fmt: skip
+    create(cluster, body)
+
+    def training_at(size: int) -> Obj | None:
+        """The status once a gang of `size` trains: its pods run and rank 0 served a step."""
+        status = status_of(cluster, "elastic", ns)
+        pods = training_pods(cluster, ns)
+        gang = get(cluster, VCJOB, "elastic-train", ns) or {}
+        progress = status.get("progress") or {}
+        sized = (status.get("elastic") or {}).get("currentNodes") == size
+        ours = progress.get("gang") == gang.get("metadata", {}).get("uid")
+        stepping = ours and progress.get("step", 0) > 0
+        return status if sized and len(pods) == size and stepping else None
+
+    status = wait_until(lambda: training_at(3), 240, "training at 3 nodes", every=1)
+    assert status["phase"] == "Training" and status["elastic"]["display"] == "3/3"
+    compiles = {j["metadata"]["name"]: j for j in vcjobs(cluster, ns)
+                if j["metadata"]["labels"].get("trainium.dev/stage") == "precompile"}  # fmt: skip
+    assert sorted(compiles) == ["elastic-compile-n2", "elastic-compile-n3"], sorted(compiles)
+    entry2 = compiles["elastic-compile-n2"]["metadata"]["labels"]["trainium.dev/cache-entry"]
+    records = cluster.kubectl("get", "configmap", "-n", ns, "-l", "trainium.dev/cache-entry",
+                              "-o", "json")  # fmt: skip
+    states = {
+        c["metadata"]["name"]: c["data"]["state"] for c in json.loads(records.stdout)["items"]
+    }
+    assert len(states) == 2 and set(states.values()) == {"Ready"}, states
+    assert entry2 in states
+
+    # A node of the gang dies; there is no spare in the pool.
+    pods = training_pods(cluster, ns)
+    lost = sorted(pods.values())[-1]
+    [orphan] = [name for name, node in pods.items() if node == lost]
+    orphan_uid = (get(cluster, "pod", orphan, ns) or {})["metadata"]["uid"]
+    loss = time.monotonic()
+    kubelet.lose_node(lost)
+
+    def gone() -> bool:  # the restarted gang's pod may take its name
+        pod = get(cluster, "pod", orphan, ns)
+        return pod is None or pod["metadata"]["uid"] != orphan_uid
+
+    wait_until(gone, 300, f"pod {orphan} deleted by the pod garbage collector", every=0.5)
+    collected = time.monotonic() - loss
+    shrunk = lambda: (status_of(cluster, "elastic", ns).get("elastic") or {}).get("resizes") == 1  # noqa: E731
+    wait_until(shrunk, 300, "the gang resized", every=0.5)
+    resized_at = time.monotonic() - loss
+    status = wait_until(lambda: training_at(2), 300, "training again at 2 nodes", every=0.5)
+    recovered = time.monotonic() - loss
+    print(
+        f"\nelastic recovery: node {lost} lost -> its pod deleted (pod GC) {collected:.1f} s -> "
+        f"resized {resized_at:.1f} s -> training again at 2 nodes {recovered:.1f} s "
+        f"(restarts {status.get('restarts')}, disruptions {status.get('disruptions')}, "
+        f"last failure {(status.get('lastFailure') or {}).get('reason')})"
+    )
+    assert status["elastic"]["display"] == "2/3" and status["elastic"]["resizes"] == 1
+    assert status["elastic"]["lastResize"]["kind"] == "Shrink"
+    assert lost not in training_pods(cluster, ns).values()
+    # No compile: no new precompile job, and training reads the 2-node entry (a cache hit).
+    after = [j["metadata"]["name"] for j in vcjobs(cluster, ns)
+             if j["metadata"]["labels"].get("trainium.dev/stage") == "precompile"]  # fmt: skip
+    assert sorted(after) == sorted(compiles), after
+    assert status["cache"]["entry"] == entry2, status["cache"]
+    precompiled = next(c for c in status["conditions"] if c["type"] == "Precompiled")
+    assert precompiled["status"] == "True", precompiled
+    [train] = [j for j in vcjobs(cluster, ns) if j["metadata"]["name"] == "elastic-train"]
+    assert train["spec"]["minAvailable"] == 2
+    resized = [e for e in events(cluster, ns, "elastic") if e["reason"] == "Resized"]
+    assert any(e["message"].startswith("from 3 to 2 nodes because") for e in resized), resized
+
+    # The node comes back: the gang grows to 3 at the next checkpoint.
+    kubelet.add_node(lost, TRN1_32XLARGE)
+    label(cluster, lost, ns)
+    status = wait_until(lambda: training_at(3), 300, "training at 3 nodes again", every=1)
+    assert status["elastic"]["resizes"] == 2 and status["elastic"]["lastResize"]["kind"] == "Grow"
+    resized = [e for e in events(cluster, ns, "elastic") if e["reason"] == "Resized"]
+    assert any(e["message"].startswith("from 2 to 3 nodes because") for e in resized), resized
+    by_size = status["cost"]["instanceHoursBySize"]
+    assert set(by_size) == {"3", "2"} and by_size["2"] > 0, status["cost"]
+    sizes = [s["nodes"] for s in status["elastic"]["sizes"]]
+    assert sizes[-3:] == [3, 2, 3], sizes
+    described = cluster.kubectl("describe", "tj", "elastic", "-n", ns).stdout
+    assert "Current Nodes:" in described and "Resized" in described
+    header = cluster.kubectl("get", "tj", "elastic", "-n", ns).stdout.splitlines()[0]
+    assert "SIZE" in header
+    return lost
