@@ -216,8 +216,12 @@ def parse_args(argv: Sequence[str] | None = None) -> RunConfig:
     values["output_dir"] = output
     values["precision"] = ns.precision or _env_precision()
     values["backend"] = ns.backend or _env_backend()
-    values["batch_size"] = ns.batch_size or _env_count(contract.ENV_BATCH_SIZE) or 8
-    values["global_batch_size"] = ns.global_batch_size or _env_count(contract.ENV_GLOBAL_BATCH_SIZE)
+    env_batch = _count(contract.ENV_BATCH_SIZE, os.environ.get(contract.ENV_BATCH_SIZE, ""))
+    env_global = os.environ.get(contract.ENV_GLOBAL_BATCH_SIZE, "")
+    values["batch_size"] = ns.batch_size or env_batch or 8
+    values["global_batch_size"] = ns.global_batch_size or _count(
+        contract.ENV_GLOBAL_BATCH_SIZE, env_global
+    )
     values["grad_accum_steps"] = ns.grad_accum_steps or 1
     values["grad_accum_given"] = ns.grad_accum_steps is not None
     values["extract_graphs_only"] = extract_graphs_only()
@@ -295,9 +299,8 @@ def _metrics_port() -> int | None:
     return int(port)
 
 
-def _env_count(name: str) -> int | None:
-    """A positive integer the operator passes through the environment; unset or empty: None."""
-    text = os.environ.get(name, "")
+def _count(name: str, text: str) -> int | None:
+    """A positive integer the operator passes in the environment variable name; empty: None."""
     if not text:
         return None
     if not text.isdigit() or int(text) == 0:
