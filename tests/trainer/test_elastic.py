@@ -21,6 +21,7 @@ from trainer_utils import (
     final_weights,
     kill_workers_after_checkpoint,
     run_trainer,
+    signal_when_logged,
     summary,
 )
 
@@ -212,3 +213,62 @@ def test_three_to_two_to_three_processes_match_an_unbroken_run(
     assert [(e["step"], e["samples"]) for e in resumed] == [(EVERY, EVERY * G), (8, 8 * G)]
     assert [(e["checkpoint_world_size"], e["world_size"]) for e in resumed] == [(3, 2), (2, 3)]
     _assert_same_run(tmp_path / "elastic", straight)
+
+
+#: Deadline of the cold precompile: compiling (C++ kernels) takes minutes on a busy 2-core box.
+COMPILE_TIMEOUT = 900
+
+
+def _native_env(cache: Path, **extra: str) -> dict[str, str]:
+    """The job's compile cache; one thread per process, as torchrun's workers have."""
+    return {contract.ENV_CACHE_DIR: str(cache), "OMP_NUM_THREADS": "1", **extra}
+
+
+def _compiled(stdout: str) -> dict[str, Any]:
+    """The compile-cache counts of a run's `runtime` event (rank 0; also printed when stopped)."""
+    (event,) = events(stdout, "runtime")
+    return dict(event["compile_cache"])
+
+
+def test_native_shrink_and_grow_hit_the_compile_cache_and_match_an_unbroken_run(
+    elastic_args: list[str], tmp_path: Path
+) -> None:
+    """torch.compile (Inductor) under gloo DDP: 3 -> 2 -> 3 processes, stopped by SIGTERM.
+
+    On CPU a world size is no part of a compiled graph (DDP's all-reduce runs outside it, and
+    accumulation is a Python loop), so the 1-process precompile serves every size: the shrink
+    and the growth compile nothing. On Trainium a graph's collectives fix the world size, hence
+    one precompiled cache entry per allowed size (the operator's elastic.precompileSizes).
+    """
+    args = [*elastic_args, contract.BACKEND_FLAG, contract.BACKEND_NATIVE]
+    cache = tmp_path / "cache"
+    stage = [*config.precompile_args(args, 3), contract.MAX_STEPS_FLAG, "3"]
+    env = _native_env(cache, **{contract.ENV_EXTRACT_GRAPHS_ONLY: "1"})
+    proc = run_trainer([*stage, "--output-dir", str(tmp_path / "pre")], env=env,
+                       timeout=COMPILE_TIMEOUT)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert _compiled(proc.stdout)["fxgraph_cache_miss"] > 0
+    env, straight, out = _native_env(cache), tmp_path / "straight", tmp_path / "elastic"
+    proc = run_trainer([*args, "--output-dir", str(straight)], nproc=3, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    counts = [_compiled(proc.stdout)]
+    base = [*args, "--output-dir", str(out)]
+    launcher = contract.TORCHRUN_MODULE
+    stopped = signal_when_logged(base, EVERY - 1, 3, launcher=launcher, env=env)
+    assert stopped.returncode == contract.EXIT_PREEMPTED, stopped.stderr[-3000:]
+    (first,) = [e["step"] for e in events(stopped.stdout, "checkpoint")]
+    counts.append(_compiled(stopped.stdout))
+    shrunk = signal_when_logged(base, first + 3, 2, launcher=launcher, env=env)
+    assert shrunk.returncode == contract.EXIT_PREEMPTED, shrunk.stderr[-3000:]
+    assert [e["world_size"] for e in events(shrunk.stdout, "resumed")] == [2]
+    counts.append(_compiled(shrunk.stdout))
+    grown = run_trainer(base, nproc=3, env=env)
+    assert grown.returncode == 0, grown.stderr[-3000:]
+    (back,) = events(grown.stdout, "resumed")
+    assert (back["checkpoint_world_size"], back["world_size"]) == (2, 3)
+    counts.append(_compiled(grown.stdout))
+    print("compile cache (straight, 3 procs, 2 procs, 3 procs):", counts)
+    for c in counts:
+        assert c["fxgraph_cache_miss"] == 0 and c["autograd_cache_miss"] == 0, counts
+        assert c["unique_graphs"] == 2, counts
+    _assert_same_run(out, straight)
