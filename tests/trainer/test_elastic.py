@@ -7,6 +7,7 @@ curve equal an unbroken 3-process run at the same global batch, within float-sum
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from itertools import islice
 from pathlib import Path
@@ -139,6 +140,30 @@ def test_a_checkpoint_of_another_global_batch_is_refused_unless_allowed() -> Non
         ["bert-pretrain", "--batch-size", "4", contract.ALLOW_GLOBAL_BATCH_CHANGE_FLAG]
     )
     assert persist.resume_samples(allowed, Path("ckpt-00000010.pt"), old, 8) == 240
+
+
+def test_gauges_and_the_checkpoint_report_show_samples_and_world_size(
+    bert_data: Path, tmp_path: Path
+) -> None:
+    from test_live_metrics import scrape
+    from trainer_utils import free_port
+
+    from trainium_trainer.device import make_runtime
+    from trainium_trainer.loop import train
+
+    args = ["bert-pretrain", "--data-dir", str(bert_data), "--output-dir", str(tmp_path), *FAST]
+    args += ["--max-steps", "4", "--log-every", "2", "--checkpoint-every", "4"]
+    args += ["--batch-size", str(B), contract.GLOBAL_BATCH_SIZE_FLAG, str(G)]
+    port, report = free_port(), tmp_path / "termination-log"
+    cfg = dataclasses.replace(config.parse_args(args), metrics_port=port, checkpoint_report=report)
+    served: dict[int, dict[str, float]] = {}
+    train(cfg, make_runtime("cpu"), on_step=lambda step: served.update({step: scrape(port)}))
+    assert [served[s][contract.METRIC_SAMPLES] for s in (1, 2, 3, 4)] == [G, 2 * G, 2 * G, 4 * G]
+    shape = {contract.METRIC_WORLD_SIZE: 1, contract.METRIC_GLOBAL_BATCH_SIZE: G}
+    assert {k: served[4][k] for k in shape} == shape
+    assert served[4][contract.METRIC_GRAD_ACCUM_STEPS] == G // B
+    body = json.loads(report.read_text())[contract.CHECKPOINT_REPORT_KEY]
+    assert (body[contract.REPORT_SAMPLES], body[contract.REPORT_WORLD_SIZE]) == (4 * G, 1)
 
 
 def _losses(out: Path) -> dict[int, float]:
