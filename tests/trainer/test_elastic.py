@@ -31,14 +31,14 @@ from trainium_trainer import checkpoint, config, contract, data, persist
 B, G = 2, 12  # 3 ranks accumulate 2 micro-batches, 2 ranks 3, 1 rank 6
 STEPS, EVERY = 12, 4
 #: Tolerance of weights trained in a different float-summation order (gloo sums over 3 or 2
-#: ranks, accumulation over 2 or 3 micro-steps); measured: 2.4e-07 at most after 12 steps.
+#: ranks, accumulation over 2 or 3 micro-steps); measured: 3.6e-07 at most after 12 steps.
 ATOL, RTOL = 1e-5, 1e-4
 
 
 def _shards(lengths: list[int]) -> list[data.Shard]:
     def make(i: int, n: int) -> data.Shard:
         ids = np.arange(n, dtype=np.int64)[:, None] + 1000 * i
-        return data.Shard(f"s{i}", n, lambda rows: {"input_ids": ids[rows]})
+        return data.Shard(f"s{i}", n, lambda: {"input_ids": ids})
 
     return [make(i, n) for i, n in enumerate(lengths)]
 
@@ -62,7 +62,7 @@ def test_each_epoch_is_one_permutation_and_any_position_reads_the_same() -> None
     for start, count in ((0, 5), (3, 9), (27, 4), (29, 1), (50, 30)):
         fresh = data.GlobalOrder(order.shards, 5)  # as a resumed run: no state carried over
         assert _sequence(fresh, start, count) == stream[start : start + count]
-        assert sorted(_ids(fresh.read(start, count))) == sorted(stream[start : start + count])
+        assert _ids(fresh.read(start, count)) == stream[start : start + count]
 
 
 def _step_chunks(world: int, start: int, steps: int) -> list[list[list[int]]]:
