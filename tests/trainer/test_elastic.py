@@ -111,7 +111,9 @@ def test_accumulation_keeps_the_global_batch_on_the_real_world_size() -> None:
     plain = config.parse_args(["bert-pretrain", "--grad-accum-steps", "5"])
     assert config.for_world_size(plain, 7).grad_accum_steps == 5  # unset G: today's behaviour
     assert config.accumulation_steps(24, 4, 7) is None
-    assert contract.GLOBAL_BATCH_SIZE_FLAG in config.build_parser().format_help()
+    flags = (contract.GLOBAL_BATCH_SIZE_FLAG, contract.BATCH_SIZE_FLAG, contract.GRAD_ACCUM_FLAG)
+    text = config.build_parser().format_help()  # the operator builds argv from these names
+    assert all(f in text for f in (*flags, contract.ALLOW_GLOBAL_BATCH_CHANGE_FLAG)), text
 
 
 def test_the_operator_sets_both_batches_through_the_environment(
@@ -262,8 +264,9 @@ def test_native_shrink_and_grow_hit_the_compile_cache_and_match_an_unbroken_run(
 
     On CPU a world size is no part of a compiled graph (DDP's all-reduce runs outside it, and
     accumulation is a Python loop), so the 1-process precompile serves every size: the shrink
-    and the growth compile nothing. On Trainium a graph's collectives fix the world size, hence
-    one precompiled cache entry per allowed size (the operator's elastic.precompileSizes).
+    and the growth compile nothing. On Trainium NEFFs depend on the world size (native.py), and
+    on XLA the step graph holds the all-reduce and the unrolled micro-steps, hence one
+    precompiled cache entry per allowed size (the operator's elastic.precompileSizes).
     """
     args = [*elastic_args, contract.BACKEND_FLAG, contract.BACKEND_NATIVE]
     cache = tmp_path / "cache"
