@@ -15,7 +15,7 @@ from trainium_trainer.__main__ import main
 
 
 class TwoRanks(device.Runtime):
-    """Rank 0 of a pretend 2-process world (no process group needed to hit the shard check)."""
+    """Rank 0 of a pretend 2-process world (no process group needed to hit the batch check)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -73,16 +73,16 @@ def test_bad_input_exits_2_with_one_line(
     _one_error_line(capsys, code, needle)
 
 
-def test_fewer_shards_than_ranks(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+def test_a_world_size_that_cannot_keep_the_global_batch(
+    bert_data: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from trainium_trainer.synth import write_bert_shards
-
-    write_bert_shards(tmp_path / "one", shards=1, samples_per_shard=8, seq_len=64)
     monkeypatch.setattr(device, "make_runtime", lambda prefer="auto": TwoRanks())
-    args = ["bert-pretrain", "--data-dir", str(tmp_path / "one"), "--output-dir", str(tmp_path)]
-    code = main(args)
-    _one_error_line(capsys, code, "1 data shards for 2 ranks")
+    args = ["bert-pretrain", "--data-dir", str(bert_data), "--output-dir", str(tmp_path)]
+    code = main([*args, "--global-batch-size", "12", "--batch-size", "4"])
+    _one_error_line(capsys, code, "--global-batch-size 12 is not a multiple of --batch-size 4")
 
 
 def test_unknown_task(capsys: pytest.CaptureFixture[str]) -> None:

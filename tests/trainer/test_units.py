@@ -1,4 +1,7 @@
-"""Fast checks of the pure parts: env contract, config, data order, LAMB, schedule, synth data."""
+"""Fast checks of the pure parts: env contract, config, LAMB, schedule, synth data.
+
+The data order is tested in test_elastic.py.
+"""
 
 from __future__ import annotations
 
@@ -6,11 +9,9 @@ import ast
 import os
 import subprocess
 import sys
-from itertools import islice
 from pathlib import Path
 
 import h5py
-import numpy as np
 import pytest
 import torch
 from trainer_utils import TRAINER_SRC, subprocess_env
@@ -54,32 +55,6 @@ def test_config_defaults_and_flags() -> None:
     cfg = config.parse_args(["bert-pretrain", "--max-steps", "7", "--resume", "never"])
     assert cfg.max_steps == 7 and cfg.resume == "never" and cfg.grad_accum_steps == 1
     assert contract.MAX_STEPS_FLAG in config.build_parser().format_help()
-
-
-def _shards(lengths: list[int]) -> list[data.Shard]:
-    def make(i: int, n: int) -> data.Shard:
-        ids = np.arange(n, dtype=np.int64)[:, None] + 1000 * i
-        return data.Shard(f"s{i}", n, lambda: {"input_ids": ids})
-
-    return [make(i, n) for i, n in enumerate(lengths)]
-
-
-def test_stream_resumes_exactly_at_any_position() -> None:
-    shards = _shards([10, 7, 12])
-    full = [b["input_ids"].ravel().tolist() for b in islice(data.batch_stream(shards, 3, 5), 20)]
-    for start in (0, 1, 5, 9, 13):
-        again = data.batch_stream(shards, 3, 5, start=start)
-        got = [b["input_ids"].ravel().tolist() for b in islice(again, 4)]
-        assert got == full[start : start + 4]
-    assert len({tuple(b) for b in full[:9]}) == 9  # one epoch: 3 + 2 + 4 distinct batches
-
-
-def test_ranks_own_disjoint_shards() -> None:
-    names = [f"s{i}" for i in range(5)]
-    parts = [data.rank_shards(names, r, 2) for r in range(2)]
-    assert parts == [["s0", "s2", "s4"], ["s1", "s3"]]
-    with pytest.raises(config.UsageError):
-        data.rank_shards(names[:1], 0, 2)
 
 
 def test_lamb_decreases_a_quadratic() -> None:

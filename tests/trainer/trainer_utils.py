@@ -135,3 +135,32 @@ def signal_when_logged(
     out, err = proc.communicate(timeout=RUN_TIMEOUT)
     stdout = "".join(lines) + out.decode()
     return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, err.decode())
+
+
+def kill_workers_after_checkpoint(
+    args: list[str], step: int, nproc: int, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run under torchrun; SIGKILL every worker once the checkpoint of `step` is reported.
+
+    As a node lost: no SIGTERM, no agreed stop; torchrun sees its workers die and fails.
+    """
+    proc = subprocess.Popen(
+        trainer_cmd(args, nproc),
+        env=subprocess_env(env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + RUN_TIMEOUT
+    assert proc.stdout is not None
+    lines: list[str] = []
+    for line in proc.stdout:
+        lines.append(line)
+        record = stdout_records(line)[0]
+        if record.get("event") == "checkpoint" and record["step"] == step:
+            for pid in _children(proc.pid):
+                os.kill(pid, signal.SIGKILL)
+            break
+        assert time.monotonic() < deadline, "the run never reported the checkpoint"
+    _, err = proc.communicate(timeout=RUN_TIMEOUT)  # what workers printed as they died: dropped
+    return subprocess.CompletedProcess(proc.args, proc.returncode, "".join(lines), err)

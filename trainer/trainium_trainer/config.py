@@ -59,6 +59,12 @@ class RunConfig:
     metrics_port: int | None = None
     #: The device layer's runtime: auto, cpu, xla or native (device.make_runtime).
     backend: str = "auto"
+    #: Samples per optimizer step over all ranks; None: batch x accumulation x world, unkept.
+    global_batch_size: int | None = None
+    #: Whether --grad-accum-steps was given (it must then agree with --global-batch-size).
+    grad_accum_given: bool = False
+    #: Resume a checkpoint trained with another global batch (the data continues by samples).
+    allow_global_batch_change: bool = False
 
     @property
     def checkpoint_dir(self) -> Path:
@@ -95,8 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data-dir", type=Path, help="HDF5 shards / text files for the task")
     out_help = f"default ${contract.ENV_OUTPUT_DIR} or {DEFAULT_OUTPUT_DIR}"
     p.add_argument("--output-dir", type=Path, help=out_help)
-    p.add_argument("--batch-size", type=_positive(int), default=8, help="per process")
-    p.add_argument("--grad-accum-steps", type=_positive(int), default=1)
+    _add_batch_flags(p)
     p.add_argument(contract.MAX_STEPS_FLAG, dest="max_steps", type=_positive(int), default=100)
     p.add_argument("--seq-len", type=_positive(int), default=64)
     p.add_argument("--lr", type=_positive(float), default=1e-3)
@@ -125,6 +130,39 @@ def build_parser() -> argparse.ArgumentParser:
     _add_backend_flag(p)
     _add_text_flags(p)
     return p
+
+
+def _add_batch_flags(p: argparse.ArgumentParser) -> None:
+    """Per-process batch, accumulation, and the global batch that elastic runs keep."""
+    p.add_argument(
+        contract.BATCH_SIZE_FLAG,
+        dest="batch_size",
+        type=_positive(int),
+        help=f"samples per process per micro-step; default ${contract.ENV_BATCH_SIZE} or 8",
+    )
+    p.add_argument(
+        contract.GRAD_ACCUM_FLAG,
+        dest="grad_accum_steps",
+        type=_positive(int),
+        help=f"micro-steps per optimizer step; default 1, or derived from "
+        f"{contract.GLOBAL_BATCH_SIZE_FLAG} (then, if given, it must agree)",
+    )
+    p.add_argument(
+        contract.GLOBAL_BATCH_SIZE_FLAG,
+        dest="global_batch_size",
+        type=_positive(int),
+        help=f"samples per optimizer step over all ranks; default ${contract.ENV_GLOBAL_BATCH_SIZE}"
+        f" or unset. Set: accumulation = G / (batch size x world size), from the world size at "
+        "start, so a run resumes on another world size with the same batch and data order; a "
+        "size that cannot keep G is refused, and so is a checkpoint trained with another G",
+    )
+    p.add_argument(
+        contract.ALLOW_GLOBAL_BATCH_CHANGE_FLAG,
+        dest="allow_global_batch_change",
+        action="store_true",
+        help="resume a checkpoint trained with another global batch (the data continues at the "
+        "samples it consumed)",
+    )
 
 
 def _add_backend_flag(p: argparse.ArgumentParser) -> None:
@@ -178,6 +216,14 @@ def parse_args(argv: Sequence[str] | None = None) -> RunConfig:
     values["output_dir"] = output
     values["precision"] = ns.precision or _env_precision()
     values["backend"] = ns.backend or _env_backend()
+    env_batch = _count(contract.ENV_BATCH_SIZE, os.environ.get(contract.ENV_BATCH_SIZE, ""))
+    env_global = os.environ.get(contract.ENV_GLOBAL_BATCH_SIZE, "")
+    values["batch_size"] = ns.batch_size or env_batch or 8
+    values["global_batch_size"] = ns.global_batch_size or _count(
+        contract.ENV_GLOBAL_BATCH_SIZE, env_global
+    )
+    values["grad_accum_steps"] = ns.grad_accum_steps or 1
+    values["grad_accum_given"] = ns.grad_accum_steps is not None
     values["extract_graphs_only"] = extract_graphs_only()
     report = os.environ.get(contract.ENV_CHECKPOINT_REPORT)
     values["checkpoint_report"] = Path(report) if report else None
@@ -251,6 +297,38 @@ def _metrics_port() -> int | None:
     if not port.isdigit() or not 0 <= int(port) < 65536:
         raise UsageError(f"{contract.ENV_METRICS_PORT}={port!r}; expected a port number")
     return int(port)
+
+
+def _count(name: str, text: str) -> int | None:
+    """A positive integer the operator passes in the environment variable name; empty: None."""
+    if not text:
+        return None
+    if not text.isdigit() or int(text) == 0:
+        raise UsageError(f"{name}={text!r}; expected a positive integer")
+    return int(text)
+
+
+def accumulation_steps(global_batch: int, batch_size: int, world_size: int) -> int | None:
+    """Micro-steps that make global_batch from batch_size on world_size ranks; None: none can."""
+    steps, rest = divmod(global_batch, batch_size * world_size)
+    return steps if steps > 0 and rest == 0 else None
+
+
+def for_world_size(cfg: RunConfig, world_size: int) -> RunConfig:
+    """cfg with the accumulation that keeps --global-batch-size on this (real) world size."""
+    g, b = cfg.global_batch_size, cfg.batch_size
+    if g is None:
+        return cfg
+    steps = accumulation_steps(g, b, world_size)
+    per_micro = f"--batch-size {b} x world size {world_size} = {b * world_size}"
+    if steps is None:
+        raise UsageError(f"--global-batch-size {g} is not a multiple of {per_micro}")
+    if cfg.grad_accum_given and cfg.grad_accum_steps != steps:
+        raise UsageError(
+            f"--grad-accum-steps {cfg.grad_accum_steps} disagrees with --global-batch-size {g}: "
+            f"{g} / ({per_micro}) = {steps}"
+        )
+    return dataclasses.replace(cfg, grad_accum_steps=steps)
 
 
 def _env_backend() -> str:

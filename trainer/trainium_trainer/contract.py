@@ -147,9 +147,36 @@ ENV_INDUCTOR_CACHE_DIR = "TORCHINDUCTOR_CACHE_DIR"
 #: Environment the native runtime sets for its compile caches (derived from ENV_CACHE_DIR).
 NATIVE_CACHE_ENV = (ENV_NEFF_CACHE_DIR, ENV_NEURONX_COMPILE_ONLY, ENV_INDUCTOR_CACHE_DIR)
 
+# --- Elastic training (issue 28): the global batch is kept across world sizes.
+#: Samples per optimizer step over all ranks: the trainer's --global-batch-size default. Set, the
+#: trainer derives gradient accumulation = G / (--batch-size x world size) from the real world
+#: size at start, refuses (EXIT_USAGE, one line) a size that cannot keep G exactly, and refuses
+#: to resume a checkpoint trained with another G. Unset: --grad-accum-steps as given (default 1).
+ENV_GLOBAL_BATCH_SIZE = "TRAINIUM_GLOBAL_BATCH_SIZE"
+#: Samples per process per micro-step: the trainer's --batch-size default (8 when unset).
+ENV_BATCH_SIZE = "TRAINIUM_BATCH_SIZE"
+#: Env the operator sets for elastic jobs only (spec.elastic); the trainer reads it always.
+ELASTIC_ENV = (ENV_GLOBAL_BATCH_SIZE, ENV_BATCH_SIZE)
+GLOBAL_BATCH_SIZE_FLAG = "--global-batch-size"
+BATCH_SIZE_FLAG = "--batch-size"
+GRAD_ACCUM_FLAG = "--grad-accum-steps"
+#: Lets a resume change the global batch (the data continues at the samples consumed).
+ALLOW_GLOBAL_BATCH_CHANGE_FLAG = "--allow-global-batch-change"
+#: Gauges of the elastic state: samples consumed (global, at the last logged step), the world
+#: size this run trains at, its global batch and the accumulation that keeps it.
+METRIC_SAMPLES = "trainium_trainer_samples"
+METRIC_WORLD_SIZE = "trainium_trainer_world_size"
+METRIC_GLOBAL_BATCH_SIZE = "trainium_trainer_global_batch_size"
+METRIC_GRAD_ACCUM_STEPS = "trainium_trainer_grad_accum_steps"
+#: Keys the checkpoint report's body carries beside step/time/path: the global samples consumed
+#: at that checkpoint and the world size that wrote it.
+REPORT_SAMPLES = "samples"
+REPORT_WORLD_SIZE = "worldSize"
+
 #: Every environment variable the trainer package reads (tests/trainer pins this).
 TRAINER_READS = (
     *TRAINER_ENV,
+    *ELASTIC_ENV,
     *LAUNCHER_ENV,
     ENV_NEURON_CC_FLAGS,
     ENV_NODE_NAME,

@@ -20,6 +20,7 @@ RECORD_GAUGES = {
     "samples_per_second": contract.METRIC_SAMPLES_PER_SECOND,
     "tokens_per_second": contract.METRIC_TOKENS_PER_SECOND,
     "lr": contract.METRIC_LR,
+    "samples": contract.METRIC_SAMPLES,
 }
 HELP = {
     contract.METRIC_STEP: "Last optimizer step logged",
@@ -29,6 +30,10 @@ HELP = {
     contract.METRIC_TOKENS_PER_SECOND: "Global tokens per second since the previous log",
     contract.METRIC_LR: "Learning rate at the last logged step",
     contract.METRIC_CHECKPOINT_STEP: "Step of the last complete checkpoint",
+    contract.METRIC_SAMPLES: "Global samples consumed at the last logged step",
+    contract.METRIC_WORLD_SIZE: "Processes this run trains on",
+    contract.METRIC_GLOBAL_BATCH_SIZE: "Samples per optimizer step over all ranks",
+    contract.METRIC_GRAD_ACCUM_STEPS: "Micro-steps per optimizer step on this world size",
 }
 
 
@@ -47,11 +52,18 @@ class LiveMetrics:
         self._server = server
         self.port = int(server.server_address[1])
 
-    def start(self, step: int, total_steps: int, last_checkpoint: int) -> None:
-        """Where the run starts: total steps, and the step it resumed from."""
+    def start(self, step: int, total_steps: int, last_checkpoint: int, samples: int = 0) -> None:
+        """Where the run starts: total steps, and the step (and samples) it resumed from."""
         self.gauges[contract.METRIC_TOTAL_STEPS].set(total_steps)
         self.gauges[contract.METRIC_STEP].set(step)
         self.gauges[contract.METRIC_CHECKPOINT_STEP].set(last_checkpoint)
+        self.gauges[contract.METRIC_SAMPLES].set(samples)
+
+    def shape(self, world_size: int, global_batch: int, accumulation: int) -> None:
+        """The world size this run trains on, and the global batch its accumulation keeps."""
+        self.gauges[contract.METRIC_WORLD_SIZE].set(world_size)
+        self.gauges[contract.METRIC_GLOBAL_BATCH_SIZE].set(global_batch)
+        self.gauges[contract.METRIC_GRAD_ACCUM_STEPS].set(accumulation)
 
     def log(self, record: dict[str, Any]) -> None:
         """Set the gauges from one metrics.jsonl record."""

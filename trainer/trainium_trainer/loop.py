@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from trainium_trainer import export, optim, persist
-from trainium_trainer.config import RunConfig
+from trainium_trainer.config import RunConfig, for_world_size
 from trainium_trainer.control import Clock, Control
 from trainium_trainer.device import Batch, Runtime
 from trainium_trainer.errors import NonFiniteLoss, Preempted
@@ -40,6 +40,8 @@ class TrainState:
 
     step: int = 0
     resumed_from: int = 0
+    #: Global samples consumed at resumed_from (0 on a fresh start): where the data continues.
+    resumed_samples: int = 0
     initial_loss: float | None = None
     final_loss: float | None = None
     clock: float = dataclasses.field(default_factory=time.perf_counter)
@@ -67,6 +69,11 @@ class Trainer:
     def samples_per_step(self) -> int:
         """Global samples per optimizer step: batch x accumulation x ranks."""
         return self.cfg.batch_size * self.cfg.grad_accum_steps * self.rt.world_size
+
+    def samples_at(self, step: int) -> int:
+        """Global samples consumed once `step` is done (the global batch is constant in a run)."""
+        st = self.state
+        return st.resumed_samples + (step - st.resumed_from) * self.samples_per_step
 
 
 def step_seed(seed: int, rank: int, step: int) -> int:
@@ -142,6 +149,7 @@ def _log(t: Trainer, step: int, checks: torch.Tensor, lr: float) -> None:
     if st.initial_loss is None:
         st.initial_loss = loss
     record = {"step": step, "loss": loss, "lr": lr, "samples_per_second": sps}
+    record["samples"] = t.samples_at(step)
     record["tokens_per_second"] = sps * t.cfg.seq_len
     t.live.log(record)  # every rank: each node's server shows the same rank-mean loss
     if t.rt.is_main:
@@ -183,23 +191,27 @@ def run(t: Trainer, batches: Iterator[Batch], on_step: StepHook | None = None) -
 
 
 def build_trainer(cfg: RunConfig, rt: Runtime, clock: Clock = time.monotonic) -> Trainer:
-    """Task, device placement, precision, optimizer and schedule, then resume if asked."""
-    task = build_task(cfg, rt.rank, rt.world_size)
+    """Accumulation for this world size, task, device, optimizer and schedule, then resume."""
+    cfg = for_world_size(cfg, rt.world_size)
+    global_batch = cfg.batch_size * cfg.grad_accum_steps * rt.world_size
+    resume = persist.resolve_resume(cfg, rt.is_main)
+    samples = persist.resume_samples(cfg, *resume, global_batch) if resume else 0
+    task = build_task(cfg)
     rt.prepare_model(task.model, cfg.precision)
     _tie_weights(task.model)
     optimizer = optim.build_optimizer(task.model, cfg.optimizer, cfg.lr)
     rt.wrap_optimizer(optimizer)
     scheduler = optim.build_scheduler(optimizer, cfg.warmup_steps, cfg.max_steps)
-    resume = persist.resolve_resume(cfg, rt.is_main)
     writer_enabled = rt.is_main and not cfg.extract_graphs_only
     resumed_from = int(resume[1]["step"]) if resume else 0
     metrics = MetricsWriter(cfg.output_dir, writer_enabled, resumed_from)
     control = Control(rt, cfg.checkpoint_minutes, clock)
-    state = TrainState()
+    state = TrainState(resumed_samples=samples)
     t = Trainer(cfg, rt, task, task.model, optimizer, scheduler, metrics, state, control)
     if resume is not None:
         persist.restore(t, *resume)
-    t.live.start(state.step, cfg.max_steps, state.last_checkpoint)
+    t.live.start(state.step, cfg.max_steps, state.last_checkpoint, samples)
+    t.live.shape(rt.world_size, global_batch, cfg.grad_accum_steps)
     return t
 
 
@@ -219,7 +231,8 @@ def train(
 ) -> dict[str, Any]:
     """Build, resume, run to --max-steps, evaluate, export, summarize (on_step: tests observe)."""
     t = build_trainer(cfg, rt, clock)
-    batches = t.task.batches(cfg, start=t.state.step * cfg.grad_accum_steps)
+    cfg = t.cfg  # with the accumulation of this world size
+    batches = t.task.batches(cfg, rt.rank, rt.world_size, start=t.state.resumed_samples)
     if cfg.metrics_port is not None and not cfg.extract_graphs_only:
         t.live.serve(cfg.metrics_port)
     try:

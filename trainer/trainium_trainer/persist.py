@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from trainium_trainer import checkpoint, optim, termination
-from trainium_trainer.config import RunConfig
+from trainium_trainer import checkpoint, contract, optim, termination
+from trainium_trainer.config import RunConfig, UsageError
 from trainium_trainer.errors import DiskFull
 from trainium_trainer.metrics import merge_summary
 
@@ -36,7 +36,11 @@ def save(t: Trainer, step: int) -> None:
         "step": step,
         **tensors,
         "scheduler": t.scheduler.state_dict(),
-        "data_position": step * t.cfg.grad_accum_steps,
+        # Where the data continues (world-size independent), and the shape that consumed it.
+        "samples": t.samples_at(step),
+        "global_batch_size": t.samples_per_step,
+        "batch_size": t.cfg.batch_size,
+        "grad_accum_steps": t.cfg.grad_accum_steps,
         "world_size": t.rt.world_size,
         "rng": {**checkpoint.rng_state(), **t.rt.rng_state()},
         "losses": {"initial": st.initial_loss, "final": st.final_loss},
@@ -53,13 +57,17 @@ def save(t: Trainer, step: int) -> None:
     checkpoint.prune(t.cfg.checkpoint_dir, t.cfg.keep_checkpoints)
     t.live.checkpoint(step)
     t.metrics.event("checkpoint", step=step, path=str(path))
-    _report(t.cfg, step, path)
+    extra = {
+        contract.REPORT_SAMPLES: t.samples_at(step),
+        contract.REPORT_WORLD_SIZE: t.rt.world_size,
+    }
+    _report(t.cfg, step, path, extra)
 
 
-def _report(cfg: RunConfig, step: int, path: Path) -> None:
+def _report(cfg: RunConfig, step: int, path: Path, extra: dict[str, int]) -> None:
     """Name the checkpoint in the termination message; a failed report never stops training."""
     try:
-        termination.report_checkpoint(cfg.checkpoint_report, step, path)
+        termination.report_checkpoint(cfg.checkpoint_report, step, path, extra)
     except OSError as exc:
         print(f"warning: checkpoint report {cfg.checkpoint_report}: {exc}", file=sys.stderr)
 
@@ -67,6 +75,35 @@ def _report(cfg: RunConfig, step: int, path: Path) -> None:
 def resolve_resume(cfg: RunConfig, is_main: bool) -> tuple[Path, dict[str, Any]] | None:
     """The checkpoint to resume from (rank 0 also sets aside the ones that fail to verify)."""
     return checkpoint.resolve_resume(cfg, is_main)
+
+
+def saved_global_batch(saved: dict[str, Any], batch_size: int) -> int:
+    """The global batch a checkpoint was trained with.
+
+    Checkpoints before issue 28 lack it: their data_position counted micro-batches per rank, so
+    it is batch x (data_position / step) x world size, with today's --batch-size.
+    """
+    if "global_batch_size" in saved:
+        return int(saved["global_batch_size"])
+    accum = int(saved["data_position"]) // max(int(saved["step"]), 1)
+    return batch_size * accum * int(saved["world_size"])
+
+
+def resume_samples(cfg: RunConfig, path: Path, saved: dict[str, Any], global_batch: int) -> int:
+    """Global samples the checkpoint consumed: where the data continues, on any world size.
+
+    A global batch other than the checkpoint's is refused (one line) unless
+    --allow-global-batch-change: it would change the optimisation under the same schedule.
+    """
+    was = saved_global_batch(saved, cfg.batch_size)
+    if was != global_batch and not cfg.allow_global_batch_change:
+        raise UsageError(
+            f"{path.name} was trained with global batch {was} "
+            f"({saved.get('world_size')} ranks), this run's is {global_batch}: keep "
+            f"{contract.GLOBAL_BATCH_SIZE_FLAG} {was}, or pass "
+            f"{contract.ALLOW_GLOBAL_BATCH_CHANGE_FLAG}"
+        )
+    return int(saved.get("samples", int(saved["step"]) * was))
 
 
 def restore(t: Trainer, path: Path, saved: dict[str, Any]) -> None:
@@ -82,7 +119,15 @@ def restore(t: Trainer, path: Path, saved: dict[str, Any]) -> None:
     st.initial_loss, st.final_loss = losses["initial"], losses["final"]
     if not t.rt.is_main:
         return
-    t.metrics.event("resumed", step=st.step, path=str(path))
+    saved_world = int(saved["world_size"])
+    t.metrics.event(
+        "resumed",
+        step=st.step,
+        path=str(path),
+        samples=st.resumed_samples,
+        world_size=t.rt.world_size,
+        checkpoint_world_size=saved_world,
+    )
     if replaced is not None:  # the command line wins over the checkpoint, and says so
         t.metrics.event("lr_changed", step=st.step, checkpoint_lr=replaced, lr=t.cfg.lr)
 
@@ -99,7 +144,10 @@ def summarize(t: Trainer, extra: dict[str, Any] | None = None) -> dict[str, Any]
         "steps": st.step,
         "samples_per_second": t.samples_per_step * steps_run / elapsed,
         "resumed_from_step": st.resumed_from,
+        "samples": t.samples_at(st.step),
         "world_size": t.rt.world_size,
+        "global_batch_size": t.samples_per_step,
+        "grad_accum_steps": t.cfg.grad_accum_steps,
         "device": t.rt.kind,
         "precision": t.cfg.precision,
         **t.rt.report(),

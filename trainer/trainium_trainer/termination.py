@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 from trainium_trainer import contract
@@ -28,9 +29,12 @@ def now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def report_line(step: int, path: Path, when: str) -> str:
-    """One JSON line naming a complete checkpoint; without its path if that is too long."""
-    body = {"step": step, "time": when, "path": str(path)}
+def report_line(step: int, path: Path, when: str, extra: Mapping[str, int] | None = None) -> str:
+    """One JSON line naming a complete checkpoint; without its path if that is too long.
+
+    extra: more facts of the checkpoint (contract.REPORT_SAMPLES, REPORT_WORLD_SIZE).
+    """
+    body: dict[str, object] = {"step": step, "time": when, "path": str(path), **(extra or {})}
     line = json.dumps({contract.CHECKPOINT_REPORT_KEY: body})
     if len(line) > MAX_REPORT:
         del body["path"]
@@ -50,13 +54,15 @@ def overwrite(fd: int, text: str) -> None:
     os.ftruncate(fd, len(data))
 
 
-def report_checkpoint(target: Path | None, step: int, path: Path) -> None:
+def report_checkpoint(
+    target: Path | None, step: int, path: Path, extra: Mapping[str, int] | None = None
+) -> None:
     """After a complete checkpoint: leave its report as the whole message (None: no report)."""
     if target is None:
         return
     fd = os.open(target, os.O_WRONLY | os.O_CREAT, 0o644)
     try:
-        overwrite(fd, report_line(step, path, now()) + "\n")
+        overwrite(fd, report_line(step, path, now(), extra) + "\n")
     finally:
         os.close(fd)
 
