@@ -37,13 +37,6 @@ ENV_NEURON_CC_FLAGS = "NEURON_CC_FLAGS"
 #: stage: the trainer's --backend default (config.py), as TRAINIUM_PRECISION is --precision's.
 ENV_BACKEND = "TRAINIUM_BACKEND"
 
-#: Elastic training (issue 28): samples per optimizer step over all ranks (G), and each process's
-#: micro batch (B); the trainer derives gradient accumulation G / (B x world size) from its real
-#: world size, so a gang restarted at another size keeps the global batch. Set for elastic jobs.
-ENV_GLOBAL_BATCH_SIZE = "TRAINIUM_GLOBAL_BATCH_SIZE"
-ENV_BATCH_SIZE = "TRAINIUM_BATCH_SIZE"
-ELASTIC_ENV = (ENV_GLOBAL_BATCH_SIZE, ENV_BATCH_SIZE)
-
 #: The metrics port of training pods and its containerPort name (operator and trainer agree here).
 METRICS_PORT = 9400
 METRICS_PORT_NAME = "metrics"
