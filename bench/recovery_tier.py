@@ -156,8 +156,8 @@ def nth_seen(arrivals: list[Arrival], test: Callable[[Obj], bool], n: int) -> fl
 
 
 def poll(done: Callable[[], Any], timeout: float, what: str) -> Any:
-    """wait_until, 50 ms apart: the bench's waits end on a recorded arrival, not on the poll."""
-    return wait_until(done, timeout, what, every=0.05)
+    """wait_until, 0.2 s apart: the times come from recorded arrivals, not from the poll."""
+    return wait_until(done, timeout, what, every=0.2)
 
 
 #: Seconds the failure may take to show (a node gone: the pod garbage collector's 40 s
