@@ -153,8 +153,7 @@ def when_pod(test: Callable[[Obj], bool]) -> Callable[[Stage, Trial], float | No
 def when_any_pod_failed(stage: Stage, trial: Trial) -> float | None:
     """The first pod of this job's training gang shown Failed (a preflight fails at start)."""
     arrivals = stage.pods.arrivals(trial.ns, 0.0)
-    first_gang = lambda pod: owned_by(pod, trial.vc_uid)  # noqa: E731
-    return first(arrivals, lambda pod: first_gang(pod) and failed(pod))
+    return first(arrivals, lambda pod: owned_by(pod, trial.vc_uid) and failed(pod))
 
 
 def deadline_passed(stage: Stage, trial: Trial) -> float | None:
@@ -260,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
             trials = []
             for i in range(args.repeat):
                 trial = run_trial(stage, sc, ns, i)
-                print(f"# {name} {i}: {_line(trial)}", file=sys.stderr, flush=True)
+                print(f"# {name} {i}: {_line(trial, sc)}", file=sys.stderr, flush=True)
                 trials.append(trial)
             rows.append(row(sc, trials, env))
     print(f"# {' '.join(sys.argv)}\n# {started:%Y-%m-%d %H:%M} UTC; {machine()}")
@@ -269,12 +268,13 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _line(t: Trial) -> str:
-    """One repetition's figures, or why it was lost."""
+def _line(t: Trial, sc: Scenario) -> str:
+    """One repetition's figures (and a reason other than the class's), or why it was lost."""
     extra = "".join(f" {k}={v:.2f}" for k, v in t.extra.items())
     if t.lost or t.visible is None or t.restarted is None or t.bound is None:
         return f"lost ({t.lost}); restarted by {t.by or '-'}{extra}"
-    return (f"by {t.by}, reason {t.reason}: (a) {t.restarted - t.visible:.3f} s, "
+    said = t.reason if t.reason == sc.reason else f"{t.reason} (expected {sc.reason})"
+    return (f"by {t.by}, reason {said}: (a) {t.restarted - t.visible:.3f} s, "
             f"(b) {t.bound - t.restarted:.3f} s{extra}")  # fmt: skip
 
 

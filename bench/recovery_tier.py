@@ -163,7 +163,7 @@ def poll(done: Callable[[], Any], timeout: float, what: str) -> Any:
 #: Seconds the failure may take to show (a node gone: the pod garbage collector's 40 s
 #: quarantine and 20 s period), then from it to the new gang bound before the trial counts lost
 #: (a recovery takes a few seconds on the tier).
-VISIBLE_TIMEOUT, RECOVERY_TIMEOUT = 120.0, 30.0
+VISIBLE_TIMEOUT, RECOVERY_TIMEOUT = 120.0, 20.0
 #: Nodes of each gang.
 GANG = 2
 RUNNING = Behavior(outcome="RunForever")
