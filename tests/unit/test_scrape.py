@@ -226,3 +226,36 @@ def test_a_hang_counts_from_the_reading_that_last_saw_the_step_move_not_from_a_w
             hung_at = t
             break
     assert hung_at is not None and stall + 60 < hung_at <= stall + 60 + 2, hung_at
+
+
+def test_a_hang_is_judged_at_the_first_reading_past_the_deadline_to_the_microsecond(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Readings ~2.5 s apart stamped to the microsecond: the hang is declared at the first one
+    past the deadline; with whole seconds the 60 s read as 60 there and the next one declared it
+    (the tier's bench: 5.3 s past the deadline against 4 s wanted)."""
+    monkeypatch.setenv(scrape.INTERVAL_ENV, "2")
+    monkeypatch.setenv(scrape.WRITE_ENV, "4")
+    step, base = {"now": 0}, 1_795_000_000.0
+    monkeypatch.setattr(
+        scrape, "read_metrics",
+        lambda ip, port, timeout=5.0: f"{contract.METRIC_STEP} {step['now']}\n"
+        f"{contract.METRIC_TOTAL_STEPS} 1000\n",
+    )  # fmt: skip
+    spec = parse(job(runPolicy={"progressDeadlineSeconds": 60}))
+    status: dict[str, Any] = {}
+    read_at, latest, stall = None, None, 10.3
+    for k in range(100):
+        t = k * 2.51  # a pass's own time and the queue's slack on top of the interval
+        step["now"] = int(min(t, stall) * 50)
+        sight = scrape.Sight(Child.RUNNING, "g", status, scrape.timestamp(base + t), read_at,
+                             t, pod(9), watched=True, last_progress=latest)  # fmt: skip
+        seen = scrape.look(spec, OWNER, sight)
+        status = {"progress": seen.write} if seen.write is not None else status
+        read_at, latest = seen.read_at, seen.latest
+        if seen.hung is not None:
+            break
+    # The first reading that shows the frozen step starts the 60 s; the first one past them ends.
+    frozen_seen = next(k * 2.51 for k in range(100) if k * 2.51 > stall)
+    first_past = next(k * 2.51 for k in range(100) if k * 2.51 - frozen_seen > 60)
+    assert seen.hung is not None and t == first_past, (t, first_past)

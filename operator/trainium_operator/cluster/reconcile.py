@@ -205,7 +205,7 @@ def _watch(
     training = seen.observed.training
     uid = seen.gang.uid if seen.gang is not None and training is not Child.ABSENT else None
     sight = scrape.Sight(
-        training, uid, previous, views.now, views.memory.metrics_read_at,
+        training, uid, previous, scrape.read_time(), views.memory.metrics_read_at,
         rank0=views.rank0_pod, watched=views.pods_watched, last_progress=views.memory.progress,
     )  # fmt: skip
     watched = scrape.look(spec, owner, sight)

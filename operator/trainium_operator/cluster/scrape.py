@@ -7,6 +7,7 @@ graphs, the pod moved) is no reading, never an error of the pass.
 
 from __future__ import annotations
 
+import datetime
 import os
 import time
 import urllib.error
@@ -214,3 +215,15 @@ def _log_tail(owner: Owner, pod: Json | None) -> list[str]:
     if not container:
         return []
     return k8s.pod_log_tail(owner.namespace, pod["metadata"]["name"], container, HUNG_LOG_LINES)
+
+
+def timestamp(seconds: float) -> str:
+    """An epoch time as RFC 3339 with microseconds (status.progress's times)."""
+    moment = datetime.datetime.fromtimestamp(seconds, datetime.timezone.utc)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def read_time() -> str:
+    """Now, to the microsecond: a hang is judged at the first reading past its deadline, not a
+    whole second later (whole seconds made 60.4 s read as 60, and the next reading declared it)."""
+    return timestamp(time.time())
