@@ -91,6 +91,9 @@ bench: $(STAMP) ## Benchmarks behind BENCHMARKS.md (BENCH_JOBS="100 500 1000")
 	$(BIN)/python bench/native_compile.py
 	if [ -x .venv-xla/bin/python ]; then PJRT_DEVICE=CPU .venv-xla/bin/python bench/xla_graphs.py; \
 	else echo "bench/xla_graphs.py skipped: run make test-xla first (builds .venv-xla)"; fi
+	if [ -n "$(TRAINIUM_CLUSTER_ASSETS)" ]; then \
+	  $(BIN)/python bench/recovery.py --cluster "$(abspath $(TRAINIUM_CLUSTER_ASSETS))"; \
+	else echo "bench/recovery.py skipped: TRAINIUM_CLUSTER_ASSETS is not set (the real-cluster tier)"; fi
 
 lint: $(STAMP) ## ruff and mypy (hadolint and yamllint run inside `make test`)
 	$(BIN)/ruff check operator trainer tests bench

@@ -190,3 +190,72 @@ def test_a_succeeded_job_keeps_its_final_progress(monkeypatch: pytest.MonkeyPatc
         spec, OWNER, scrape.Sight(Child.SUCCEEDED, "g", {"progress": done}, T0)
     ).write
     assert again is None  # written once
+
+
+def test_a_hang_counts_from_the_reading_that_last_saw_the_step_move_not_from_a_write(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Progress is written once a minute, read every 2 s: a stall at t=10 is hung at t<=72.
+
+    Each pass starts from what the last one read (the job's memory), not from the last write:
+    found on the tier (bench/recovery.py), where a hang was judged up to one write interval
+    late (the unwritten readings each saw the step move past the written one).
+    """
+    monkeypatch.setenv(scrape.INTERVAL_ENV, "2")
+    monkeypatch.setenv(scrape.WRITE_ENV, "60")
+    stall = 10
+    step = {"now": 0}
+
+    def metrics(ip: str, port: int, timeout: float = 5.0) -> str:
+        return f"{contract.METRIC_STEP} {step['now']}\n{contract.METRIC_TOTAL_STEPS} 1000\n"
+
+    monkeypatch.setattr(scrape, "read_metrics", metrics)
+    spec = parse(job(runPolicy={"progressDeadlineSeconds": 60}))
+    status: dict[str, Any] = {}
+    read_at, latest, hung_at = None, None, None
+    for t in range(0, 200, 2):
+        step["now"] = min(t, stall)
+        now = f"2026-11-22T10:{t // 60:02d}:{t % 60:02d}Z"
+        sight = scrape.Sight(Child.RUNNING, "g", status, now, read_at, float(t), pod(9),
+                             watched=True, last_progress=latest)  # fmt: skip
+        seen = scrape.look(spec, OWNER, sight)
+        if seen.write is not None:
+            status = {"progress": seen.write}
+        read_at, latest = seen.read_at, seen.latest
+        if seen.hung is not None:
+            hung_at = t
+            break
+    assert hung_at is not None and stall + 60 < hung_at <= stall + 60 + 2, hung_at
+
+
+def test_a_hang_is_judged_at_the_first_reading_past_the_deadline_to_the_microsecond(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Readings ~2.5 s apart stamped to the microsecond: the hang is declared at the first one
+    past the deadline; with whole seconds the 60 s read as 60 there and the next one declared it
+    (the tier's bench: 5.3 s past the deadline against 4 s wanted)."""
+    monkeypatch.setenv(scrape.INTERVAL_ENV, "2")
+    monkeypatch.setenv(scrape.WRITE_ENV, "4")
+    step, base = {"now": 0}, 1_795_000_000.0
+    monkeypatch.setattr(
+        scrape, "read_metrics",
+        lambda ip, port, timeout=5.0: f"{contract.METRIC_STEP} {step['now']}\n"
+        f"{contract.METRIC_TOTAL_STEPS} 1000\n",
+    )  # fmt: skip
+    spec = parse(job(runPolicy={"progressDeadlineSeconds": 60}))
+    status: dict[str, Any] = {}
+    read_at, latest, stall = None, None, 10.3
+    for k in range(100):
+        t = k * 2.51  # a pass's own time and the queue's slack on top of the interval
+        step["now"] = int(min(t, stall) * 50)
+        sight = scrape.Sight(Child.RUNNING, "g", status, scrape.timestamp(base + t), read_at,
+                             t, pod(9), watched=True, last_progress=latest)  # fmt: skip
+        seen = scrape.look(spec, OWNER, sight)
+        status = {"progress": seen.write} if seen.write is not None else status
+        read_at, latest = seen.read_at, seen.latest
+        if seen.hung is not None:
+            break
+    # The first reading that shows the frozen step starts the 60 s; the first one past them ends.
+    frozen_seen = next(k * 2.51 for k in range(100) if k * 2.51 > stall)
+    first_past = next(k * 2.51 for k in range(100) if k * 2.51 - frozen_seen > 60)
+    assert seen.hung is not None and t == first_past, (t, first_past)

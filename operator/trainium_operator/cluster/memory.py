@@ -10,6 +10,7 @@ changes it while a pass runs, so it lives in the record beside this.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from trainium_operator.cluster.eventlooks import EventLook
 
@@ -20,6 +21,9 @@ class Memory:
 
     #: When rank 0's live metrics were last read (monotonic seconds): one read per interval.
     metrics_read_at: float | None = None
+    #: status.progress as the last reading made it, written or not: the next reading starts
+    #: from it, so a hang counts from when the step last moved, not from the last write.
+    progress: dict[str, Any] | None = None
     #: The last look at the live gang's FailedCreate Events: one list per look, not per pass.
     events_looked: EventLook | None = None
     #: The resourceVersion our last status patch produced (its watch event needs no pass).

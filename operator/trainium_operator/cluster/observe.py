@@ -104,6 +104,8 @@ class Seen:
     progress_in: float | None = None
     #: When rank 0's metrics were last read, for the job's record (scrape.Reading.read_at).
     metrics_read_at: float | None = None
+    #: The progress the last reading made, written or not, for the job's record.
+    progress_read: Json | None = None
     #: This pass's look at the gang's FailedCreate Events, for the job's record.
     events_looked: EventLook | None = None
 

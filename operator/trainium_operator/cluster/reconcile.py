@@ -147,9 +147,13 @@ def _without(acts: tuple[Action, ...], action: Action) -> tuple[Action, ...]:
 
 
 def _learnt(views: Views, seen: Seen) -> Memory:
-    """What this pass's look adds to the job's memory: its metrics read, its Event look."""
+    """What this pass's look adds to the job's memory: its metrics read and what it made,
+    its Event look."""
     return replace(
-        views.memory, metrics_read_at=seen.metrics_read_at, events_looked=seen.events_looked
+        views.memory,
+        metrics_read_at=seen.metrics_read_at,
+        events_looked=seen.events_looked,
+        progress=seen.progress_read,
     )
 
 
@@ -218,8 +222,8 @@ def _watch(
     training = seen.observed.training
     uid = seen.gang.uid if seen.gang is not None and training is not Child.ABSENT else None
     sight = scrape.Sight(
-        training, uid, previous, views.now, views.memory.metrics_read_at,
-        rank0=views.rank0_pod, watched=views.pods_watched,
+        training, uid, previous, scrape.read_time(), views.memory.metrics_read_at,
+        rank0=views.rank0_pod, watched=views.pods_watched, last_progress=views.memory.progress,
     )  # fmt: skip
     watched = scrape.look(spec, owner, sight)
     excluded, redo = supervise.gang_to_replace(
@@ -227,7 +231,7 @@ def _watch(
     )
     seen = replace(
         seen, progress=watched.write, progress_in=watched.next_read_in,
-        excluded_nodes=excluded, metrics_read_at=watched.read_at,
+        excluded_nodes=excluded, metrics_read_at=watched.read_at, progress_read=watched.latest,
     )  # fmt: skip
     return seen, redo
 

@@ -7,6 +7,7 @@ graphs, the pod moved) is no reading, never an error of the pass.
 
 from __future__ import annotations
 
+import datetime
 import os
 import time
 import urllib.error
@@ -48,6 +49,8 @@ class Reading:
     next_read_in: float | None = None
     #: When rank 0 was last read (monotonic seconds), for the job's record: one read per interval.
     read_at: float | None = None
+    #: The progress the last reading made (written or not), for the job's record.
+    latest: Json | None = None
 
 
 def interval() -> float:
@@ -90,6 +93,8 @@ class Sight:
     rank0: Json | None = None
     #: The pod watch runs: no rank0 means no pod to read (else the gang's pods are listed).
     watched: bool = False
+    #: The progress the job's last reading made (its record's memory), written or not.
+    last_progress: Json | None = None
 
 
 def look(spec: TrainiumJobSpec, owner: Owner, sight: Sight) -> Reading:
@@ -107,13 +112,15 @@ def look(spec: TrainiumJobSpec, owner: Owner, sight: Sight) -> Reading:
         return Reading(write=CLEAR if old else None, read_at=sight.last_read)
     clock = time.monotonic() if sight.clock is None else sight.clock
     last_read = sight.last_read
+    kept = sight.last_progress
     if last_read is not None and clock - last_read < interval():
-        return Reading(next_read_in=interval() - (clock - last_read), read_at=last_read)
+        left = interval() - (clock - last_read)
+        return Reading(next_read_in=left, read_at=last_read, latest=kept)
     pod = sight.rank0 if sight.rank0 is not None or sight.watched else _rank0_pod(owner)
     if pod is None and sight.watched:
         # Nothing to read, so nothing new to judge: the pod watch wakes the job once rank 0 has
         # an address (a look per interval had made ~7 passes per job at 1000 jobs without pods).
-        return Reading(read_at=last_read)
+        return Reading(read_at=last_read, latest=kept)
     return _read(spec, owner, pod, previous, replace(sight, clock=clock))
 
 
@@ -123,13 +130,28 @@ def _read(
     """One reading of rank 0's metrics: the new progress, and whether the gang is hung."""
     sample = progress.parse(read_metrics(*address)) if pod and (address := _address(pod)) else None
     assert sight.gang_uid is not None
-    new = progress.advance(previous, sample, sight.gang_uid, sight.now)
+    base = newest(previous, sight.last_progress, sight.gang_uid)
+    new = progress.advance(base, sample, sight.gang_uid, sight.now)
     deadline = spec.runPolicy.progressDeadlineSeconds
     why = progress.hung(new, deadline, sight.now, first_step_allowance())
     hung = failures.make_failure("Hung", why, _log_tail(owner, pod)) if why else None
     due = progress.write_due(previous, new, sight.now, write_every())
     write = new if due or hung else None
-    return Reading(write=write, hung=hung, next_read_in=interval(), read_at=sight.clock)
+    return Reading(write=write, hung=hung, next_read_in=interval(), read_at=sight.clock, latest=new)
+
+
+def newest(written: Json | None, remembered: Json | None, gang: str) -> Json | None:
+    """What a reading starts from: the last reading of this gang (remembered) unless status has
+    a newer one. Status is written at most every progressWriteSeconds; judged from it, every
+    unwritten reading saw the step move again, and a hang counted from the next write."""
+    if not remembered or remembered.get("gang") != gang:
+        return written
+    if not written or written.get("gang") != gang:
+        return remembered
+    then, now = written.get("observedAt"), remembered.get("observedAt")
+    if not isinstance(then, str) or not isinstance(now, str):
+        return remembered if isinstance(now, str) else written
+    return remembered if progress.seconds_between(then, now) >= 0 else written
 
 
 def is_rank0(job: str, pod: str, labels: Mapping[str, str]) -> bool:
@@ -193,3 +215,15 @@ def _log_tail(owner: Owner, pod: Json | None) -> list[str]:
     if not container:
         return []
     return k8s.pod_log_tail(owner.namespace, pod["metadata"]["name"], container, HUNG_LOG_LINES)
+
+
+def timestamp(seconds: float) -> str:
+    """An epoch time as RFC 3339 with microseconds (status.progress's times)."""
+    moment = datetime.datetime.fromtimestamp(seconds, datetime.timezone.utc)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def read_time() -> str:
+    """Now, to the microsecond: a hang is judged at the first reading past its deadline, not a
+    whole second later (whole seconds made 60.4 s read as 60, and the next reading declared it)."""
+    return timestamp(time.time())
