@@ -36,10 +36,12 @@ class Orphan:
 
 def from_index(entry: Mapping[str, Any]) -> Orphan | None:
     """The pod as the gang pod index keeps it; None when it is not bound or lacks a field."""
-    fields = [entry.get(k) for k in ("namespace", "name", "uid", "node")]
-    if not all(isinstance(f, str) and f for f in fields):
+    ns, name, uid, node = (entry.get(k) for k in ("namespace", "name", "uid", "node"))
+    if not (isinstance(ns, str) and isinstance(name, str) and isinstance(uid, str)):
         return None
-    return Orphan(*fields, phase=str(entry.get("phase") or ""))
+    if not (isinstance(node, str) and name and uid and node):
+        return None
+    return Orphan(ns, name, uid, node, phase=str(entry.get("phase") or ""))
 
 
 def orphaned(pods: Iterable[Orphan], exists: Callable[[str], bool]) -> list[Orphan]:

@@ -254,8 +254,8 @@ async def on_node(type: str, name: str, memo: Any, **kwargs: Any) -> None:
     (cluster/orphans.py) instead of PodGC 40+ s later. NotReady is not gone: it may come back."""
     if type != "DELETED":
         return
-    bound = cast(kopf.Index[Any, Key], kwargs["gang_pods"]).get(("node", name), [])
-    for key in set(bound):
+    index = cast(kopf.Index[Any, Key], kwargs["gang_pods"])
+    for key in set(index.get(("node", name), ())):
         _wake(memo, key)
 
 
