@@ -206,9 +206,13 @@ class Scenario:
     behavior: Behavior = RUNNING
     #: Plans set before the job exists (a failure at the gang's start).
     before: Callable[[Stage, Trial], None] | None = None
-    #: When set, the failure shows up in the API only some time after the injection (the pod
-    #: garbage collector's quarantine): that lag is kept under this name, apart from (a).
+    #: When set, `shown` times a second moment after the injection (a node gone: its pod
+    #: disrupted), kept under this name as seconds after the injection, apart from (a).
     lag: str = ""
+    shown: Callable[[Stage, Trial], float | None] | None = None
+    #: The operator acts even where Volcano restarts the gang (a node gone: the operator removes
+    #: its pods): (a) is then judged against the target.
+    operator_acts: bool = False
 
 
 def run_trial(stage: Stage, sc: Scenario, ns: str, index: int) -> Trial:
@@ -235,10 +239,11 @@ def _measure(stage: Stage, sc: Scenario, trial: Trial) -> None:
             poll(lambda: _moved(stage, trial), 120, f"{trial.job}'s step moving on status")
     sc.inject(stage, trial)
     trial.visible = poll(lambda: sc.visible(stage, trial), VISIBLE_TIMEOUT, "the failure")
-    if sc.lag:
-        trial.extra[sc.lag] = trial.visible - trial.injected
     late = trial.visible + RECOVERY_TIMEOUT - time.monotonic()
     poll(lambda: _restarted(stage, trial, sc.restarter), late, f"{trial.job} restarted")
+    shown = sc.shown(stage, trial) if sc.shown is not None else trial.visible
+    if sc.lag and shown is not None:
+        trial.extra[sc.lag] = shown - trial.injected
     late = trial.visible + RECOVERY_TIMEOUT - time.monotonic()
     trial.bound = poll(lambda: _bound(stage, trial), late, f"{trial.job}'s new gang bound")
     body = stage.get(f"{TJS}/namespaces/{trial.ns}/trainiumjobs/{trial.job}") or {}

@@ -403,8 +403,9 @@ class FakeKubelet:
 
     def lose_node(self, name: str) -> list[str]:
         """The instance behind node `name` is gone, as EKS sees it: nothing runs or reports there
-        any more, and the cloud controller deletes the Node (kube-controller-manager's pod GC
-        then deletes its orphaned pods). The names of the pods that ran there."""
+        any more, and the cloud controller deletes the Node (the operator then removes its gang
+        pods; kube-controller-manager's pod GC would 40+ s later). The names of the pods that
+        ran there."""
         with self._lock:
             self.nodes.pop(name, None)
             gone = {u: p for u, p in self._running.items() if p["spec"].get("nodeName") == name}

@@ -121,7 +121,7 @@ def scenario(cluster: Cluster, kubelet: FakeKubelet, ns: str) -> str:
         pod = get(cluster, "pod", orphan, ns)
         return pod is None or pod["metadata"]["uid"] != orphan_uid
 
-    wait_until(gone, 300, f"pod {orphan} deleted by the pod garbage collector", every=0.5)
+    wait_until(gone, 300, f"pod {orphan} removed (the operator, on the Node's deletion)", every=0.5)
     collected = time.monotonic() - loss
     shrunk = lambda: (status_of(cluster, "elastic", ns).get("elastic") or {}).get("resizes") == 1  # noqa: E731
     wait_until(shrunk, 300, "the gang resized", every=0.5)
@@ -129,7 +129,7 @@ def scenario(cluster: Cluster, kubelet: FakeKubelet, ns: str) -> str:
     status = wait_until(lambda: training_at(2), 300, "training again at 2 nodes", every=0.5)
     recovered = time.monotonic() - loss
     print(
-        f"\nelastic recovery: node {lost} lost -> its pod deleted (pod GC) {collected:.1f} s -> "
+        f"\nelastic recovery: node {lost} lost -> its pod deleted {collected:.1f} s -> "
         f"resized {resized_at:.1f} s -> training again at 2 nodes {recovered:.1f} s "
         f"(restarts {status.get('restarts')}, disruptions {status.get('disruptions')}, "
         f"last failure {(status.get('lastFailure') or {}).get('reason')})"

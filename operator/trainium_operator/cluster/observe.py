@@ -65,6 +65,7 @@ class Views:
     uid: str = ""
     #: What this job's earlier passes left for this one (its record keeps it).
     memory: Memory = field(default_factory=Memory)
+    orphans: tuple[Any, Any] | None = None  #: kopf's node names, our bound pods (orphans.py)
 
     def has_children(self, queue: str) -> bool:
         """Whether any listed queue names this one as its parent (a non-leaf queue)."""

@@ -15,7 +15,7 @@ from trainium_operator.api import parsed
 from trainium_operator.api.spec import SpecError, TrainiumJobSpec
 from trainium_operator.build import cache
 from trainium_operator.build.builders import Owner
-from trainium_operator.cluster import actions, elasticio, fsx, gangs, k8s, report, scrape
+from trainium_operator.cluster import actions, elasticio, fsx, gangs, k8s, orphans, report, scrape
 from trainium_operator.cluster.memory import Memory
 from trainium_operator.cluster.observe import Seen, Views, observe
 from trainium_operator.cluster.reads import ApiReader, Kind, Reader
@@ -99,6 +99,7 @@ def _run(
     md, read = body["metadata"], views.reader
     owner = gangs.owner_of(md)
     previous = report.status_of(body)
+    orphans.reap(body, views.orphans, emit)  # a Node deleted: its pods go now, not PodGC's 40 s
     full, spec = spec, elasticio.stage_spec(spec, owner, previous, read)  # its size now
     seen = observe(spec, owner, views, lookup)
     seen, observed, counted = _judge(body, spec, seen, views)

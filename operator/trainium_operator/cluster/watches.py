@@ -23,6 +23,7 @@ from trainium_operator.build.builders import (
     LABEL_STAGE,
     MANAGED_BY,
     owner_name,
+    owner_uid,
 )
 from trainium_operator.build.cache import LABEL_CACHE_ENTRY
 from trainium_operator.cluster.reads import Kind, Overlay, slim
@@ -131,6 +132,30 @@ def slim_precompile(body: Mapping[str, Any]) -> dict[str, Any]:
     kept = {k: meta[k] for k in ("name", "deletionTimestamp") if k in meta}
     state = (body.get("status") or {}).get("state")
     return {"metadata": {**kept, "annotations": owner}, "status": {"state": state or {}}}
+
+
+@kopf.index("", "v1", "nodes")
+async def node_names(name: str, **_: Any) -> dict[Any, Any]:
+    """The names of the Nodes that exist (names only): a gang pod bound elsewhere is orphaned."""
+    return {name: True}
+
+
+@kopf.index("", "v1", "pods", labels={LABEL_MANAGED_BY: MANAGED_BY})
+async def gang_pods(
+    namespace: str | None,
+    name: str,
+    meta: kopf.Meta,
+    spec: kopf.Spec,
+    status: kopf.Status,
+    **_: Any,
+) -> dict[Any, Any]:
+    """Our bound pods, by ("node", node) -> job uid (a Node's deletion wakes its jobs) and by
+    ("job", uid) -> the pod (a pass finds its pods whose node is gone, cluster/orphans.py)."""
+    node, job = spec.get("nodeName"), owner_uid(meta)
+    if not node or not job:
+        return {}
+    pod = {"namespace": namespace or "", "name": name, "uid": meta.get("uid"), "node": node}
+    return {("node", node): job, ("job", job): {**pod, "phase": status.get("phase")}}
 
 
 _BY_KIND = {

@@ -79,6 +79,7 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any) -
     passes.reads.indices.update(watches.indices(kwargs))
     passes.reads.queue_children = kwargs["queue_children"]
     passes.reads.precompiles = kwargs["precompiles"]
+    passes.reads.nodes, passes.reads.gang_pods = kwargs["node_names"], kwargs["gang_pods"]
     lease = os.environ.get(leadership.LEASE_ENV)
     passes.start(paused=bool(lease))
     memo.passes = passes
@@ -245,6 +246,17 @@ async def on_pod(
     """A gang pod changed: pods.changed keeps what its event shows and wakes its job."""
     shown = {"metadata": dict(meta), "spec": dict(spec), "status": dict(status)}
     await pods.changed(_passes(memo), type, shown, dict(labels), contextvars.copy_context())
+
+
+@kopf.on.event("", "v1", "nodes")
+async def on_node(type: str, name: str, memo: Any, **kwargs: Any) -> None:
+    """A Node deleted wakes the jobs with pods bound to it: their pass removes those pods
+    (cluster/orphans.py) instead of PodGC 40+ s later. NotReady is not gone: it may come back."""
+    if type != "DELETED":
+        return
+    index = cast(kopf.Index[Any, Key], kwargs["gang_pods"])
+    for key in set(index.get(("node", name), ())):
+        _wake(memo, key)
 
 
 @kopf.on.event("", "v1", "persistentvolumeclaims")

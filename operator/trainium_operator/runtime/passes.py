@@ -88,6 +88,9 @@ class Reads:
     queue_children: Mapping[str, Any] = field(default_factory=dict)
     #: Live precompile Volcano jobs by (namespace, cache entry) (a kopf index), once handed over.
     precompiles: Mapping[tuple[str, str], Any] | None = None
+    #: Node names and our bound gang pods (kopf indices, watches.py), once handed over.
+    nodes: Mapping[Any, Any] | None = None
+    gang_pods: Mapping[Any, Any] | None = None
 
     def reader(self, *, fresh: bool) -> Reader | None:
         """A reader for one pass; None before the indices exist (the pass reads with GETs)."""
@@ -240,8 +243,12 @@ class Passes:
         if read is None:  # before kopf handed over its indices: GETs and lists
             return views
         # The watches run: rank 0 is known from the pod watch; a fresh pass checks precompiles.
-        precompiles = self.reads.precompiles
-        return replace(views, reader=read, pods_watched=True, precompiles=precompiles, fresh=fresh)
+        precompiles, nodes, pods = self.reads.precompiles, self.reads.nodes, self.reads.gang_pods
+        bound = (nodes, pods) if nodes is not None and pods is not None else None
+        return replace(
+            views, reader=read, pods_watched=True, precompiles=precompiles, fresh=fresh,
+            orphans=bound,
+        )  # fmt: skip
 
     def _failed(self, key: Key, record: JobRecord, exc: Exception) -> None:
         """Back off and look again: with GETs after a lost race, quietly outside our term."""

@@ -1,0 +1,83 @@
+"""In the job's pass: remove our gang pods whose Node was deleted, as PodGC would 40 s later.
+
+The pod index (watches.gang_pods) says which of the job's pods are bound where; the node index
+(watches.node_names) which nodes exist. A node missing from the index is confirmed with a GET
+first, as PodGC does (checkIfNodeExists): a brand-new node's watch event may lag a pod bound to
+it. Writes go through k8s.request, so a replica outside its leadership term writes nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from trainium_operator.cluster import k8s
+from trainium_operator.domain import events, orphans
+from trainium_operator.domain.orphans import Orphan
+from trainium_operator.domain.status import now_iso
+
+Json = dict[str, Any]
+Emit = Callable[[Json, str, str, str, str], None]
+#: A key -> its values (a kopf index: the values of one key are a Store).
+Index = Mapping[Any, Iterable[Any]]
+STRATEGIC_MERGE = "application/strategic-merge-patch+json"
+log = logging.getLogger(__name__)
+
+
+def reap(body: Json, indices: tuple[Index, Index] | None, emit: Emit) -> int:
+    """Remove the job's pods bound to a deleted Node; how many went (0 outside the operator).
+
+    `indices`: (node names, our bound pods), kopf's indices (watches.py); None: no watches.
+    """
+    if indices is None:
+        return 0
+    nodes, pods = indices
+    uid = str(body["metadata"].get("uid") or "")
+    bound = [o for e in _values(pods, ("job", uid)) if (o := orphans.from_index(e)) is not None]
+    removed = 0
+    for pod in orphans.orphaned(bound, lambda node: bool(_values(nodes, node))):
+        if _node_exists(pod.node) or not _remove(pod):
+            continue
+        log.info("node %s is gone: pod %s/%s removed", pod.node, pod.namespace, pod.name)
+        emit(body, "Warning", orphans.EVENT_REASON, orphans.event_message(pod), events.RESTART)
+        removed += 1
+    return removed
+
+
+def _values(index: Index, key: Any) -> list[Any]:
+    """One key's values, read from a worker thread while kopf's loop writes the index."""
+    for _ in range(5):
+        try:
+            return list(index.get(key, ()))
+        except RuntimeError:  # "changed size during iteration": read again
+            continue
+    return list(index.get(key, ()))
+
+
+def _node_exists(name: str) -> bool:
+    """Whether the API server has the Node (the index may lag a node just added)."""
+    return k8s.missing_is_none(k8s.core().read_node, name) is not None
+
+
+def _remove(pod: Orphan) -> bool:
+    """Mark the pod Failed with PodGC's condition, then force-delete it; False: not ours now."""
+    api, patch = k8s.core(), orphans.status_patch(pod, now_iso())
+    options = client.V1DeleteOptions(
+        grace_period_seconds=0, preconditions=client.V1Preconditions(uid=pod.uid)
+    )
+    try:
+        if patch is not None:
+            k8s.request(
+                api.patch_namespaced_pod_status, pod.name, pod.namespace, patch,
+                _content_type=STRATEGIC_MERGE, guarded=True,
+            )  # fmt: skip
+        k8s.request(api.delete_namespaced_pod, pod.name, pod.namespace, body=options, guarded=True)
+    except ApiException as exc:
+        if exc.status in (404, 409, 422):  # gone already, or another pod holds the name now
+            return False
+        raise
+    return True

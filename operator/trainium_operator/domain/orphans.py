@@ -1,0 +1,74 @@
+"""Pure: a gang pod bound to a Node that no longer exists, and what removing it writes.
+
+When an instance dies, its Node object is deleted, but its pods stay "Running" in the API until
+kube-controller-manager's pod garbage collector removes them after a 40 s quarantine checked
+every 20 s (kubernetes pkg/controller/podgc/gc_controller.go: quarantineTime, gcCheckPeriod,
+gcOrphaned). The operator does for its own gang pods what PodGC would do then: a pod not yet
+terminal is marked Failed with the DisruptionTarget condition PodGC sets (reason
+DeletionByPodGC: a disruption, failures.py, which spends no maxRetries), then force-deleted.
+Only a deletion counts: a NotReady node may come back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+Json = dict[str, Any]
+#: The DisruptionTarget reason PodGC sets on a pod whose node is gone (k8s.io/api core/v1).
+REASON = "DeletionByPodGC"
+#: The Event reason on the TrainiumJob.
+EVENT_REASON = "NodeGone"
+_TERMINAL = frozenset({"Succeeded", "Failed"})
+
+
+@dataclass(frozen=True)
+class Orphan:
+    """One of our gang pods bound to a node that no longer exists (what the pod index keeps)."""
+
+    namespace: str
+    name: str
+    uid: str
+    node: str
+    phase: str = ""
+
+
+def from_index(entry: Mapping[str, Any]) -> Orphan | None:
+    """The pod as the gang pod index keeps it; None when it is not bound or lacks a field."""
+    ns, name, uid, node = (entry.get(k) for k in ("namespace", "name", "uid", "node"))
+    if not (isinstance(ns, str) and isinstance(name, str) and isinstance(uid, str)):
+        return None
+    if not (isinstance(node, str) and name and uid and node):
+        return None
+    return Orphan(ns, name, uid, node, phase=str(entry.get("phase") or ""))
+
+
+def orphaned(pods: Iterable[Orphan], exists: Callable[[str], bool]) -> list[Orphan]:
+    """The pods whose node does not exist (`exists` asks the node index), by name."""
+    return sorted((p for p in pods if not exists(p.node)), key=lambda p: (p.namespace, p.name))
+
+
+def status_patch(pod: Orphan, now: str) -> Json | None:
+    """What PodGC writes before it deletes: Failed with DisruptionTarget; None when terminal.
+
+    The uid in the patch is a precondition: a new pod of the same name is left alone.
+    """
+    if pod.phase in _TERMINAL:
+        return None
+    condition = {
+        "type": "DisruptionTarget",
+        "status": "True",
+        "reason": REASON,
+        "message": f"trainium-operator: node {pod.node} no longer exists",
+        "lastTransitionTime": now,
+    }
+    return {
+        "metadata": {"uid": pod.uid},
+        "status": {"phase": "Failed", "conditions": [condition]},
+    }
+
+
+def event_message(pod: Orphan) -> str:
+    """The Event on the job: which node went, which pod goes, what follows."""
+    return f"node {pod.node} was deleted: its pod {pod.name} removed so the gang restarts"

@@ -1,0 +1,135 @@
+"""A gang pod whose Node was deleted: the pure decision, and the writes PodGC would make."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from kubernetes.client.exceptions import ApiException
+
+from trainium_operator.cluster import k8s, orphans
+from trainium_operator.domain import failures
+from trainium_operator.domain import orphans as decide
+from trainium_operator.domain.orphans import Orphan
+from trainium_operator.runtime.leadership import NotLeader
+
+JOB = {"apiVersion": "trainium.dev/v1alpha1", "kind": "TrainiumJob",
+       "metadata": {"name": "j", "namespace": "ns", "uid": "job-1"}}  # fmt: skip
+
+
+def pod(name: str, node: str, phase: str = "Running") -> dict[str, Any]:
+    return {"namespace": "ns", "name": name, "uid": f"uid-{name}", "node": node, "phase": phase}
+
+
+def test_only_pods_bound_to_a_missing_node_are_orphaned() -> None:
+    bound = [decide.from_index(pod("p1", "gone")), decide.from_index(pod("p0", "here"))]
+    found = decide.orphaned([p for p in bound if p], lambda node: node == "here")
+    assert [p.name for p in found] == ["p1"]
+
+
+def test_an_unbound_or_partial_index_entry_is_not_an_orphan() -> None:
+    assert decide.from_index({"namespace": "ns", "name": "p", "uid": "u"}) is None
+    assert decide.from_index({**pod("p", ""), "node": ""}) is None
+
+
+def test_the_patch_is_podgcs_condition_and_a_terminal_pod_is_only_deleted() -> None:
+    orphan = Orphan("ns", "p", "u", "ip-1", "Running")
+    patch = decide.status_patch(orphan, "2026-11-27T05:00:00Z")
+    assert patch is not None and patch["metadata"] == {"uid": "u"}
+    assert patch["status"]["phase"] == "Failed"
+    (cond,) = patch["status"]["conditions"]
+    assert (cond["type"], cond["status"], cond["reason"]) == ("DisruptionTarget", "True",
+                                                              "DeletionByPodGC")  # fmt: skip
+    assert "ip-1" in cond["message"]
+    assert decide.status_patch(Orphan("ns", "p", "u", "ip-1", "Failed"), "t") is None
+    # The operator's classification reads it as a disruption: no maxRetries spent.
+    shown = {"metadata": {"name": "p"}, "status": patch["status"]}
+    found = failures.classify_pod(shown)
+    assert found is not None and found.reason == "Evicted"
+    assert decide.event_message(orphan) == (
+        "node ip-1 was deleted: its pod p removed so the gang restarts"
+    )
+
+
+class Api:
+    """core/v1 as far as orphans.py calls it: records each call."""
+
+    def __init__(self, nodes: set[str], missing: set[str] = frozenset()) -> None:  # type: ignore[assignment]
+        self.nodes, self.missing, self.calls = nodes, missing, []  # type: ignore[var-annotated]
+
+    def read_node(self, name: str, **_: Any) -> Any:
+        self.calls.append(("read_node", name))
+        if name not in self.nodes:
+            raise ApiException(status=404)
+        return {"metadata": {"name": name}}
+
+    def patch_namespaced_pod_status(self, name: str, ns: str, body: Any, **kw: Any) -> Any:
+        self.calls.append(("patch_status", name, body, kw.get("_content_type")))
+        if name in self.missing:
+            raise ApiException(status=404)
+        return {}
+
+    def delete_namespaced_pod(self, name: str, ns: str, **kw: Any) -> Any:
+        self.calls.append(("delete", name, kw["body"]))
+        return {}
+
+
+def indices(*pods: dict[str, Any], nodes: tuple[str, ...] = ("here",)) -> Any:
+    return ({n: [True] for n in nodes}, {("job", "job-1"): list(pods)})
+
+
+def run(monkeypatch: pytest.MonkeyPatch, api: Api, index: Any) -> tuple[int, list[Any]]:
+    emitted: list[Any] = []
+    monkeypatch.setattr(k8s, "core", lambda: api)
+    count = orphans.reap(JOB, index, lambda *a: emitted.append(a))
+    return count, emitted
+
+
+def test_a_pod_of_a_deleted_node_is_marked_then_force_deleted_with_its_uid(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    api = Api(nodes={"here"})
+    count, emitted = run(monkeypatch, api, indices(pod("p0", "here"), pod("p1", "gone")))
+    assert count == 1
+    (read, patched, deleted) = api.calls
+    assert read == ("read_node", "gone")  # confirmed with the API server, as PodGC does
+    assert patched[1] == "p1" and patched[3] == orphans.STRATEGIC_MERGE
+    assert patched[2]["status"]["conditions"][0]["reason"] == "DeletionByPodGC"
+    options = deleted[2]
+    assert (deleted[1], options.grace_period_seconds, options.preconditions.uid) == (
+        "p1", 0, "uid-p1")  # fmt: skip
+    ((body, kind, reason, message, _action),) = emitted
+    assert (body, kind, reason) == (JOB, "Warning", "NodeGone") and "gone" in message
+
+
+def test_a_node_the_index_lags_is_asked_for_and_left_alone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    api = Api(nodes={"here", "new"})
+    count, emitted = run(monkeypatch, api, indices(pod("p1", "new")))
+    assert (count, emitted, api.calls) == (0, [], [("read_node", "new")])
+
+
+def test_a_pod_already_gone_is_neither_deleted_nor_told(monkeypatch: pytest.MonkeyPatch) -> None:
+    api = Api(nodes=set(), missing={"p1"})
+    count, emitted = run(monkeypatch, api, indices(pod("p1", "gone")))
+    assert (count, emitted) == (0, [])
+    assert [c[0] for c in api.calls] == ["read_node", "patch_status"]
+
+
+def test_without_the_watches_nothing_is_read_or_written(monkeypatch: pytest.MonkeyPatch) -> None:
+    api = Api(nodes=set())
+    assert run(monkeypatch, api, None) == (0, []) and api.calls == []
+
+
+def test_a_standby_writes_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Outside its leadership term the fence refuses the first write: no patch, no delete."""
+
+    def closed() -> None:
+        raise NotLeader("not ours")
+
+    monkeypatch.setattr(k8s, "fence", closed)
+    api = Api(nodes=set())
+    with pytest.raises(NotLeader):
+        run(monkeypatch, api, indices(pod("p1", "gone")))
+    assert api.calls == [("read_node", "gone")]  # a read only
