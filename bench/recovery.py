@@ -16,7 +16,7 @@ bench (or, for a hang, the bench's own clock):
   pod garbage collector would only after its 40 s quarantine). A hang: the moment
   the step stood still plus runPolicy.progressDeadlineSeconds (the fake trainer stops at 50
   steps a second, so the last step was at most 20 ms before).
-- restarted: the replacement Volcano job ADDED (a new uid under the training job's name: the
+- restarted: the replacement Volcano job ADDED (a name of its own, from the old one's uid: the
   operator replaced the gang), or, for a gang Volcano restarts itself (RestartJob on an evicted
   pod), the last of the gang's new pods ADDED under the same Volcano job.
 - bound: the last of the new gang's pods shown with spec.nodeName (Volcano's binding).

@@ -280,10 +280,12 @@ def pod_names(stage: Stage, trial: Trial) -> list[str]:
 
 
 def _restarted(stage: Stage, trial: Trial, restarter: str) -> bool:
-    """A new Volcano job under the name (the operator), or the gang's new pods (Volcano)."""
+    """A new Volcano job (the operator's, named after the old one's uid), or the gang's new
+    pods (Volcano)."""
     assert trial.visible is not None
+    successor = naming.successor(trial.job, trial.vc_uid)
     for a in stage.vcjobs.arrivals(trial.ns):
-        if a.version.name == trial.vcjob and a.version.uid != trial.vc_uid:
+        if a.version.name in (trial.vcjob, successor) and a.version.uid != trial.vc_uid:
             trial.restarted, trial.by, trial.new_uid = a.at, "operator", a.version.uid
             return True
     if restarter == "operator":

@@ -182,6 +182,17 @@ def get(kind: str, name: str, namespace: str | None = None) -> Obj | None:
     return result
 
 
+#: The TrainiumJob annotation naming its current training gang (cluster/gangs.py).
+TRAIN_GANG = "trainium.dev/train-gang"
+
+
+def train_gang(k8s: EmulatorServer, ns: str, job: str) -> str:
+    """The job's current training gang: a replacement has a new name, on the job's annotation."""
+    body = k8s.get("trainium.dev/v1alpha1/trainiumjobs", ns, job) or {}
+    notes = (body.get("metadata") or {}).get("annotations") or {}
+    return str(notes.get(TRAIN_GANG) or f"{job}-train")
+
+
 def wait_for(
     predicate: Callable[[], T], *, timeout: float = 15, interval: float = 0.1, what: str = ""
 ) -> T:

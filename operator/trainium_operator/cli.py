@@ -176,7 +176,7 @@ def _logs(args: argparse.Namespace) -> int:
     target = logs.Target(args.stage, args.node, args.rank, nprocs)
     if (wrong := logs.out_of_range(args.job, target, nodes)) is not None:
         raise UsageError([wrong])
-    pods = k8s.list_pods(ns, _stage_selector(args.job, args.stage))
+    pods = _stage_pods(ns, body, args.stage)
     chosen = logs.select(pods, target)
     note = logs.ended_note(args.job, body.get("status") or {}, ns)
     if not chosen:
@@ -206,12 +206,12 @@ def _topology(body: Json) -> tuple[int | None, int]:
     return spec.nodes, spec.procs_per_node
 
 
-def _stage_selector(job: str, stage: str) -> str:
-    """The label selector of one stage's pods (Volcano copies our labels onto them)."""
-    from trainium_operator.api.naming import label_value
-    from trainium_operator.build.builders import LABEL_JOB, LABEL_STAGE
+def _stage_pods(namespace: str, body: Json, stage: str) -> list[Json]:
+    """One stage's pods by label (Volcano copies ours onto them); the current training gang's."""
+    from trainium_operator.cluster import gangs, k8s
 
-    return f"{LABEL_JOB}={label_value(job)},{LABEL_STAGE}={stage}"
+    pods = k8s.list_pods(namespace, gangs.stage_selector(body["metadata"]["name"], stage))
+    return gangs.of_current(pods, body) if stage == "train" else pods
 
 
 def _current_namespace() -> str:

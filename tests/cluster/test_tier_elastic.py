@@ -87,7 +87,8 @@ def scenario(cluster: Cluster, kubelet: FakeKubelet, ns: str) -> str:
         """The status once a gang of `size` trains: its pods run and rank 0 served a step."""
         status = status_of(cluster, "elastic", ns)
         pods = training_pods(cluster, ns)
-        gang = get(cluster, VCJOB, "elastic-train", ns) or {}
+        name = status.get("trainingJob") or "elastic-train"  # a resized gang's name is new
+        gang = get(cluster, VCJOB, name, ns) or {}
         progress = status.get("progress") or {}
         sized = (status.get("elastic") or {}).get("currentNodes") == size
         ours = progress.get("gang") == gang.get("metadata", {}).get("uid")
@@ -143,8 +144,8 @@ def scenario(cluster: Cluster, kubelet: FakeKubelet, ns: str) -> str:
     assert status["cache"]["entry"] == entry2, status["cache"]
     precompiled = next(c for c in status["conditions"] if c["type"] == "Precompiled")
     assert precompiled["status"] == "True", precompiled
-    [train] = [j for j in vcjobs(cluster, ns) if j["metadata"]["name"] == "elastic-train"]
-    assert train["spec"]["minAvailable"] == 2
+    [train] = [j for j in vcjobs(cluster, ns) if j["metadata"]["name"] == status["trainingJob"]]
+    assert train["spec"]["minAvailable"] == 2 and status["trainingJob"] != "elastic-train"
     resized = [e for e in events(cluster, ns, "elastic") if e["reason"] == "Resized"]
     assert any(e["message"].startswith("from 3 to 2 nodes because") for e in resized), resized
 

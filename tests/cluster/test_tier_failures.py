@@ -18,13 +18,6 @@ LINES = {
 }
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="the class and count hold (issue 17 bug 5 fixed); NRT/EFA are node faults, so the "
-    "operator replaces the gang under the same Volcano job name, and Volcano's controller "
-    "sometimes loses a job created ms after the old one's pods are gone: the new gang never runs "
-    "(seen on 2026-11-25 under load, and in 1 of 4 full tier runs on 2026-11-26)",
-)
 @pytest.mark.parametrize("cause", sorted(LINES))
 def test_a_failing_pod_restarts_the_gang_once_with_its_class(
     cluster: Cluster, kubelet: FakeKubelet, running_operator: OperatorProcess, ns: str, cause: str

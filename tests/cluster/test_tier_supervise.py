@@ -157,13 +157,6 @@ def assert_kept_out(cluster: Cluster, namespace: str, name: str, node: str, reas
     assert any(node in m for m in said), said
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="the class and the excluded node hold (issue 17 bug 5 fixed: the log is read on the "
-    "pod's watch event); the replacement gang has the old one's Volcano job name, and under "
-    "heavy load Volcano's controller was seen to lose it once (the old job is deleted in the "
-    "foreground first). Passed 3 of 3 runs in isolation and 4 of 4 full tier runs on 2026-11-26.",
-)
 @pytest.mark.parametrize("cause", sorted(NODE_FAULTS))
 def test_a_node_whose_neuron_or_efa_failed_is_kept_out_of_the_next_gang(
     cluster: Cluster, kubelet: FakeKubelet, running_operator: OperatorProcess, ns: str, cause: str

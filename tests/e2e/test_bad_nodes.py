@@ -7,7 +7,15 @@ from typing import Any
 
 from test_operator_e2e import events, start_training, status, vcjob
 
-from harness import EmulatorServer, OperatorProcess, apply, kubectl, simulate_vcjob_phase, wait_for
+from harness import (
+    EmulatorServer,
+    OperatorProcess,
+    apply,
+    kubectl,
+    simulate_vcjob_phase,
+    train_gang,
+    wait_for,
+)
 
 Obj = dict[str, Any]
 VCJOBS = "batch.volcano.sh/v1alpha1/jobs"
@@ -51,10 +59,11 @@ def test_a_failed_preflight_keeps_the_node_out_of_the_next_gang_and_spends_no_re
     failed_preflight_pod(k8s, ns, "picky", "ip-10-0-1-5")
 
     def recreated() -> Obj | None:
-        job = k8s.get(VCJOBS, ns, "picky-train")
+        job = k8s.get(VCJOBS, ns, train_gang(k8s, ns, "picky"))
         return job if job and job["metadata"]["uid"] != first_uid else None
 
     job = wait_for(recreated, what="a new training Volcano job")
+    assert job["metadata"]["name"] != "picky-train", "a replacement never reuses a gang's name"
     for task in job["spec"]["tasks"]:
         affinity = task["template"]["spec"]["affinity"]["nodeAffinity"]
         (term,) = affinity["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
@@ -70,7 +79,7 @@ def test_a_failed_preflight_keeps_the_node_out_of_the_next_gang_and_spends_no_re
     (warned,) = [e for e in events(ns) if e["reason"] == "NodeExcluded"]
     assert "ip-10-0-1-5" in warned["message"] and "preflight failed" in warned["message"]
     # The new gang runs; the node stays excluded, nothing more is counted.
-    vcjob(k8s, ns, "picky-train")
-    simulate_vcjob_phase(ns, "picky-train", "Running")
+    vcjob(k8s, ns, job["metadata"]["name"])
+    simulate_vcjob_phase(ns, job["metadata"]["name"], "Running")
     wait_for(lambda: status(ns, "picky").get("phase") == "Training", what="training again")
     assert status(ns, "picky")["disruptions"] == 1

@@ -7,7 +7,15 @@ from typing import Any
 
 from test_operator_e2e import events, job, prerequisites, status, vcjob, wait_phase
 
-from harness import EmulatorServer, OperatorProcess, apply, kubectl, simulate_vcjob_phase, wait_for
+from harness import (
+    EmulatorServer,
+    OperatorProcess,
+    apply,
+    kubectl,
+    simulate_vcjob_phase,
+    train_gang,
+    wait_for,
+)
 
 Obj = dict[str, Any]
 VCJOBS = "batch.volcano.sh/v1alpha1/jobs"
@@ -56,13 +64,14 @@ def test_a_gang_that_cannot_form_at_its_size_is_replaced_smaller(
     simulate_vcjob_phase(ns, "stretchy-train", "Pending", retryCount=1)
 
     def replaced() -> Obj | None:
-        job_ = k8s.get(VCJOBS, ns, "stretchy-train")
+        job_ = k8s.get(VCJOBS, ns, train_gang(k8s, ns, "stretchy"))
         gone = job_ is None or job_["metadata"]["uid"] != first["metadata"]["uid"]
         return job_ if gone and job_ is not None else None
 
     smaller = wait_for(replaced, timeout=40, what="the gang recreated smaller")
     assert smaller["spec"]["minAvailable"] == 2 and len(smaller["spec"]["tasks"]) == 2
-    simulate_vcjob_phase(ns, "stretchy-train", "Running")
+    assert smaller["metadata"]["name"] != "stretchy-train", "a resize's gang has a new name"
+    simulate_vcjob_phase(ns, smaller["metadata"]["name"], "Running")
     st = wait_for(lambda: (s := status(ns, "stretchy")).get("elastic", {}).get("display") == "2/3"
                   and s.get("phase") == "Training" and s, what="status.elastic 2/3")  # fmt: skip
     assert st["elastic"]["resizes"] == 1 and st["elastic"]["lastResize"]["kind"] == "Shrink"

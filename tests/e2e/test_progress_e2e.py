@@ -17,6 +17,7 @@ from harness import (
     OperatorProcess,
     apply,
     kubectl,
+    train_gang,
     wait_for,
 )
 from trainium_trainer import contract
@@ -128,8 +129,9 @@ def test_a_stalled_gang_is_hung_and_restarted_against_the_budget(
                       what="a Hung Warning")  # fmt: skip
     assert "progressDeadlineSeconds (60s)" in warned[0]["message"]
     assert "step 40/1000 (4%)" in warned[0]["message"] and "loss 4.5" in warned[0]["message"]
-    wait_for(lambda: (j := k8s.get(VCJOBS, ns, "stuck-train")) and j["metadata"]["uid"] != uid,
-             what="a new training gang")  # fmt: skip
+    wait_for(lambda: (j := k8s.get(VCJOBS, ns, train_gang(k8s, ns, "stuck")))
+             and j["metadata"]["uid"] != uid, what="a new training gang")  # fmt: skip
+    assert train_gang(k8s, ns, "stuck") != "stuck-train", "a replacement has a name of its own"
     st = status(ns, "stuck")
     assert st["restarts"] == 1 and st["lastFailure"]["reason"] == "Hung"
     assert st["phase"] == "Training"

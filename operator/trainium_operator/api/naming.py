@@ -3,6 +3,15 @@
 Volcano names pods `<job>-<task>-<index>` and uses them as hostnames (63 characters at most);
 TorchX names tasks `<role>-<replica>`. Long job names are cut and get a hash suffix, so two
 different long names never collide and nothing is rejected with a 422.
+
+A training gang is never replaced under a name an earlier gang of the job had: Volcano 1.16's
+job controller keys its cache by namespace/name, and a retried clean-up of the deleted job
+removes a successor of the same name, whose pods are then never created (volcano-sh/volcano
+#3968, #5973). The first gang is `<job>-train` (running jobs survive an operator upgrade); each
+replacement is `<job>-train-<hash of its predecessor's uid>` (`successor`): deterministic from
+what the operator read, and new, since uids are never reused. A counter would have to be
+written before the delete and read back after a crash; the uid is on the object being replaced.
+The TrainiumJob's train-gang annotation, written before the old gang is deleted, names it.
 """
 
 from __future__ import annotations
@@ -61,13 +70,25 @@ def vcjob_name(job: str, stage: str, size: int | None = None) -> str:
 
     Volcano's svc plugin names a Service after the job, and Service names must start with a
     letter (DNS-1035), so a job name starting with a digit gets a `tj-` prefix. An elastic
-    job compiles each size in its own precompile job (`size`: its node count); training keeps
-    one name, its gang replaced at another size.
+    job compiles each size in its own precompile job (`size`: its node count); the first
+    training gang has this name, its replacements `successor`'s.
     """
     base = job if job[:1].isalpha() else f"tj-{job}"
     suffix = STAGE_SUFFIX[stage]
     if size is not None and stage == "precompile":
         suffix = f"{suffix}-n{size}"
+    return fit(base, suffix, DNS_LABEL_MAX - _POD_SUFFIX_MAX)
+
+
+def stage_job(job: str, stage: str, size: int | None = None, train_gang: str = "") -> str:
+    """A stage's Volcano job name: the training gang's current one (train_gang) when named."""
+    return train_gang if stage == "train" and train_gang else vcjob_name(job, stage, size)
+
+
+def successor(job: str, predecessor_uid: str) -> str:
+    """Name of the training gang that replaces the one of uid predecessor_uid (never reused)."""
+    base = job if job[:1].isalpha() else f"tj-{job}"
+    suffix = f"{STAGE_SUFFIX['train']}-{short_hash(predecessor_uid)}"
     return fit(base, suffix, DNS_LABEL_MAX - _POD_SUFFIX_MAX)
 
 

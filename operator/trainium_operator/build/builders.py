@@ -53,6 +53,9 @@ class Owner:
     name: str
     namespace: str
     uid: str
+    #: The training gang's name and the replaced one's (cluster/gangs.py; "": the first, none).
+    train_gang: str = ""
+    replaced_gang: str = ""
 
     def reference(self) -> Json:
         """ownerReference so children go away with the job (and kopf/kubectl see the link)."""
@@ -178,7 +181,7 @@ def build_fsx_claim(spec: TrainiumJobSpec, owner: Owner) -> Json:
 
 def stage_context(spec: TrainiumJobSpec, owner: Owner, stage: str) -> StageContext:
     """The cluster StageContext of one stage: pod 0's DNS name, the claim at mountPath."""
-    vcjob = naming.vcjob_name(owner.name, stage, spec.precompile_size)
+    vcjob = naming.stage_job(owner.name, stage, spec.precompile_size, owner.train_gang)
     return StageContext(
         job_name=owner.name,
         stage=stage,

@@ -65,12 +65,12 @@ def _one(action: Action, spec: TrainiumJobSpec, owner: Owner, seen: Seen, read: 
         _cache_action(action, spec, owner, seen, read)
     elif action in (Action.STOP_TRAINING, Action.STOP_PRECOMPILE):
         stage = "train" if action is Action.STOP_TRAINING else "precompile"
-        name = naming.vcjob_name(owner.name, stage, spec.precompile_size)
+        name = naming.stage_job(owner.name, stage, spec.precompile_size, owner.train_gang)
         replaced = seen.observed.replace_gang or seen.observed.resize is not None
         if replaced and action is Action.STOP_TRAINING:
-            # Its successor has the same name: Volcano's controller loses a job created while
-            # it still cleans up the old one's pods, so the old one goes first, pods and all
-            # (observe waits for it: a job with a deletionTimestamp is still stopping).
+            # Its successor (named on the job first: gangs.name_successor) waits for its nodes:
+            # the old one goes first, pods and all (observe waits while it has a
+            # deletionTimestamp).
             k8s.delete_vcjob(ns, name, foreground=True)
         else:
             k8s.delete_vcjob(ns, name)

@@ -240,6 +240,16 @@ def patch_trainiumjob_status(
     return out or {}  # type: ignore[no-any-return]
 
 
+def annotate_trainiumjob(namespace: str, name: str, annotations: Json) -> Json:
+    """Merge-patch annotations onto a TrainiumJob; returns the job as patched."""
+    body: Json = {"metadata": {"annotations": annotations}}
+    out = request(
+        custom().patch_namespaced_custom_object,
+        GROUP, VERSION, namespace, PLURAL, name, body, _content_type=MERGE_PATCH,
+    )  # fmt: skip
+    return out or {}  # type: ignore[no-any-return]
+
+
 def conflict(exc: BaseException) -> bool:
     """A guarded write lost a race (409 Conflict): read again, decide again."""
     return isinstance(exc, ApiException) and exc.status == 409 and _reason(exc) != "AlreadyExists"

@@ -14,7 +14,7 @@ from trainium_operator.api import naming
 from trainium_operator.api.spec import TrainiumJobSpec
 from trainium_operator.build import builders, cache
 from trainium_operator.build.builders import Owner
-from trainium_operator.cluster import fsx, k8s
+from trainium_operator.cluster import fsx, gangs, k8s
 from trainium_operator.cluster.eventlooks import (
     EventLook,
     failed_create,
@@ -109,6 +109,10 @@ class Seen:
     progress_read: Json | None = None
     #: This pass's look at the gang's FailedCreate Events, for the job's record.
     events_looked: EventLook | None = None
+    #: The live training gang's uid: its successor's name derives from it (naming.successor).
+    train_uid: str = ""
+    #: A replaced training gang a crash left undeleted (gangs.Train.leftover).
+    leftover: str = ""
 
 
 def observe(
@@ -119,10 +123,8 @@ def observe(
     storage = storage_of(spec, owner, lookup or fsx.describe, read)
     pre_name = naming.vcjob_name(owner.name, "precompile", spec.precompile_size)
     pre = read.get(Kind.VCJOB, owner.namespace, pre_name)
-    train = read.get(Kind.VCJOB, owner.namespace, naming.vcjob_name(owner.name, "train"))
-    stopping = train is not None and bool(train["metadata"].get("deletionTimestamp"))
-    if stopping:
-        train = None  # a replaced gang still stopping: its successor waits (gang_stopping)
+    gang = gangs.read_train(owner, read)  # None while a replaced gang still stops
+    train, stopping = gang.job, gang.stopping
     ident = cache.identity(spec)
     entry, lease, holder, holder_job = _cache(ident, owner, spec.precompile.policy, read)
     about_to_compile = pre is None and train is None and storage.ready
@@ -143,7 +145,7 @@ def observe(
     admission = None if train is not None else queue_blocker(spec.scheduling.queue, views)
     looked = look_at_events(owner.namespace, job, views.now, views.memory.events_looked)
     if stopping and admission is None:
-        admission = gang_stopping(owner)
+        admission = gangs.gang_stopping(owner)
     if admission is None and train is None and _child(pre) in (Child.ABSENT, Child.SUCCEEDED):
         admission = priority_blocker(spec.scheduling.priorityClassName, read)  # a stage next
     observed = Observed(
@@ -169,8 +171,12 @@ def observe(
     look = next_event_look(job, views.now) if observed.gang_blocker is None else None
     return Seen(
         observed, storage.names, storage.volume, lease, entry, left, _gang(job), checkpoint, look,
-        events_looked=looked,
+        events_looked=looked, train_uid=_uid(train), leftover=gang.leftover,
     )  # fmt: skip
+
+
+def _uid(job: Json | None) -> str:
+    return str(((job or {}).get("metadata") or {}).get("uid") or "")
 
 
 def _retries(job: Json | None) -> int:
@@ -364,13 +370,6 @@ def queue_blocker(name: str, views: Views) -> Blocker | None:
         msg = f"{field_} has child queues; Volcano only admits jobs into leaf queues"
         return Blocker("QueueNotLeaf", msg)
     return None
-
-
-def gang_stopping(owner: Owner) -> Blocker:
-    """The replaced training gang is still being deleted: its successor (same name) waits."""
-    name = naming.vcjob_name(owner.name, "train")
-    msg = f"waiting for the replaced training gang {name} to stop before starting a new one"
-    return Blocker("GangStopping", msg, warn=False)
 
 
 def priority_blocker(name: str | None, read: Reader) -> Blocker | None:

@@ -15,7 +15,7 @@ from trainium_operator.api import parsed
 from trainium_operator.api.spec import SpecError, TrainiumJobSpec
 from trainium_operator.build import cache
 from trainium_operator.build.builders import Owner
-from trainium_operator.cluster import actions, elasticio, fsx, k8s, orphans, report, scrape
+from trainium_operator.cluster import actions, elasticio, fsx, gangs, k8s, orphans, report, scrape
 from trainium_operator.cluster.memory import Memory
 from trainium_operator.cluster.observe import Seen, Views, observe
 from trainium_operator.cluster.reads import ApiReader, Kind, Reader
@@ -97,7 +97,7 @@ def _run(
 ) -> Outcome:
     """A valid, unfinished job: observe, decide, act; report unless a created child will."""
     md, read = body["metadata"], views.reader
-    owner = Owner(md["name"], md["namespace"], md.get("uid", ""))
+    owner = gangs.owner_of(md)
     previous = report.status_of(body)
     orphans.reap(body, views.orphans, emit)  # a Node deleted: its pods go now, not PodGC's 40 s
     full, spec = spec, elasticio.stage_spec(spec, owner, previous, read)  # its size now
@@ -113,6 +113,9 @@ def _run(
         acts = _without(decision.actions, Action.CREATE_TRAINING)
         msg = "filling the Neuron compile cache: the next elastic size (spec.elastic)"
         decision = replace(decision, phase=Phase.PRECOMPILING, message=msg, actions=acts)
+    if Action.STOP_TRAINING in decision.actions and _replacing(observed) and seen.train_uid:
+        body, _ = gangs.name_successor(body, owner, seen.train_uid, read)  # before the delete
+    gangs.finish_replacing(owner, seen.leftover)
     rejections = actions.perform(decision.actions, spec, owner, seen, read)
     soonest = _soonest(
         _deadline_in(spec, previous),
@@ -141,6 +144,11 @@ def _run(
         deadline_in=soonest,
     )
     return _kept(outcome, _learnt(views, seen), rv)
+
+
+def _replacing(observed: Observed) -> bool:
+    """The training gang is stopped to be replaced (a fault, a hang, a resize), not for good."""
+    return observed.replace_gang or observed.resize is not None
 
 
 def _without(acts: tuple[Action, ...], action: Action) -> tuple[Action, ...]:
@@ -194,8 +202,7 @@ def _judge(
         budget.read(previous), seen.gang, seen.observed.failure, spec.runPolicy.maxRetries,
         mirrored=budget.legacy(previous),
     )  # fmt: skip
-    md = body["metadata"]
-    owner = Owner(md["name"], md["namespace"], md.get("uid", ""))
+    owner = gangs.owner_of(body["metadata"])
     seen, redo = _watch(spec, owner, seen, previous, views)
     if redo is not None:
         counted = budget.replaced(counted, redo.reason, spec.runPolicy.maxRetries)

@@ -12,7 +12,7 @@ from typing import Any
 
 from trainium_operator.api import parsed
 from trainium_operator.api.spec import TrainiumJobSpec
-from trainium_operator.cluster import k8s
+from trainium_operator.cluster import gangs, k8s
 from trainium_operator.cluster.reads import Kind, Reader, version
 from trainium_operator.domain import (
     budget,
@@ -65,6 +65,7 @@ def inputs(body: Json, decision: Decision, spec: TrainiumJobSpec | None) -> stat
         previous, decision, spec, Observed(), budget.Accounted(budget.read(previous)),
         name=meta["name"], generation=int(meta.get("generation", 1)),
         digests=parsed.digests(body) if spec is not None else {}, now=now_iso(),
+        train_gang=gangs.owner_of(meta).train_gang,
     )  # fmt: skip
 
 

@@ -154,14 +154,14 @@ def newest(written: Json | None, remembered: Json | None, gang: str) -> Json | N
     return remembered if progress.seconds_between(then, now) >= 0 else written
 
 
-def is_rank0(job: str, pod: str, labels: Mapping[str, str]) -> bool:
-    """Whether the pod is the training gang's pod 0 (the one whose metrics a pass reads)."""
-    return labels.get(builders.LABEL_STAGE) == contract.STAGE_TRAIN and pod == _rank0_name(job)
+def is_rank0(pod: str, labels: Mapping[str, str]) -> bool:
+    """Whether the pod is a training gang's pod 0 (the one whose metrics a pass reads).
 
-
-def _rank0_name(job: str) -> str:
-    """The name Volcano gives the training gang's pod 0."""
-    return naming.pod_name(naming.vcjob_name(job, contract.STAGE_TRAIN), 0)
+    By its name's end: each replacement gang has a name of its own (naming.successor); the
+    watch maps the pod to its job by its labels.
+    """
+    train = labels.get(builders.LABEL_STAGE) == contract.STAGE_TRAIN
+    return train and pod.endswith(naming.pod_name("", 0))
 
 
 def slim_rank0(pod: Mapping[str, Any]) -> Json | None:
@@ -180,7 +180,7 @@ def slim_rank0(pod: Mapping[str, Any]) -> Json | None:
 def _rank0_pod(owner: Owner) -> Json | None:
     """Pod 0 of the training gang (every node's local rank 0 serves the same figures)."""
     pods = observe.gang_pods(owner, contract.STAGE_TRAIN)
-    first = _rank0_name(owner.name)
+    first = naming.pod_name(naming.stage_job(owner.name, "train", None, owner.train_gang), 0)
     running = [p for p in pods if (p.get("status") or {}).get("podIP")]
     return next((p for p in running if p["metadata"]["name"] == first), None) or next(
         iter(running), None

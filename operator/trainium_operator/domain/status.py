@@ -157,6 +157,8 @@ class Inputs:
     progress: Json | None = None
     #: status.elastic of an elastic job (elastic.py), None otherwise.
     elastic: Json | None = None
+    #: The training gang's name when a replacement named it ("": the first, `<job>-train`).
+    train_gang: str = ""
 
     @property
     def excluded_node(self) -> str | None:
@@ -199,7 +201,7 @@ def _rendered(inputs: Inputs) -> Json:
         precompile_job=_job_name(
             inputs.name, "precompile", obs.precompile, acts, spec.precompile_size if spec else None
         ),
-        training_job=_job_name(inputs.name, "train", obs.training, acts),
+        training_job=_job_name(inputs.name, "train", obs.training, acts, None, inputs.train_gang),
         cache_extra=_cache_figures(spec, inputs.decision, obs) if spec else None,
         held=bool(obs.changed_fields),
     )
@@ -257,12 +259,14 @@ def _cache_figures(spec: TrainiumJobSpec, decision: Decision, obs: Observed) -> 
 
 
 def _job_name(
-    owner: str, stage: str, state: Child, actions: tuple[Action, ...], size: int | None = None
-) -> str | None:
+    owner: str, stage: str, state: Child, actions: tuple[Action, ...], size: int | None = None,
+    train_gang: str = "",
+) -> str | None:  # fmt: skip
     """Name a stage's job on status once it exists or is being created now."""
     create = Action.CREATE_PRECOMPILE if stage == "precompile" else Action.CREATE_TRAINING
     present = state is not Child.ABSENT
-    return naming.vcjob_name(owner, stage, size) if present or create in actions else None
+    name = naming.stage_job(owner, stage, size, train_gang)
+    return name if present or create in actions else None
 
 
 def _gang_pending(decision: Decision, obs: Observed) -> bool:

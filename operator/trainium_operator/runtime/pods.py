@@ -108,9 +108,12 @@ def _remember_rank0(
     """Keep where rank 0 serves its live metrics (a pass reads them without listing pods);
     whether rank 0 has a new address (its job is woken to read it)."""
     job, meta = passes.records.get(key), pod["metadata"]
-    if job is None or not scrape.is_rank0(job.name, str(meta.get("name") or ""), labels):
+    if job is None or not scrape.is_rank0(str(meta.get("name") or ""), labels):
         return False
     gone = type == "DELETED" or meta.get("deletionTimestamp")
+    kept = ((job.rank0_pod or {}).get("metadata") or {}).get("name")
+    if gone and kept not in (None, meta.get("name")):
+        return False  # a replaced gang's pod 0 going after its successor's came: keep that one
     return passes.records.rank0(key, None if gone else scrape.slim_rank0(pod))
 
 
