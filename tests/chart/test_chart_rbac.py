@@ -21,7 +21,8 @@ CLUSTER_SCOPED = {
     ("", "persistentvolumes"): {"get", "list", "watch", "create", "patch", "delete"},
     ("scheduling.volcano.sh", "queues"): {"get", "list", "watch"},
     ("scheduling.k8s.io", "priorityclasses"): {"get", "list", "watch"},
-    ("", "nodes"): {"list"},  # spec.elastic counts the nodes that could hold the gang
+    # spec.elastic counts the nodes that could hold the gang; a deleted Node's gang pods go at once
+    ("", "nodes"): {"get", "list", "watch"},
 }
 NAMESPACED = {
     ("trainium.dev", "trainiumjobs"): {"get", "list", "watch", "patch", "delete"},
@@ -29,7 +30,12 @@ NAMESPACED = {
     ("batch.volcano.sh", "jobs"): {"get", "list", "watch", "create", "delete"},
     ("", "persistentvolumeclaims"): {"get", "list", "watch", "create"},
     ("", "configmaps"): {"get", "list", "watch", "create", "patch"},
-    ("", "pods"): {"list", "watch"},
+    ("", "pods"): {"list", "watch", "delete"},  # delete, pods/status: a deleted Node's pods
+        "list",
+        "watch",
+        "delete",
+    },  # delete, pods/status: a deleted Node's pods, as PodGC
+    ("", "pods/status"): {"patch"},
     ("", "pods/log"): {"get"},
     ("", "events"): {"list"},
     ("coordination.k8s.io", "leases"): {"get", "list", "watch", "create", "patch", "delete"},
