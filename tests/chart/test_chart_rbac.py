@@ -31,10 +31,6 @@ NAMESPACED = {
     ("", "persistentvolumeclaims"): {"get", "list", "watch", "create"},
     ("", "configmaps"): {"get", "list", "watch", "create", "patch"},
     ("", "pods"): {"list", "watch", "delete"},  # delete, pods/status: a deleted Node's pods
-        "list",
-        "watch",
-        "delete",
-    },  # delete, pods/status: a deleted Node's pods, as PodGC
     ("", "pods/status"): {"patch"},
     ("", "pods/log"): {"get"},
     ("", "events"): {"list"},
