@@ -7,7 +7,7 @@ from typing import Any
 from support import job
 
 from trainium_operator.api import spec
-from trainium_operator.domain import capacity, cost, elastic, lifecycle
+from trainium_operator.domain import capacity, cost, elastic, lifecycle, status
 from trainium_operator.domain.lifecycle import Action, Child, Observed
 from trainium_operator.domain.model import Phase
 
@@ -150,3 +150,38 @@ def test_schedulable_nodes_are_ready_uncordoned_matching_tolerated_and_not_exclu
         )
     )
     assert capacity.schedulable(nodes, tolerant) == 3
+
+
+def _merge(stored: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch, as the API server applies the status patch."""
+    if not isinstance(patch, dict):
+        return patch
+    out = dict(stored) if isinstance(stored, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = _merge(out.get(key), value)
+    return out
+
+
+def test_a_gang_that_formed_forgets_its_wait_in_the_stored_status() -> None:
+    """A node lost long after the start waits shrinkAfterSeconds again: the old wait is gone."""
+    stored: Json = {}
+    for seen in (look(Child.PENDING, 0), look(Child.RUNNING, 30)):
+        new, resize = elastic.step(SPEC, stored.get("elastic", {}), seen)
+        assert resize is None
+        old = stored
+        stored = _merge(stored, status.patch_body(old, {**old, "elastic": new}))
+    assert "notFormedSince" not in stored["elastic"]
+    new, resize = elastic.step(SPEC, stored["elastic"], look(Child.PENDING, 3000, nodes=2))
+    assert resize is None and new["notFormedSince"] == at(3000)
+    _, resize = elastic.step(SPEC, new, look(Child.PENDING, 3061, nodes=2))
+    assert resize is not None and (resize.old, resize.new) == (3, 2)
+
+
+def test_the_patch_names_nothing_new_when_nothing_was_dropped() -> None:
+    previous = {"elastic": {"a": 1}, "phase": "Training"}
+    assert status.patch_body(previous, {"elastic": {"a": 2}}) == {"elastic": {"a": 2}}
+    assert status.patch_body(previous, {"elastic": {}}) == {"elastic": {"a": None}}
+    assert status.patch_body({}, {"elastic": {"a": 1}}) == {"elastic": {"a": 1}}

@@ -78,7 +78,10 @@ def write(
     if new is previous:
         return previous, None, None
     patched = k8s.patch_trainiumjob_status(
-        meta["namespace"], meta["name"], new, resource_version=meta.get("resourceVersion")
+        meta["namespace"],
+        meta["name"],
+        status.patch_body(previous, new),
+        resource_version=meta.get("resourceVersion"),
     )
     read.wrote(Kind.TRAINIUMJOB, meta["namespace"], meta["name"], patched)
     _warn(body, inputs, emit)

@@ -136,6 +136,23 @@ def changed(previous: Json, new: Json) -> bool:
     return {k: v for k, v in previous.items() if k in new} != new or not previous
 
 
+#: Status objects the operator rewrites whole each pass: a key it drops must go out as null, for a
+#: merge patch keeps every key it does not name (elastic.notFormedSince outlived the wait it timed).
+WHOLE = ("elastic",)
+
+
+def patch_body(previous: Json, new: Json) -> Json:
+    """The merge patch that stores `new`: keys dropped from a WHOLE object are sent as null."""
+    body = dict(new)
+    for key in WHOLE:
+        old, now = previous.get(key), new.get(key)
+        if isinstance(old, dict) and isinstance(now, dict):
+            gone = {k: None for k in old if k not in now}
+            if gone:
+                body[key] = {**now, **gone}
+    return body
+
+
 # ---- composition: the whole new status from one typed argument --------------------------------
 
 
