@@ -13,16 +13,21 @@ bench (or, for a hang, the bench's own clock):
   An eviction: the first event showing a gang pod disrupted (DisruptionTarget True, or a
   deletionTimestamp). A node gone: the Node's deletion (its DELETE answered); the first event
   showing its gang pod disrupted is shown apart as `node->pod s` (the operator removes it; the
-  pod garbage collector would only after its 40 s quarantine). A hang: the moment
+  pod garbage collector would only after its 40 s quarantine). Elastic (a 3-node job, minNodes 2,
+  pinned to a pool of 3 nodes, one deleted: no spare): the Node's deletion too. A hang: the moment
   the step stood still plus runPolicy.progressDeadlineSeconds (the fake trainer stops at 50
   steps a second, so the last step was at most 20 ms before).
 - restarted: the replacement Volcano job ADDED (a name of its own, from the old one's uid: the
-  operator replaced the gang), or, for a gang Volcano restarts itself (RestartJob on an evicted
-  pod), the last of the gang's new pods ADDED under the same Volcano job.
+  operator replaced the gang; elastic: the 2-node gang it resized to), or, for a gang Volcano
+  restarts itself (RestartJob on an evicted pod), the last of the gang's new pods ADDED under the
+  same Volcano job.
 - bound: the last of the new gang's pods shown with spec.nodeName (Volcano's binding).
 
-(a) operator's share = restarted - visible; (b) Volcano's share = bound - restarted. A class is
-a `Scenario`: one more row is one more entry in CLASSES.
+(a) operator's share = restarted - visible; (b) Volcano's share = bound - restarted. Elastic's
+(a) waits shrinkAfterSeconds by design (the gang may form again at its size), so its target is
+shrinkAfterSeconds + 2 s; its line also shows `loss->running s`, the Node's deletion to the 2-node
+gang Running; the lost node comes back after each repetition. A class is a `Scenario`: one more
+row is one more entry in CLASSES.
 """
 
 from __future__ import annotations
@@ -41,11 +46,20 @@ from pathlib import Path
 from typing import Any
 
 import common
-from recovery_tier import Scenario, Stage, Trial, first, owned_by, pod_names, run_trial
+from recovery_tier import (
+    Scenario,
+    Stage,
+    Trial,
+    first,
+    nth_seen,
+    owned_by,
+    pod_names,
+    run_trial,
+)
 
 from conftest import PROGRESS_ENV
 from jobs import fsx_claim
-from kubelet import Behavior, Metrics
+from kubelet import TRN1_32XLARGE, Behavior, Metrics
 
 Obj = dict[str, Any]
 TRAINING = {"trainium.dev/stage": "train"}
@@ -57,6 +71,15 @@ LINES = {
     "initialize devices",
     "EfaInitFailed": "CCOM WARN NET/OFI aws-ofi-nccl initialization failed",
 }
+#: The elastic class's pool: three of the bench's nodes, so a node lost leaves no spare.
+POOL_LABEL, POOL = "bench.trainium.dev/elastic-pool", ("trn1-32xl-7", "trn1-32xl-8", "trn1-32xl-9")
+SHRINK_AFTER = 10  # spec.elastic.shrinkAfterSeconds: the CRD's least, as test_tier_elastic's
+#: A 3-node job that may shrink to 2: a global batch of 192 = 3 x 32 x 2 = 2 x 32 x 3.
+ELASTIC = {
+    "elastic": {"minNodes": 2, "globalBatchSize": 192, "batchSizePerProcess": 1,
+                "shrinkAfterSeconds": SHRINK_AFTER},
+    "scheduling": {"queue": "test", "nodeSelector": {POOL_LABEL: "3"}},
+}  # fmt: skip
 # ---- injections ---------------------------------------------------------------------------------
 
 
@@ -106,6 +129,15 @@ def delete_node(stage: Stage, trial: Trial) -> None:
     stage.api.request("DELETE", f"/apis/storage.k8s.io/v1/csinodes/{node}")
     assert stage.kubelet is not None
     stage.kubelet.nodes.pop(node, None)  # no more heartbeats: the instance is gone
+
+
+def full_pool(stage: Stage) -> None:
+    """The pool's three nodes are there and labelled (a repetition's lost node comes back)."""
+    assert stage.kubelet is not None
+    for node in POOL:
+        if stage.get(f"/api/v1/nodes/{node}") is None:
+            stage.kubelet.add_node(node, TRN1_32XLARGE)
+        stage.api.merge_patch(f"/api/v1/nodes/{node}", {"metadata": {"labels": {POOL_LABEL: "3"}}})
 
 
 def stall(stage: Stage, trial: Trial) -> None:
@@ -169,6 +201,14 @@ def node_deleted(stage: Stage, trial: Trial) -> float | None:
     return trial.injected
 
 
+def running_smaller(stage: Stage, trial: Trial) -> float | None:
+    """When the last pod of the resized gang was shown Running."""
+    arrivals = stage.pods.arrivals(trial.ns, trial.injected)
+    running = lambda pod: owned_by(pod, trial.new_uid) and (pod.get("status") or {}).get(  # noqa: E731
+        "phase") == "Running"  # fmt: skip
+    return nth_seen(arrivals, running, 2)
+
+
 CLASSES: dict[str, Scenario] = {
     "nrt": Scenario("nrt", "NeuronRuntimeError", "operator", fail_with("NeuronRuntimeError"),
                     when_pod(failed)),
@@ -181,6 +221,9 @@ CLASSES: dict[str, Scenario] = {
     "eviction": Scenario("eviction", "Evicted", "volcano", evict, when_pod(disrupted)),
     "node-gone": Scenario("node-gone", "Evicted", "volcano", delete_node, node_deleted,
                           lag="node->pod s", shown=when_pod(disrupted), operator_acts=True),
+    "elastic": Scenario("elastic", "Evicted", "operator", delete_node, node_deleted,
+                        lag="loss->running s", shown=running_smaller, nodes=3, new_nodes=2,
+                        spec=ELASTIC, waits=SHRINK_AFTER, reset=full_pool),
 }  # fmt: skip
 
 
@@ -193,7 +236,7 @@ TARGET_S = 2.0
 
 def target(sc: Scenario, env: dict[str, str]) -> float:
     if sc.name != "hang":
-        return TARGET_S
+        return TARGET_S + sc.waits
     return TARGET_S + float({**PROGRESS_ENV, **env}["TRAINIUM_PROGRESS_INTERVAL_SECONDS"])
 
 

@@ -33,7 +33,7 @@ CRD = common.REPO / "crds" / "trainiumjobs.trainium.dev.yaml"
 PODS = "/api/v1/pods"
 VCJOBS = "/apis/batch.volcano.sh/v1alpha1/jobs"
 TJS = "/apis/trainium.dev/v1alpha1"
-#: trn1.32xlarge nodes the bench registers: gangs of 2, one at a time, and a node lost per
+#: trn1.32xlarge nodes the bench registers: gangs of 2 or 3, one at a time, and a node lost per
 #: node-gone repetition (never re-added) still leave room.
 NODES = 10
 
@@ -213,14 +213,26 @@ class Scenario:
     #: The operator acts even where Volcano restarts the gang (a node gone: the operator removes
     #: its pods): (a) is then judged against the target.
     operator_acts: bool = False
+    #: The first gang's nodes, the new gang's, and spec fields over small_job's (elastic).
+    nodes: int = GANG
+    new_nodes: int = GANG
+    spec: dict[str, Any] = field(default_factory=dict)
+    #: Seconds the class waits by design before restarting (elastic: shrinkAfterSeconds): added
+    #: to the target of (a) and to the recovery timeout.
+    waits: float = 0.0
+    #: Brings the cluster to what each repetition starts from; run before and after each.
+    reset: Callable[[Stage], None] | None = None
 
 
 def run_trial(stage: Stage, sc: Scenario, ns: str, index: int) -> Trial:
     """Create the job, let its gang run, inject, time the three moments, delete the job."""
     trial = Trial(ns, f"{sc.name}-{index}")
+    if sc.reset is not None:
+        sc.reset(stage)
     if sc.before is not None:
         sc.before(stage, trial)
-    spec = small_job(trial.job, ns, nodes=GANG, runPolicy={"maxRetries": 5, **sc.run_policy})
+    policy = {"maxRetries": 5, **sc.run_policy}
+    spec = small_job(trial.job, ns, nodes=sc.nodes, runPolicy=policy, **sc.spec)
     stage.api.request("POST", f"{TJS}/namespaces/{ns}/trainiumjobs", spec)
     try:
         _measure(stage, sc, trial)
@@ -228,24 +240,29 @@ def run_trial(stage: Stage, sc: Scenario, ns: str, index: int) -> Trial:
         trial.lost = str(exc)
     finally:
         _delete(stage, trial)
+        if sc.reset is not None:
+            sc.reset(stage)
     return trial
 
 
 def _measure(stage: Stage, sc: Scenario, trial: Trial) -> None:
     trial.vc_uid = poll(lambda: _vcjob_uid(stage, trial), 60, f"{trial.vcjob} created")
     if sc.before is None:  # a failure injected into a running gang
-        trial.pod_uids = poll(lambda: _running_gang(stage, trial), 120, f"{trial.job} running")
+        gang = lambda: _running_gang(stage, trial, sc.nodes)  # noqa: E731
+        trial.pod_uids = poll(gang, 120, f"{trial.job} running")
         if sc.behavior.metrics is not None:
             poll(lambda: _moved(stage, trial), 120, f"{trial.job}'s step moving on status")
     sc.inject(stage, trial)
     trial.visible = poll(lambda: sc.visible(stage, trial), VISIBLE_TIMEOUT, "the failure")
-    late = trial.visible + RECOVERY_TIMEOUT - time.monotonic()
-    poll(lambda: _restarted(stage, trial, sc.restarter), late, f"{trial.job} restarted")
-    shown = sc.shown(stage, trial) if sc.shown is not None else trial.visible
-    if sc.lag and shown is not None:
+    late = trial.visible + RECOVERY_TIMEOUT + sc.waits - time.monotonic()
+    poll(lambda: _restarted(stage, trial, sc), late, f"{trial.job} restarted")
+    late = trial.visible + RECOVERY_TIMEOUT + sc.waits - time.monotonic()
+    bound = lambda: _bound(stage, trial, sc.new_nodes)  # noqa: E731
+    trial.bound = poll(bound, late, f"{trial.job}'s new gang bound")
+    if sc.lag and sc.shown is not None:
+        late = trial.visible + RECOVERY_TIMEOUT + sc.waits - time.monotonic()
+        shown = poll(lambda: sc.shown(stage, trial), late, sc.lag)  # type: ignore[misc]
         trial.extra[sc.lag] = shown - trial.injected
-    late = trial.visible + RECOVERY_TIMEOUT - time.monotonic()
-    trial.bound = poll(lambda: _bound(stage, trial), late, f"{trial.job}'s new gang bound")
     body = stage.get(f"{TJS}/namespaces/{trial.ns}/trainiumjobs/{trial.job}") or {}
     trial.reason = ((body.get("status") or {}).get("lastFailure") or {}).get("reason", "-")
 
@@ -257,14 +274,14 @@ def _vcjob_uid(stage: Stage, trial: Trial) -> str | None:
     return None
 
 
-def _running_gang(stage: Stage, trial: Trial) -> dict[str, str] | None:
+def _running_gang(stage: Stage, trial: Trial, size: int) -> dict[str, str] | None:
     """uid -> node of the first gang's pods once the fake kubelet runs all of them."""
     assert stage.kubelet is not None
     running = stage.kubelet.running_uids(trial.ns)
     listed = stage.api.get(f"/api/v1/namespaces/{trial.ns}/pods")["items"]
     gang = {p["metadata"]["uid"]: p["spec"].get("nodeName", "") for p in listed
             if owned_by(p, trial.vc_uid) and p["metadata"]["uid"] in running}  # fmt: skip
-    return gang if len(gang) == GANG else None
+    return gang if len(gang) == size else None
 
 
 def _moved(stage: Stage, trial: Trial) -> bool:
@@ -279,7 +296,7 @@ def pod_names(stage: Stage, trial: Trial) -> list[str]:
     return sorted(p["metadata"]["name"] for p in listed if p["metadata"]["uid"] in trial.pod_uids)
 
 
-def _restarted(stage: Stage, trial: Trial, restarter: str) -> bool:
+def _restarted(stage: Stage, trial: Trial, sc: Scenario) -> bool:
     """A new Volcano job (the operator's, named after the old one's uid), or the gang's new
     pods (Volcano)."""
     assert trial.visible is not None
@@ -288,18 +305,18 @@ def _restarted(stage: Stage, trial: Trial, restarter: str) -> bool:
         if a.version.name in (trial.vcjob, successor) and a.version.uid != trial.vc_uid:
             trial.restarted, trial.by, trial.new_uid = a.at, "operator", a.version.uid
             return True
-    if restarter == "operator":
+    if sc.restarter == "operator":
         return False
     pods = stage.pods.arrivals(trial.ns, trial.injected)
     new = lambda pod: owned_by(pod, trial.vc_uid) and pod["metadata"]["uid"] not in trial.pod_uids  # noqa: E731
-    at = nth_seen(pods, new, GANG)
+    at = nth_seen(pods, new, sc.new_nodes)
     if at is None:
         return False
     trial.restarted, trial.by, trial.new_uid = at, "volcano", trial.vc_uid
     return True
 
 
-def _bound(stage: Stage, trial: Trial) -> float | None:
+def _bound(stage: Stage, trial: Trial, size: int) -> float | None:
     """When the last pod of the new gang was shown bound to a node."""
     uid = trial.new_uid
     pods = stage.pods.arrivals(trial.ns, trial.injected)
@@ -308,7 +325,7 @@ def _bound(stage: Stage, trial: Trial) -> float | None:
         fresh = pod["metadata"]["uid"] not in trial.pod_uids
         return fresh and owned_by(pod, uid) and bool(pod["spec"].get("nodeName"))
 
-    return nth_seen(pods, placed, GANG)
+    return nth_seen(pods, placed, size)
 
 
 def _delete(stage: Stage, trial: Trial) -> None:
