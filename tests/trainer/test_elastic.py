@@ -244,6 +244,8 @@ def test_three_to_two_to_three_processes_match_an_unbroken_run(
 
 #: Deadline of the cold precompile: compiling (C++ kernels) takes minutes on a busy 2-core box.
 COMPILE_TIMEOUT = 900
+#: Deadline of each cached run: 3 compiled processes on 2 cores took over 180 s in a full run.
+SLOW = 600
 
 
 def _native_env(cache: Path, **extra: str) -> dict[str, str]:
@@ -277,20 +279,20 @@ def test_native_shrink_and_grow_hit_the_compile_cache_and_match_an_unbroken_run(
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert _compiled(proc.stdout)["fxgraph_cache_miss"] > 0
     env, straight, out = _native_env(cache), tmp_path / "straight", tmp_path / "elastic"
-    proc = run_trainer([*args, "--output-dir", str(straight)], nproc=3, env=env)
+    proc = run_trainer([*args, "--output-dir", str(straight)], nproc=3, env=env, timeout=SLOW)
     assert proc.returncode == 0, proc.stderr[-3000:]
     counts = [_compiled(proc.stdout)]
     base = [*args, "--output-dir", str(out)]
     launcher = contract.TORCHRUN_MODULE
-    stopped = signal_when_logged(base, EVERY - 1, 3, launcher=launcher, env=env)
+    stopped = signal_when_logged(base, EVERY - 1, 3, launcher=launcher, env=env, timeout=SLOW)
     assert stopped.returncode == contract.EXIT_PREEMPTED, stopped.stderr[-3000:]
     (first,) = [e["step"] for e in events(stopped.stdout, "checkpoint")]
     counts.append(_compiled(stopped.stdout))
-    shrunk = signal_when_logged(base, first + 3, 2, launcher=launcher, env=env)
+    shrunk = signal_when_logged(base, first + 3, 2, launcher=launcher, env=env, timeout=SLOW)
     assert shrunk.returncode == contract.EXIT_PREEMPTED, shrunk.stderr[-3000:]
     assert [e["world_size"] for e in events(shrunk.stdout, "resumed")] == [2]
     counts.append(_compiled(shrunk.stdout))
-    grown = run_trainer(base, nproc=3, env=env)
+    grown = run_trainer(base, nproc=3, env=env, timeout=SLOW)
     assert grown.returncode == 0, grown.stderr[-3000:]
     (back,) = events(grown.stdout, "resumed")
     assert (back["checkpoint_world_size"], back["world_size"]) == (2, 3)

@@ -109,6 +109,7 @@ def signal_when_logged(
     only_one_worker: bool = False,
     launcher: str = "torch.distributed.run",
     env: dict[str, str] | None = None,
+    timeout: float = RUN_TIMEOUT,
 ) -> subprocess.CompletedProcess[str]:
     """Run the trainer, SIGTERM it (or one torchrun worker) once it logged `step`; wait."""
     proc = subprocess.Popen(
@@ -117,7 +118,7 @@ def signal_when_logged(
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
-    deadline = time.monotonic() + RUN_TIMEOUT
+    deadline = time.monotonic() + timeout
     assert proc.stdout is not None
     lines: list[str] = []
     for raw in proc.stdout:
@@ -132,7 +133,7 @@ def signal_when_logged(
             os.kill(pid, signal.SIGTERM)
             break
         assert time.monotonic() < deadline, "the run never logged the step"
-    out, err = proc.communicate(timeout=RUN_TIMEOUT)
+    out, err = proc.communicate(timeout=timeout)
     stdout = "".join(lines) + out.decode()
     return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, err.decode())
 
