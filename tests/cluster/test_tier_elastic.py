@@ -134,6 +134,9 @@ def scenario(cluster: Cluster, kubelet: FakeKubelet, ns: str) -> str:
         f"(restarts {status.get('restarts')}, disruptions {status.get('disruptions')}, "
         f"last failure {(status.get('lastFailure') or {}).get('reason')})"
     )
+    # The gang had its shrinkAfterSeconds (10) to form again at 3: an old wait, from the first
+    # gang's Pending start, must not count (it did while status.elastic kept notFormedSince).
+    assert resized_at >= 10 - 1, f"resized {resized_at:.1f} s after the loss"
     assert status["elastic"]["display"] == "2/3" and status["elastic"]["resizes"] == 1
     assert status["elastic"]["lastResize"]["kind"] == "Shrink"
     assert lost not in training_pods(cluster, ns).values()
