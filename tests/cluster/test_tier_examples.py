@@ -41,6 +41,7 @@ def test_example_on_an_existing_claim_succeeds(
         "PHASE",
         "INSTANCE",
         "NODES",
+        "SIZE",  # an elastic job's current/wanted nodes (blank for the others)
         "CACHE",
         "RESTARTS",
         "PROGRESS",
