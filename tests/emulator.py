@@ -111,6 +111,18 @@ def _spec(obj: Obj) -> Obj:
     return {k: v for k, v in obj.items() if k not in ("metadata", "status")}
 
 
+def _check_preconditions(key: Key, obj: Obj, wanted: Obj) -> None:
+    """DeleteOptions.preconditions, as the API server checks them (409 Conflict)."""
+    md = obj["metadata"]
+    for field in ("uid", "resourceVersion"):
+        if wanted.get(field) and wanted[field] != md.get(field):
+            msg = (
+                f"Precondition failed: {field.upper() if field == 'uid' else field} in "
+                f"precondition: {wanted[field]}, {field} in object meta: {md.get(field)}"
+            )
+            raise _error(409, "Conflict", msg, name=key[2])
+
+
 def _now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -130,6 +142,9 @@ class K8sEmulator(kmock.KubernetesEmulator):
         self.refusals: list[controllers.Refusal] = []
         #: Container logs by (namespace, pod), served at pods/NAME/log as the kubelet would.
         self.pod_logs: dict[tuple[str, str], str] = {}
+        #: The garbage collector runs (False: kube-controller-manager stopped; deletions wait).
+        self.collecting = True
+        self.uncollected: list[tuple[Key, str]] = []
         fallback = self.fallback**1  # outranks kmock's own fallbacks
         # POST answers 201: the python client's CustomObjectsApi returns None on a 200.
         fallback[kmock.action.CREATE] << 201 << self._serve_outcome
@@ -243,6 +258,7 @@ class K8sEmulator(kmock.KubernetesEmulator):
             if old is None:
                 raise self._not_found(key)
             options = request.data if isinstance(request.data, dict) else {}
+            _check_preconditions(key, old, options.get("preconditions") or {})
             policy = request.params.get("propagationPolicy") or options.get("propagationPolicy")
             orphan = policy == "Orphan"
             return await self._delete(key, orphan=orphan)
@@ -335,9 +351,33 @@ class K8sEmulator(kmock.KubernetesEmulator):
             return await self._store(key, obj, "MODIFIED")
         obj = await self._store(key, obj, "DELETED")
         self._objects[key].delete()
-        if not orphan:
+        if orphan:
+            await self._orphan(md["uid"])
+        elif self.collecting:
             await self._collect(key, md["uid"])
+        else:
+            self.uncollected.append((key, md["uid"]))
         return obj
+
+    async def _orphan(self, uid: str) -> None:
+        """propagationPolicy Orphan: dependents lose their reference to the owner, and stay."""
+        for key, o in list(self._objects.items()):
+            refs = o.raw["metadata"].get("ownerReferences") or []
+            if o.deleted or not any(r.get("uid") == uid for r in refs):
+                continue
+            kept = [r for r in refs if r.get("uid") != uid]
+            obj = copy.deepcopy(o.raw)
+            obj["metadata"]["ownerReferences"] = kept
+            if not kept:
+                del obj["metadata"]["ownerReferences"]
+            await self._store(key, obj, "MODIFIED")
+
+    async def resume_collection(self) -> None:
+        """The garbage collector back (kube-controller-manager resumed): collect what waited."""
+        self.collecting = True
+        waiting, self.uncollected = self.uncollected, []
+        for key, uid in waiting:
+            await self._collect(key, uid)
 
     async def _collect(self, owner: Key, uid: str) -> None:
         """Background garbage collection: delete dependents whose last live owner is gone."""

@@ -30,8 +30,8 @@ class Crash(Exception):
 def training(monkeypatch: pytest.MonkeyPatch) -> Job:
     """A job whose first training gang runs, every watch caught up."""
     j = Job(monkeypatch)
-    monkeypatch.setattr(k8s, "annotate_trainiumjob", lambda ns, name, notes: annotate(j, notes))
-    monkeypatch.setattr(k8s, "delete_vcjob", lambda ns, name, foreground=False: going(j, name))
+    monkeypatch.setattr(k8s, "annotate_trainiumjob", lambda _ns, _n, notes, **_: annotate(j, notes))
+    monkeypatch.setattr(k8s, "delete_vcjob", lambda ns, name, *_, **__: going(j, name))
     monkeypatch.setattr(k8s, "list_pods", lambda ns, selector: [])
     j.one_pass()
     pre = naming.vcjob_name("j", "precompile")
@@ -142,13 +142,13 @@ def test_a_crash_before_the_delete_deletes_the_old_gang_before_its_successor_sta
     j = training(monkeypatch)
     hang_once(monkeypatch)
 
-    def dies(ns: str, name: str, foreground: bool = False) -> None:
+    def dies(ns: str, name: str, uid: str = "", foreground: bool = False) -> None:
         raise Crash
 
     monkeypatch.setattr(k8s, "delete_vcjob", dies)
     with pytest.raises(Crash):
         j.one_pass()  # the successor named on the job; the operator dies before the delete
-    monkeypatch.setattr(k8s, "delete_vcjob", lambda ns, name, foreground=False: going(j, name))
+    monkeypatch.setattr(k8s, "delete_vcjob", lambda ns, name, *_, **__: going(j, name))
     restart(j)
     j.one_pass()  # the old gang is live and not current: deleted, its successor waits
     assert j.api.objects[(Kind.VCJOB, FIRST)]["metadata"].get("deletionTimestamp")

@@ -218,10 +218,16 @@ def test_only_a_genuine_record_is_a_hit(monkeypatch: pytest.MonkeyPatch) -> None
         assert entry is not None and (entry.state == cache.READY) is hit
 
 
-def precompile_job(job_name: str, phase: str, *, deleting: bool = False) -> dict[str, Any]:
+def precompile_job(
+    job_name: str, phase: str, *, deleting: bool = False, uid: str = ""
+) -> dict[str, Any]:
+    """A precompile Volcano job of job_name, controlled by uid (default: uid-<job_name>)."""
+    ref = {"apiVersion": "trainium.dev/v1alpha1", "kind": "TrainiumJob", "name": job_name}
+    ref |= {"uid": uid or f"uid-{job_name}", "controller": True}
     md: dict[str, Any] = {
         "name": f"{job_name}-compile",
         "annotations": {"trainium.dev/owner": f"default/{job_name}"},
+        "ownerReferences": [ref],
     }
     if deleting:
         md["deletionTimestamp"] = "2026-01-01T00:00:00Z"
@@ -251,8 +257,9 @@ def test_a_running_compile_is_found_from_the_volcano_jobs_without_a_lease(
     ("jobs", "holder"),
     [([precompile_job("w", "Running")], "other"), ([precompile_job("w", "Completed")], "none"),
      ([precompile_job("w", "Running", deleting=True)], "none"),
-     ([precompile_job("j", "Running")], "none"), ([], "none")],
-    ids=["running", "finished", "deleting", "own", "none"],
+     ([precompile_job("j", "Running")], "none"), ([], "none"),
+     ([precompile_job("j", "Running", uid="an-earlier-j")], "other")],
+    ids=["running", "finished", "deleting", "own", "none", "earlier-object-of-this-name"],
 )  # fmt: skip
 def test_the_operator_finds_a_running_compile_in_its_index_without_a_list(
     monkeypatch: pytest.MonkeyPatch, jobs: list[dict[str, Any]], holder: str
@@ -262,8 +269,9 @@ def test_the_operator_finds_a_running_compile_in_its_index_without_a_list(
     entry = cache.identity(spec).record_name
     monkeypatch.setattr(k8s, "list_vcjobs", lambda *_: pytest.fail("listed Volcano jobs"))
     index = {("default", entry): [watches.slim_precompile(j) for j in jobs]}
-    found = observe.compiling_elsewhere(cache.identity(spec), Owner("j", "default", "u"), index)
-    assert found == ((holder, "default/w") if holder == "other" else ("none", ""))
+    found = observe.compiling_elsewhere(cache.identity(spec), Owner("j", "default", "uid-j"), index)
+    holder_job = f"default/{jobs[0]['metadata']['name'].removesuffix('-compile')}" if jobs else ""
+    assert found == ((holder, holder_job) if holder == "other" else ("none", ""))
 
 
 def test_a_backstop_lists_the_precompiles_its_index_shows_and_trusts_an_empty_entry(

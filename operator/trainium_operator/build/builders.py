@@ -56,6 +56,8 @@ class Owner:
     #: The training gang's name and the replaced one's (cluster/gangs.py; "": the first, none).
     train_gang: str = ""
     replaced_gang: str = ""
+    #: Its creationTimestamp ("": unknown): how long it has waited for a name to be freed.
+    created: str = ""
 
     def reference(self) -> Json:
         """ownerReference so children go away with the job (and kopf/kubectl see the link)."""
@@ -102,6 +104,26 @@ def owner_uid(metadata: Mapping[str, Any]) -> str | None:
         if ref.get("controller") and ref.get("kind") == KIND and group == GROUP and ref.get("uid"):
             return str(ref["uid"])
     return None
+
+
+def controller_uid(metadata: Mapping[str, Any]) -> str:
+    """The uid of an object's controller ownerReference, of any kind ("": none).
+
+    client-go's `metav1.GetControllerOf`: the one reference with controller true.
+    """
+    for ref in metadata.get("ownerReferences") or []:
+        if ref.get("controller") and ref.get("uid"):
+            return str(ref["uid"])
+    return ""
+
+
+def controlled_by(metadata: Mapping[str, Any], uid: str) -> bool:
+    """Whether uid controls the object (client-go's `metav1.IsControlledBy`).
+
+    A name finds a child; only this proves it is ours: an old job's child under the same name
+    (the garbage collector lagging, or `--cascade=orphan`) is never read, adopted or deleted.
+    """
+    return bool(uid) and controller_uid(metadata) == uid
 
 
 def owner_name(metadata: Mapping[str, Any]) -> str:

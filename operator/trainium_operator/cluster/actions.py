@@ -66,14 +66,15 @@ def _one(action: Action, spec: TrainiumJobSpec, owner: Owner, seen: Seen, read: 
     elif action in (Action.STOP_TRAINING, Action.STOP_PRECOMPILE):
         stage = "train" if action is Action.STOP_TRAINING else "precompile"
         name = naming.stage_job(owner.name, stage, spec.precompile_size, owner.train_gang)
+        uid = seen.train_uid if action is Action.STOP_TRAINING else seen.pre_uid
         replaced = seen.observed.replace_gang or seen.observed.resize is not None
         if replaced and action is Action.STOP_TRAINING:
             # Its successor (named on the job first: gangs.name_successor) waits for its nodes:
             # the old one goes first, pods and all (observe waits while it has a
             # deletionTimestamp).
-            k8s.delete_vcjob(ns, name, foreground=True)
+            k8s.delete_vcjob(ns, name, uid, foreground=True)
         else:
-            k8s.delete_vcjob(ns, name)
+            k8s.delete_vcjob(ns, name, uid)
             read.deleted(Kind.VCJOB, ns, name)
         if action is Action.STOP_PRECOMPILE:
             _release(seen, read)  # another job may compile these graphs meanwhile

@@ -14,7 +14,14 @@ from typing import Any
 
 from trainium_operator.api import naming
 from trainium_operator.api.crd import GROUP
-from trainium_operator.build.builders import LABEL_JOB, LABEL_STAGE, Owner
+from trainium_operator.build import cache
+from trainium_operator.build.builders import (
+    LABEL_JOB,
+    LABEL_STAGE,
+    Owner,
+    controlled_by,
+    controller_uid,
+)
 from trainium_operator.cluster import k8s
 from trainium_operator.cluster.reads import Kind, Reader
 from trainium_operator.domain.lifecycle import Blocker
@@ -33,6 +40,7 @@ def owner_of(meta: Mapping[str, Any]) -> Owner:
         meta["name"], meta["namespace"], meta.get("uid", ""),
         train_gang=str(notes.get(ANNOTATION_TRAIN_GANG) or ""),
         replaced_gang=str(notes.get(ANNOTATION_REPLACED_GANG) or ""),
+        created=str(meta.get("creationTimestamp") or ""),
     )  # fmt: skip
 
 
@@ -41,27 +49,44 @@ def train_name(owner: Owner) -> str:
     return naming.stage_job(owner.name, "train", None, owner.train_gang)
 
 
+def ours(body: Json | None, owner: Owner) -> tuple[Json | None, Json | None]:
+    """(the child if this job controls it, the object holding its name if another does).
+
+    Outside the operator (no uid: the CLI reads whatever holds the name) everything is ours.
+    """
+    if body is None or not owner.uid or controlled_by(body["metadata"], owner.uid):
+        return body, None
+    return None, body
+
+
 @dataclass(frozen=True)
 class Train:
     """The training gang as read: live, still stopping, or a replaced one left undeleted."""
 
     job: Json | None
     stopping: bool
-    #: A replaced gang a crash left undeleted (its name): deleted before its successor starts.
+    #: A replaced gang a crash left undeleted (its name and uid): deleted before its successor.
     leftover: str = ""
+    leftover_uid: str = ""
+    #: An object this job does not control holding the gang's name (an old job's, an orphan).
+    taken: Json | None = None
 
 
 def read_train(owner: Owner, read: Reader) -> Train:
     """The current gang (None while it or the one it replaces still stops)."""
     ns, name = owner.namespace, train_name(owner)
-    job = read.get(Kind.VCJOB, ns, name)
+    job, taken = ours(read.get(Kind.VCJOB, ns, name), owner)
     if job is not None and _going(job):
         return Train(None, True)  # a replaced gang still stopping
     old_name = owner.replaced_gang
-    old = read.get(Kind.VCJOB, ns, old_name) if old_name and old_name != name else None
+    old = None
+    if old_name and old_name != name:
+        old = ours(read.get(Kind.VCJOB, ns, old_name), owner)[0]
     if job is not None or old is None:
-        return Train(job, False)
-    return Train(None, True, "" if _going(old) else old_name)
+        return Train(job, False, taken=taken)
+    if _going(old):
+        return Train(None, True, taken=taken)
+    return Train(None, True, old_name, str(old["metadata"].get("uid") or ""), taken)
 
 
 def _going(job: Json) -> bool:
@@ -74,15 +99,90 @@ def name_successor(body: Json, owner: Owner, train_uid: str, read: Reader) -> tu
     if new == owner.train_gang:
         return body, owner
     notes = {ANNOTATION_TRAIN_GANG: new, ANNOTATION_REPLACED_GANG: old}
-    patched = k8s.annotate_trainiumjob(owner.namespace, owner.name, notes)
-    read.wrote(Kind.TRAINIUMJOB, owner.namespace, owner.name, patched)
+    patched = _annotate(body, owner, notes, read)
     return patched, replace(owner, train_gang=new, replaced_gang=old)
 
 
-def finish_replacing(owner: Owner, leftover: str) -> None:
+def _annotate(body: Json, owner: Owner, notes: Json, read: Reader) -> Json:
+    """Patch the job's annotations if it is still the version this pass read (else 409)."""
+    rv = str(body["metadata"].get("resourceVersion") or "")
+    patched = k8s.annotate_trainiumjob(owner.namespace, owner.name, notes, resource_version=rv)
+    read.wrote(Kind.TRAINIUMJOB, owner.namespace, owner.name, patched)
+    return patched
+
+
+#: Seconds a job waits for an object of another owner to free its gang's name (the garbage
+#: collector deleting an old job's gang, typically within seconds) before it takes a fresh one.
+NAME_WAIT_SECONDS = 120.0
+
+
+def name_wait_left(holder: Json, waited: float | None) -> float:
+    """Seconds still to wait for holder to go (0: take a fresh name now).
+
+    An object with no controller (left by `kubectl delete --cascade=orphan`, or made by hand)
+    is never collected: waiting gains nothing. One being deleted is waited for to the end.
+    """
+    meta = holder["metadata"]
+    if meta.get("deletionTimestamp"):
+        return NAME_WAIT_SECONDS
+    if not controller_uid(meta):
+        return 0.0
+    if waited is None:
+        return NAME_WAIT_SECONDS
+    return max(0.0, NAME_WAIT_SECONDS - waited)
+
+
+def name_taken(what: str, holder: Json, left: float = 0.0) -> Blocker:
+    """The job waits for an object it does not control to free the name its child needs."""
+    meta = holder["metadata"]
+    name, boss = meta.get("name", ""), controller_uid(meta)
+    held = f"controlled by uid {boss}" if boss else "controlled by nothing"
+    going = " and being deleted" if meta.get("deletionTimestamp") else ""
+    then = f"; a fresh name is taken in {left:.0f} s if it stays" if boss and left else ""
+    msg = (
+        f"Volcano job {name!r} (the {what}) exists but is not this job's ({held}{going}: "
+        f"left by an earlier job of this name); waiting for it to be deleted{then}"
+    )
+    return Blocker("NameTaken", msg)
+
+
+@dataclass(frozen=True)
+class Taken:
+    """The training gang's name is held by an object this job does not control."""
+
+    holder: Json
+    blocker: Blocker
+    #: Seconds until the job stops waiting for it and takes a fresh name (0: now).
+    left: float
+
+
+def taken(owner: Owner, gang: Train, now: str) -> Taken | None:
+    """The name the next training gang needs, held by another owner's object, if it is."""
+    if gang.taken is None:
+        return None
+    waited = cache.seconds_between(owner.created, now) if owner.created and now else None
+    left = name_wait_left(gang.taken, waited)
+    return Taken(gang.taken, name_taken("training gang", gang.taken, left), left)
+
+
+def take_fresh_name(body: Json, owner: Owner, holder: Json, read: Reader) -> tuple[str, str]:
+    """Name the training gang after the holder of its name (never reused); (reason, message)."""
+    meta = holder["metadata"]
+    new = naming.successor(owner.name, str(meta.get("uid") or ""))
+    _annotate(body, owner, {ANNOTATION_TRAIN_GANG: new}, read)
+    boss = controller_uid(meta)
+    why = f"still controlled by uid {boss}" if boss else "left without an owner"
+    msg = (
+        f"Volcano job {meta.get('name')!r} is not this job's ({why}); the training gang "
+        f"takes the fresh name {new!r}"
+    )
+    return "GangRenamed", msg
+
+
+def finish_replacing(owner: Owner, train: Train | None) -> None:
     """Delete a replaced gang a crash left (foreground: its successor waits for its pods)."""
-    if leftover:
-        k8s.delete_vcjob(owner.namespace, leftover, foreground=True)
+    if train is not None and train.leftover:
+        k8s.delete_vcjob(owner.namespace, train.leftover, train.leftover_uid, foreground=True)
 
 
 def gang_stopping(owner: Owner) -> Blocker:

@@ -240,12 +240,19 @@ def patch_trainiumjob_status(
     return out or {}  # type: ignore[no-any-return]
 
 
-def annotate_trainiumjob(namespace: str, name: str, annotations: Json) -> Json:
-    """Merge-patch annotations onto a TrainiumJob; returns the job as patched."""
-    body: Json = {"metadata": {"annotations": annotations}}
+def annotate_trainiumjob(
+    namespace: str, name: str, annotations: Json, *, resource_version: str
+) -> Json:
+    """Merge-patch annotations onto the TrainiumJob version a pass read; returns it as patched.
+
+    The resourceVersion precondition makes a pass of an older object of this name (or one that
+    read an older version) fail with 409 instead of writing onto the object that holds the
+    name now.
+    """
+    body: Json = {"metadata": {"annotations": annotations, "resourceVersion": resource_version}}
     out = request(
         custom().patch_namespaced_custom_object,
-        GROUP, VERSION, namespace, PLURAL, name, body, _content_type=MERGE_PATCH,
+        GROUP, VERSION, namespace, PLURAL, name, body, _content_type=MERGE_PATCH, guarded=True,
     )  # fmt: skip
     return out or {}  # type: ignore[no-any-return]
 
@@ -320,14 +327,22 @@ def create_claim_template(body: Json) -> Json | None:
     return exists_is_ok(custom().create_namespaced_custom_object, *args)
 
 
-def delete_vcjob(namespace: str, name: str, *, foreground: bool = False) -> None:
-    """Delete a Volcano job and (in the background) its pods; gone already is fine.
+def delete_vcjob(namespace: str, name: str, uid: str, *, foreground: bool = False) -> None:
+    """Delete the Volcano job of uid and (in the background) its pods; gone already is fine.
 
-    `foreground`: the job stays (deletionTimestamp set) until its pods and PodGroup are gone.
+    The uid precondition: another object under the name (a later job's gang) is never deleted
+    (409, ignored: the one we meant is gone). `foreground`: the job stays (deletionTimestamp
+    set) until its pods and PodGroup are gone.
     """
     args = (VOLCANO_GROUP, VOLCANO_VERSION, namespace, VOLCANO_JOBS, name)
     policy = "Foreground" if foreground else "Background"
-    missing_is_none(custom().delete_namespaced_custom_object, *args, propagation_policy=policy)
+    guard = client.V1Preconditions(uid=uid) if uid else None
+    options = client.V1DeleteOptions(propagation_policy=policy, preconditions=guard)
+    try:
+        missing_is_none(custom().delete_namespaced_custom_object, *args, body=options, guarded=True)
+    except ApiException as exc:
+        if exc.status != 409:
+            raise
 
 
 def get_queue(name: str) -> Json | None:

@@ -111,8 +111,12 @@ class Seen:
     events_looked: EventLook | None = None
     #: The live training gang's uid: its successor's name derives from it (naming.successor).
     train_uid: str = ""
-    #: A replaced training gang a crash left undeleted (gangs.Train.leftover).
-    leftover: str = ""
+    #: The training gang as read (a replaced one a crash left undeleted: gangs.Train.leftover).
+    train: gangs.Train | None = None
+    #: The live precompile job's uid (its deletes are preconditioned on it).
+    pre_uid: str = ""
+    #: An object of another owner holds the training gang's name (None: free, or ours).
+    name_taken: gangs.Taken | None = None
 
 
 def observe(
@@ -122,7 +126,7 @@ def observe(
     read = views.reader
     storage = storage_of(spec, owner, lookup or fsx.describe, read)
     pre_name = naming.vcjob_name(owner.name, "precompile", spec.precompile_size)
-    pre = read.get(Kind.VCJOB, owner.namespace, pre_name)
+    pre, pre_taken = gangs.ours(read.get(Kind.VCJOB, owner.namespace, pre_name), owner)
     gang = gangs.read_train(owner, read)  # None while a replaced gang still stops
     train, stopping = gang.job, gang.stopping
     ident = cache.identity(spec)
@@ -146,6 +150,8 @@ def observe(
     looked = look_at_events(owner.namespace, job, views.now, views.memory.events_looked)
     if stopping and admission is None:
         admission = gangs.gang_stopping(owner)
+    taken = gangs.taken(owner, gang, views.now) if train is None else None
+    pre_held = None if pre_taken is None else gangs.name_taken("precompile job", pre_taken)
     if admission is None and train is None and _child(pre) in (Child.ABSENT, Child.SUCCEEDED):
         admission = priority_blocker(spec.scheduling.priorityClassName, read)  # a stage next
     observed = Observed(
@@ -166,12 +172,15 @@ def observe(
         training_message=_child_message(train),
         placement=placement_note(spec.scheduling.placement, spec.nodes),
         gang_retries=_retries(job),
+        precompile_blocker=pre_held,
+        training_blocker=taken.blocker if taken is not None else None,
     )
     checkpoint = checkpoints.newest([views.checkpoint, *reported])
     look = next_event_look(job, views.now) if observed.gang_blocker is None else None
     return Seen(
         observed, storage.names, storage.volume, lease, entry, left, _gang(job), checkpoint, look,
-        events_looked=looked, train_uid=_uid(train), leftover=gang.leftover,
+        events_looked=looked, train_uid=_uid(train), train=gang, pre_uid=_uid(pre),
+        name_taken=taken,
     )  # fmt: skip
 
 
@@ -231,7 +240,8 @@ def compiling_elsewhere(
         found = _precompiles(ident, owner.namespace, None)
     for job in found:
         md = job.get("metadata") or {}
-        if _compiling(job) and md.get("name") != mine:
+        ours = md.get("name") == mine and gangs.ours(job, owner)[0] is not None
+        if _compiling(job) and not ours:  # an earlier job's of this name compiles too
             return "other", f"{owner.namespace}/{builders.owner_name(md)}"
     return "none", ""
 

@@ -251,7 +251,10 @@ def _pick(body: Mapping[str, Any], part: str, keys: Iterable[str]) -> Json:
     return {k: src[k] for k in keys if k in src}
 
 
-_META = ("name", "namespace", "uid", "resourceVersion", "creationTimestamp", "deletionTimestamp")
+_META = (
+    "name", "namespace", "uid", "resourceVersion", "creationTimestamp", "deletionTimestamp",
+    "ownerReferences",  # whose child it is: builders.controlled_by (never the name)
+)  # fmt: skip
 #: Per kind: (part, keys) kept; None keeps the whole part.
 _KEEP: dict[Kind, tuple[tuple[str, tuple[str, ...] | None], ...]] = {
     Kind.VCJOB: (("status", ("state", "retryCount")),),

@@ -102,6 +102,9 @@ def _run(
     orphans.reap(body, views.orphans, emit)  # a Node deleted: its pods go now, not PodGC's 40 s
     full, spec = spec, elasticio.stage_spec(spec, owner, previous, read)  # its size now
     seen = observe(spec, owner, views, lookup)
+    if seen.name_taken is not None and seen.name_taken.left <= 0:
+        emit(body, "Normal", *gangs.take_fresh_name(body, owner, seen.name_taken.holder, read), "")
+        return Outcome(previous.get("phase"), memory=views.memory)  # its MODIFIED event: a pass
     seen, observed, counted = _judge(body, spec, seen, views)
     observed, sized, shrink_in = elasticio.look(
         full, spec, previous, observed, seen.checkpoint, views.now
@@ -115,7 +118,7 @@ def _run(
         decision = replace(decision, phase=Phase.PRECOMPILING, message=msg, actions=acts)
     if Action.STOP_TRAINING in decision.actions and _replacing(observed) and seen.train_uid:
         body, _ = gangs.name_successor(body, owner, seen.train_uid, read)  # before the delete
-    gangs.finish_replacing(owner, seen.leftover)
+    gangs.finish_replacing(owner, seen.train)
     rejections = actions.perform(decision.actions, spec, owner, seen, read)
     soonest = _soonest(
         _deadline_in(spec, previous),
@@ -123,6 +126,7 @@ def _run(
         seen.events_look,
         seen.progress_in,
         shrink_in,
+        seen.name_taken.left if seen.name_taken is not None else None,
     )
     if rejections:  # what the API server refused is observed, and decided on, in this pass
         decision = lifecycle.decide(replace(observed, rejections=rejections))

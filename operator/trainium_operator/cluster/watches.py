@@ -129,7 +129,7 @@ def slim_precompile(body: Mapping[str, Any]) -> dict[str, Any]:
         owner = {ANNOTATION_OWNER: f"{meta.get('namespace') or ''}/{owner_name(meta)}"}
     except ValueError:  # not ours after all: it names no owner
         owner = {}
-    kept = {k: meta[k] for k in ("name", "deletionTimestamp") if k in meta}
+    kept = {k: meta[k] for k in ("name", "deletionTimestamp", "ownerReferences") if k in meta}
     state = (body.get("status") or {}).get("state")
     return {"metadata": {**kept, "annotations": owner}, "status": {"state": state or {}}}
 

@@ -239,8 +239,8 @@ def _after_storage(obs: Observed, conds: list[Condition], hit: bool | None) -> D
     if _needs_precompile(obs):
         return _precompiling(obs, conds, hit)
     conds.append(_precompiled_condition(obs, hit))
-    if obs.queue_blocker:
-        return verdicts.pending(conds, obs.queue_blocker, (), hit, obs)
+    if held := obs.queue_blocker or obs.training_blocker:
+        return verdicts.pending(conds, held, (), hit, obs)
     if (rejection := obs.rejected(Action.CREATE_TRAINING)) is not None:
         return _refused(verdicts.pending(conds, None, (), hit, obs), rejection, "Running", obs)
     return verdicts.pending(conds, None, (Action.CREATE_TRAINING,), hit, obs)
@@ -290,9 +290,10 @@ def _precompiling(obs: Observed, conds: list[Condition], hit: bool | None) -> De
         return replace(failed, actions=stop)
     if obs.precompile is Child.ABSENT and obs.cache_holder == "other":
         return _waiting_for_cache(obs, conds, hit)
-    if obs.precompile is Child.ABSENT and obs.queue_blocker:
-        conds.append(Condition("Precompiled", "False", *verdicts.said(obs.queue_blocker)))
-        return verdicts.pending(conds, obs.queue_blocker, (), hit, obs)
+    held = obs.queue_blocker or obs.precompile_blocker
+    if obs.precompile is Child.ABSENT and held:
+        conds.append(Condition("Precompiled", "False", *verdicts.said(held)))
+        return verdicts.pending(conds, held, (), hit, obs)
     reason, msg = verdicts.STAGE_WAIT.get(
         obs.precompile, ("Compiling", "neuron_parallel_compile running")
     )

@@ -161,6 +161,10 @@ class Observed:
     storage_released: bool = False
     #: What refuses the next stage before it is submitted: the queue, or a missing PriorityClass.
     queue_blocker: Blocker | None = None
+    #: An object this job does not control holds the precompile job's or the training gang's
+    #: name (gangs.ours): that stage waits for it to go.
+    precompile_blocker: Blocker | None = None
+    training_blocker: Blocker | None = None
     #: The live stage's gang cannot get its pods created (Volcano's FailedCreate Event).
     gang_blocker: Blocker | None = None
     #: The cache entry is Ready (its graphs compiled for this exact identity).
