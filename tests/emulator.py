@@ -362,8 +362,10 @@ class K8sEmulator(kmock.KubernetesEmulator):
     async def _orphan(self, uid: str) -> None:
         """propagationPolicy Orphan: dependents lose their reference to the owner, and stay."""
         for key, o in list(self._objects.items()):
+            if o.deleted:
+                continue
             refs = o.raw["metadata"].get("ownerReferences") or []
-            if o.deleted or not any(r.get("uid") == uid for r in refs):
+            if not any(r.get("uid") == uid for r in refs):
                 continue
             kept = [r for r in refs if r.get("uid") != uid]
             obj = copy.deepcopy(o.raw)

@@ -18,7 +18,7 @@ import time
 import urllib.error
 import urllib.request
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -107,6 +107,11 @@ class EmulatorServer:
             return fn()
 
         return asyncio.run_coroutine_threadsafe(run(), self._loop).result(timeout)
+
+    def await_(self, fn: Callable[[], Awaitable[T]], timeout: float = 5) -> T:
+        """Await fn() on the emulator's loop (a controller's action, e.g. the collector's)."""
+        assert self._loop is not None
+        return asyncio.run_coroutine_threadsafe(fn(), self._loop).result(timeout)  # type: ignore[arg-type]
 
     def get(self, resource: str, namespace: str | None, name: str) -> Obj | None:
         """The stored object (or None), read directly: no HTTP, not recorded as a request."""

@@ -8,7 +8,7 @@ for it, then creates the new one once; never two gangs, never the old name.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -27,6 +27,8 @@ from trainium_operator.cluster.reads import Kind, Reader
 from trainium_operator.domain.lifecycle import Blocker
 
 Json = dict[str, Any]
+#: (body, type, reason, message, action): post one Event about the job (report.Emit).
+Emit = Callable[[Json, str, str, str, str], None]
 #: The current training gang's name ("" or absent: the first, `<job>-train`).
 ANNOTATION_TRAIN_GANG = f"{GROUP}/train-gang"
 #: The gang it replaced: waited for (and deleted, if a crash left it) before the new one starts.
@@ -165,18 +167,19 @@ def taken(owner: Owner, gang: Train, now: str) -> Taken | None:
     return Taken(gang.taken, name_taken("training gang", gang.taken, left), left)
 
 
-def take_fresh_name(body: Json, owner: Owner, holder: Json, read: Reader) -> tuple[str, str]:
-    """Name the training gang after the holder of its name (never reused); (reason, message)."""
-    meta = holder["metadata"]
+def take_fresh_name(body: Json, holder: Json, read: Reader, emit: Emit) -> Json:
+    """Name the training gang after the holder of its name (never reused); the job as patched."""
+    owner, meta = owner_of(body["metadata"]), holder["metadata"]
     new = naming.successor(owner.name, str(meta.get("uid") or ""))
-    _annotate(body, owner, {ANNOTATION_TRAIN_GANG: new}, read)
+    patched = _annotate(body, owner, {ANNOTATION_TRAIN_GANG: new}, read)
     boss = controller_uid(meta)
     why = f"still controlled by uid {boss}" if boss else "left without an owner"
     msg = (
         f"Volcano job {meta.get('name')!r} is not this job's ({why}); the training gang "
         f"takes the fresh name {new!r}"
     )
-    return "GangRenamed", msg
+    emit(body, "Normal", "GangRenamed", msg, "Renaming")
+    return patched
 
 
 def finish_replacing(owner: Owner, train: Train | None) -> None:

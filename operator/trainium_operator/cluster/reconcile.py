@@ -102,9 +102,10 @@ def _run(
     orphans.reap(body, views.orphans, emit)  # a Node deleted: its pods go now, not PodGC's 40 s
     full, spec = spec, elasticio.stage_spec(spec, owner, previous, read)  # its size now
     seen = observe(spec, owner, views, lookup)
-    if seen.name_taken is not None and seen.name_taken.left <= 0:
-        emit(body, "Normal", *gangs.take_fresh_name(body, owner, seen.name_taken.holder, read), "")
-        return Outcome(previous.get("phase"), memory=views.memory)  # its MODIFIED event: a pass
+    if seen.name_taken is not None and seen.name_taken.left <= 0:  # never freed: a fresh name
+        body = gangs.take_fresh_name(body, seen.name_taken.holder, read, emit)
+        owner = gangs.owner_of(body["metadata"])
+        seen = observe(spec, owner, views, lookup)
     seen, observed, counted = _judge(body, spec, seen, views)
     observed, sized, shrink_in = elasticio.look(
         full, spec, previous, observed, seen.checkpoint, views.now

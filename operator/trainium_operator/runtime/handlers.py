@@ -228,6 +228,9 @@ async def on_vcjob(
     owner = pods.owner_key(meta, _passes(kwargs["memo"]))
     if owner is not None:
         _wake(kwargs["memo"], owner)
+    holder = pods.name_holder(namespace, meta, _passes(kwargs["memo"]))
+    if holder is not None and holder != owner:  # an earlier object's child: the name may free
+        _wake(kwargs["memo"], holder)
     entry = labels.get(LABEL_CACHE_ENTRY)
     if entry and (type == "DELETED" or meta.get("deletionTimestamp")):
         _wake_entry_users(namespace, entry, kwargs)

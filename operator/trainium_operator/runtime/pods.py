@@ -15,7 +15,12 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from trainium_operator.build.builders import ANNOTATION_OWNER, LABEL_STAGE, owner_uid
+from trainium_operator.build.builders import (
+    ANNOTATION_OWNER,
+    LABEL_STAGE,
+    owner_name,
+    owner_uid,
+)
 from trainium_operator.cluster import k8s, scrape
 from trainium_operator.domain import checkpoints, failures
 from trainium_operator.runtime.passes import Passes
@@ -53,6 +58,15 @@ def owner_key(meta: Mapping[str, Any], passes: Passes) -> Key | None:
         return uid
     ns, _sep, name = ((meta.get("annotations") or {}).get(ANNOTATION_OWNER) or "").partition("/")
     return passes.records.resolve(ns, name) if ns and name else None
+
+
+def name_holder(namespace: str, meta: Mapping[str, Any], passes: Passes) -> Key | None:
+    """The job that holds the name of the one a child was made for, now (it may be another
+    object: it waits for an earlier one's child to free the name its own child needs)."""
+    try:
+        return passes.records.resolve(namespace, owner_name(meta))
+    except ValueError:
+        return None
 
 
 def as_shown(pod: Json, labels: Mapping[str, str]) -> Json:
