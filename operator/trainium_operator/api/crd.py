@@ -108,6 +108,10 @@ def _message(error: Any) -> str:
     if error.validator == "required":
         name = ast.literal_eval(error.message.removesuffix(" is a required property"))
         return f"{_dotted([*path, name])}: required"
+    if error.validator == "type" and error.validator_value == "string":
+        kind = {bool: "boolean", int: "number", float: "number"}.get(type(error.instance))
+        if kind:  # 4e-4, 1e3, yes, y, on: YAML scalars kubectl reads as numbers and booleans
+            return f"{_dotted(path)}: {error.message}; quote it: unquoted, YAML reads a {kind}"
     return f"{_dotted(path)}: {error.message}"
 
 
