@@ -26,7 +26,7 @@ SPEC = "spec: {image: i, instanceType: trn1.2xlarge, storage: {claimName: c}}\n"
 def _bad_tutorial() -> str:
     job = yaml.safe_load(TUTORIAL.read_text(encoding="utf-8"))
     job["spec"].update(nodes=0, precision="fp16", instanceType="p4d.24xlarge")
-    return yaml.safe_dump(job)
+    return json.dumps(job)  # JSON is YAML; safe_dump would leave 4e-4 unquoted
 
 
 def _alias_bomb(levels: int = 9) -> str:
@@ -125,7 +125,7 @@ def test_render_json_parses_to_the_same_objects(
 def test_render_from_stdin_and_never_policy_has_no_precompile(run_inline: Any) -> None:
     job = yaml.safe_load(TUTORIAL.read_text(encoding="utf-8"))
     job["spec"]["precompile"] = {"policy": "Never"}
-    result = run_inline("render", "-f", "-", stdin=yaml.safe_dump(job))
+    result = run_inline("render", "-f", "-", stdin=json.dumps(job))
     assert result.returncode == 0, result.stderr
     stages = [
         d["metadata"]["labels"].get("trainium.dev/stage")
@@ -157,7 +157,7 @@ def test_invalid_job_gives_one_line_per_problem(
 def test_cel_rule_violation_is_reported(run_inline: Any) -> None:
     job = yaml.safe_load(TUTORIAL.read_text(encoding="utf-8"))
     job["spec"]["compilerFlags"] = ["--cache_dir=/tmp"]
-    lines = _errors(run_inline("render", "-f", "-", stdin=yaml.safe_dump(job)))
+    lines = _errors(run_inline("render", "-f", "-", stdin=json.dumps(job)))
     assert lines == [
         "error: bert-large-pretrain: spec.compilerFlags may not contain --cache_dir: "
         "the operator manages the cache directory (see spec.cache)"

@@ -1,8 +1,8 @@
 """`trainium render` output keeps every string a string for YAML 1.1 and YAML 1.2 readers.
 
 PyYAML resolves YAML 1.1: `4e-4` (no dot) is a string to it and so was written plain, but a
-YAML 1.2 reader (kubectl's Go YAML) takes it for a number, and the Volcano webhook refuses an
-args list holding a number.
+YAML 1.2 reader takes it for a number, and so does kubectl (go-yaml v2, which also reads `y` and
+`n` as booleans and `08` as a number): the API server refuses an args list holding a number.
 """
 
 from __future__ import annotations
@@ -54,6 +54,7 @@ AMBIGUOUS = [
     "4e-4", "1e3", "1E+3", ".5", "-.5", "+1", "0x1F", "0o17", "017", "1_000", "0b101", "12:30",
     "yes", "no", "Yes", "NO", "on", "off", "On", "y", "n", "true", "False", "TRUE", "null", "Null",
     "~", "", ".inf", "-.Inf", ".nan", ".NaN", "2026-11-25", "=", "3.", "1.0e+3",
+    "Y", "N", "+.5", "08", "09.5", "1.e5", "0B101", "-0b1", "0X1f", "1__0", "<<",
 ]  # fmt: skip
 
 
@@ -71,6 +72,7 @@ def test_an_ambiguous_string_stays_a_string(text: str) -> None:
     out = render.dump_all([doc])
     assert yaml.safe_load(out) == doc
     assert yaml.load(out, Core12Loader) == doc
+    assert render.load_yaml(out, "out") == [doc]  # as kubectl reads it
 
 
 @pytest.mark.parametrize("path", EXAMPLE_FILES, ids=lambda p: p.name)
@@ -86,3 +88,4 @@ def test_every_rendered_example_reads_back_the_same_under_yaml_1_2(path: Path) -
     expected = json.loads(json.dumps(manifests))
     assert list(yaml.load_all(printed.getvalue(), Core12Loader)) == expected
     assert list(yaml.safe_load_all(printed.getvalue())) == expected
+    assert render.load_yaml(printed.getvalue(), "out") == expected

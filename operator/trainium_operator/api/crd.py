@@ -11,13 +11,14 @@ import ast
 import functools
 import re
 from collections.abc import Iterator
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from trainium_operator.api import structural
+from trainium_operator.api import fieldpath, structural
 from trainium_operator.api.celcore import cel
 
 CRD_FILE = "trainiumjobs.trainium.dev.yaml"
@@ -108,6 +109,10 @@ def _message(error: Any) -> str:
     if error.validator == "required":
         name = ast.literal_eval(error.message.removesuffix(" is a required property"))
         return f"{_dotted([*path, name])}: required"
+    if error.validator == "type" and error.validator_value == "string":
+        kind = {bool: "boolean", int: "number", float: "number"}.get(type(error.instance))
+        if kind:  # 4e-4, 1e3, yes, y, on: YAML scalars kubectl reads as numbers and booleans
+            return f"{_dotted(path)}: {error.message}; quote it: unquoted, YAML reads a {kind}"
     return f"{_dotted(path)}: {error.message}"
 
 
@@ -177,10 +182,14 @@ def cel_value(value: Any, schema: Json) -> Any:
     return value
 
 
-def _walk(value: Any, old: Any, schema: Json, path: str) -> Iterator[tuple[str, Json, Any, Any]]:
-    """Yield (path, rule, self, oldSelf) for every CEL rule that applies to a present value."""
+Rule = tuple[str, Json, Json, Any, Any]  # (path, schema, rule, self, oldSelf)
+
+
+def _walk(value: Any, old: Any, schema: Json, path: str) -> Iterator[Rule]:
+    """Yield (path, schema, rule, self, oldSelf) for every CEL rule that applies to a value."""
     for rule in schema.get("x-kubernetes-validations", []):
-        yield path, rule, cel_value(value, schema), None if old is None else cel_value(old, schema)
+        old_value = None if old is None else cel_value(old, schema)
+        yield path, schema, rule, cel_value(value, schema), old_value
     if isinstance(value, dict):
         old_map = old if isinstance(old, dict) else {}
         for name, child, sub in structural.children(value, schema):
@@ -197,22 +206,46 @@ def evaluate(rule: str, value: Any, old: Any = None) -> Any:
     return _program(rule).execute(ctx)
 
 
-def cel_errors(obj: Json, old: Json | None = None, version: str = VERSION) -> list[str]:
-    """Messages of the CEL rules obj breaks; transition rules only run when old is given."""
+@dataclass(frozen=True)
+class Violation:
+    """A failed CEL rule as the API server reports it: at field, with reason and message."""
+
+    field: str  # the rule's node path plus its fieldPath: spec.elastic.minNodes
+    reason: str  # FieldValueInvalid (Invalid value), FieldValueForbidden (Forbidden), ...
+    message: str
+
+    def __str__(self) -> str:
+        """`field: message`, or the message alone when it opens with the field already."""
+        text, field = self.message, self.field
+        if text.startswith(field) and text[len(field) : len(field) + 1] in ("", " ", ":", ","):
+            return text
+        return f"{field}: {text}"
+
+
+def cel_violations(obj: Json, old: Json | None = None, version: str = VERSION) -> list[Violation]:
+    """The CEL rules obj breaks, where the server reports them; transitions need old."""
     out = []
-    for path, rule, value, old_value in _walk(obj, old, version_schema(version), ""):
-        text = rule["rule"]
+    for path, schema, rule, value, old_value in _walk(obj, old, version_schema(version), ""):
+        text, node = rule["rule"], path.lstrip(".")
         is_transition = "oldSelf" in text
         if is_transition and old_value is None:
             continue
         try:
             ok = evaluate(text, value, old_value if is_transition else None)
         except Exception as exc:  # a rule that cannot be evaluated rejects, as the API server does
-            out.append(f"{path.lstrip('.')}: rule {text!r} could not be evaluated: {exc}")
+            problem = f"rule {text!r} could not be evaluated: {exc}"
+            out.append(Violation(node, fieldpath.REASONS[0], problem))
             continue
         if ok is not True:
-            out.append(rule.get("message") or f"{path.lstrip('.')}: failed rule {text}")
+            field = fieldpath.rule_field(node, rule, schema)
+            reason = rule.get("reason", fieldpath.REASONS[0])
+            out.append(Violation(field, reason, rule.get("message") or f"failed rule: {text}"))
     return out
+
+
+def cel_errors(obj: Json, old: Json | None = None, version: str = VERSION) -> list[str]:
+    """One line per CEL rule obj breaks, naming its field; transition rules need old."""
+    return [str(v) for v in cel_violations(obj, old, version)]
 
 
 def validate(obj: Any, old: Any = None, version: str = VERSION) -> tuple[Any, list[str]]:

@@ -20,6 +20,7 @@ from trainium_operator.api.spec import SpecError, TrainiumJobSpec, parse
 from trainium_operator.build import builders, dra
 from trainium_operator.build.builders import Owner
 from trainium_operator.cluster import fsx
+from trainium_operator.local import kubeyaml
 
 Json = dict[str, Any]
 
@@ -97,8 +98,8 @@ def check_shape(text: str) -> None:
             raise ValueError(f"expands to more than {MAX_NODES:,} nodes (YAML aliases)")
 
 
-class StrictLoader(yaml.SafeLoader):
-    """SafeLoader that refuses a key given twice in one mapping (PyYAML keeps the last one).
+class StrictLoader(kubeyaml.KubectlLoader):
+    """kubectl's scalar types, refusing a key given twice in one mapping (PyYAML keeps the last).
 
     Merge keys (`<<: *base`) may still be overridden: that is what they are for.
     """
@@ -132,12 +133,15 @@ def yaml_problem(path: str, exc: yaml.YAMLError) -> str:
 
 
 def load_yaml(text: str, path: str) -> list[Any]:
-    """The documents of untrusted YAML text: bounded, duplicate keys refused, one-line errors."""
+    """The documents of untrusted YAML text as kubectl sends them: bounded, no duplicate keys."""
     try:
         check_shape(text)
-        return [d for d in yaml.load_all(text, Loader=StrictLoader) if d is not None]
+        docs = [d for d in yaml.load_all(text, Loader=StrictLoader) if d is not None]
+        return [kubeyaml.to_json(d) for d in docs]
     except yaml.YAMLError as exc:
         raise UsageError([yaml_problem(path, exc)]) from None
+    except kubeyaml.JsonError as exc:
+        raise UsageError([f"{path}: {exc}"]) from None
     except ValueError as exc:
         raise UsageError([f"{path}: refused: {exc}"]) from None
 
@@ -247,11 +251,18 @@ def render_job(doc: Json, lookup: fsx.FsxLookup | None = None) -> Rendered:
 
 
 class _Dumper(yaml.SafeDumper):
-    """PyYAML's YAML 1.1 resolver plus YAML 1.2's core schema, used only to decide quoting.
+    """PyYAML's YAML 1.1 resolver, YAML 1.2's core schema and kubectl's, used only to quote.
 
-    A string that either version would read as a number, bool or null is written quoted:
-    `4e-4` is a string to YAML 1.1 but a float to kubectl's Go YAML (YAML 1.2).
+    A string that any of them would read as a number, bool or null is written quoted:
+    `4e-4` is a string to YAML 1.1 but a float to kubectl (go-yaml v2), `y` a bool to kubectl.
     """
+
+    def resolve(self, kind: Any, value: Any, implicit: Any) -> Any:
+        if kind is yaml.ScalarNode and implicit[0]:
+            tag = kubeyaml.resolve_plain(value)[0]
+            if tag != kubeyaml.STR:
+                return tag
+        return super().resolve(kind, value, implicit)
 
 
 #: YAML 1.2 core schema (yaml.org/spec/1.2.2, 10.3.2) plain scalars that are not strings.
