@@ -107,6 +107,24 @@ trainium.dev/stage: train
 9400
 {{- end }}
 
+{{/*
+Whether this release renders the CRD guard (crd-guard.yaml): with the CRD, and without it as well
+(the kept CRD is still installed), unless another release holds the guard already (one
+cluster-wide name: two releases would fight over it). `helm template` looks up nothing: rendered.
+*/}}
+{{- define "trainium-operator.guardsCrd" -}}
+{{- if .Values.crds.enabled -}}
+true
+{{- else -}}
+{{- $live := lookup "admissionregistration.k8s.io/v1" "ValidatingAdmissionPolicy" "" "trainiumjobs.trainium.dev-keep-fields" -}}
+{{- $release := dig "metadata" "annotations" "meta.helm.sh/release-name" "" $live -}}
+{{- $namespace := dig "metadata" "annotations" "meta.helm.sh/release-namespace" "" $live -}}
+{{- if or (not $live) (and (eq $release .Release.Name) (eq $namespace .Release.Namespace)) -}}
+true
+{{- end -}}
+{{- end -}}
+{{- end }}
+
 {{/* CEL: the live CRD carries trainium.dev/allow-field-removal=true (the guard's way out). */}}
 {{- define "trainium-operator.allowFieldRemoval" -}}
 (has(oldObject.metadata.annotations) && 'trainium.dev/allow-field-removal' in oldObject.metadata.annotations && oldObject.metadata.annotations['trainium.dev/allow-field-removal'] == 'true')
