@@ -74,12 +74,12 @@ def test_command_watches_all_namespaces_or_the_listed_ones(helm_bin: Path) -> No
 
 def test_the_log_format_is_a_value_and_the_operator_takes_it(helm_bin: Path) -> None:
     """Issue 26: text or JSON log lines; `trainium operator` accepts what the chart passes."""
-    from trainium_operator import cli
+    from trainium_operator.cli import operator
 
     for value in ("text", "json"):
         cmd = container(f"operator.logFormat={value}")["command"]
         assert f"--log-format={value}" in cmd
-        assert f"--log-format={'full' if value == 'text' else value}" in cli.kopf_argv(cmd[2:])
+        assert f"--log-format={'full' if value == 'text' else value}" in operator.kopf_argv(cmd[2:])
     with pytest.raises(AssertionError, match="value must be one of 'text', 'json'"):
         render("operator.logFormat=yaml")  # values.schema.json refuses it
 

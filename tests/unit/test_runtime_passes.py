@@ -432,13 +432,13 @@ def test_the_operator_command_elects_through_a_lease_and_kopf_runs_alone(
 
     import kopf.cli
 
-    from trainium_operator import cli
+    from trainium_operator.cli import operator
     from trainium_operator.runtime import leadership
 
     ran: list[list[str]] = []
     monkeypatch.delenv(leadership.LEASE_ENV, raising=False)
     monkeypatch.setattr(kopf.cli, "main", lambda args, **_: ran.append(args))
-    assert cli.cmd_operator(["--leader-elect=trainium", "-A"]) == 0
+    assert operator.cmd_operator(["--leader-elect=trainium", "-A"]) == 0
     assert os.environ[leadership.LEASE_ENV] == "trainium"
     assert "--standalone" in ran[0] and not any("peering" in a for a in ran[0])
 
