@@ -108,6 +108,19 @@ trainium.dev/stage: train
 {{- end }}
 
 {{/*
+leaderElection with its deprecated names (peering.*, kopf peering's) applied when set, as JSON:
+`include "trainium-operator.leaderElection" . | fromJson`.
+*/}}
+{{- define "trainium-operator.leaderElection" -}}
+{{- $election := deepCopy .Values.leaderElection -}}
+{{- $old := .Values.peering | default dict -}}
+{{- if hasKey $old "enabled" }}{{ $_ := set $election "enabled" $old.enabled }}{{ end -}}
+{{- if hasKey $old "name" }}{{ $_ := set $election "leaseName" $old.name }}{{ end -}}
+{{- if hasKey $old "lifetimeSeconds" }}{{ $_ := set $election "leaseDurationSeconds" $old.lifetimeSeconds }}{{ end -}}
+{{- toJson $election -}}
+{{- end }}
+
+{{/*
 Whether this release renders the CRD guard (crd-guard.yaml): with the CRD, and without it as well
 (the kept CRD is still installed), unless another release holds the guard already (one
 cluster-wide name: two releases would fight over it). `helm template` looks up nothing: rendered.
