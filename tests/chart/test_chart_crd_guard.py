@@ -97,5 +97,24 @@ def test_the_policy_matches_only_updates_of_this_crd() -> None:
         "policyName": policy["metadata"]["name"],
         "validationActions": ["Deny"],
     }
-    for sets in (("crds.guardFields=false",), ("crds.enabled=false",)):
-        assert not by_kind(render(*sets), "ValidatingAdmissionPolicy")
+    assert not by_kind(render("crds.guardFields=false"), "ValidatingAdmissionPolicy")
+
+
+def test_the_guard_stays_when_the_crd_leaves_the_release() -> None:
+    """README's way to run an older operator (crds.enabled=false) keeps the CRD installed: a
+    later upgrade with the CRD back on (an older chart's) must still meet the guard (issue 34)."""
+    without = render("crds.enabled=false")
+    assert not by_kind(without, "CustomResourceDefinition")
+    assert one(without, "ValidatingAdmissionPolicy") == one(render(), "ValidatingAdmissionPolicy")
+    assert one(without, "ValidatingAdmissionPolicyBinding")
+
+
+@pytest.mark.parametrize("sets", [(), ("crds.enabled=false",)], ids=["with-crd", "without-crd"])
+def test_the_guard_is_kept_as_long_as_the_crd(sets: tuple[str, ...]) -> None:
+    """helm deletes what a revision no longer renders (an older chart, an uninstall): the guard
+    carries the CRD's keep policy, so it outlives them as the CRD does."""
+    for kind in ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"):
+        kept = one(render(*sets), kind)["metadata"]
+        assert kept["annotations"] == {"helm.sh/resource-policy": "keep"}, kind
+        dropped = one(render(*sets, "crds.keep=false"), kind)["metadata"]
+        assert "annotations" not in dropped, kind

@@ -52,7 +52,7 @@ def container(*sets: str) -> Obj:
 def test_two_peered_replicas_by_default_one_standalone_otherwise(helm_bin: Path) -> None:
     spec = deployment()["spec"]
     assert spec["replicas"] == 2 and spec["strategy"] == {"type": "RollingUpdate"}
-    assert "--peering=trainium" in container()["command"]
+    assert "--leader-elect=trainium" in container()["command"]
     pdb = one(render(), "PodDisruptionBudget")
     assert pdb["spec"]["minAvailable"] == 1
     assert pdb["spec"]["selector"]["matchLabels"] == spec["selector"]["matchLabels"]
@@ -60,6 +60,33 @@ def test_two_peered_replicas_by_default_one_standalone_otherwise(helm_bin: Path)
     assert alone["replicas"] == 1
     assert alone["strategy"] == {"type": "Recreate"}  # kopf --standalone: no peering to arbitrate
     assert not by_kind(render("peering.enabled=false", "replicaCount=1"), "PodDisruptionBudget")
+
+
+def test_leader_election_values_and_their_deprecated_peering_names(helm_bin: Path) -> None:
+    """leaderElection.* names what the chart does (a Lease election); peering.* (kopf peering's
+    names) still works and wins when set, so an old values file means what it meant."""
+
+    def election(*sets: str) -> tuple[list[str], dict[str, str | None], list[str]]:
+        docs = render(*sets)
+        [c] = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"]
+        leases = [
+            name
+            for role in by_kind(docs, "ClusterRole") + by_kind(docs, "Role")
+            for rule in role.get("rules") or []
+            if "leases" in rule.get("resources", [])
+            for name in rule.get("resourceNames", [])
+        ]
+        return c["command"][2:3], {e["name"]: e.get("value") for e in c["env"]}, leases
+
+    new = ("leaderElection.leaseName=ops", "leaderElection.leaseDurationSeconds=20")
+    old = ("peering.name=ops", "peering.lifetimeSeconds=20")
+    for sets in (new, old, ("leaderElection.leaseName=x", *old)):
+        command, env, leases = election(*sets)
+        assert command == ["--leader-elect=ops"], sets
+        assert env["TRAINIUM_LEASE_DURATION_SECONDS"] == "20", sets
+        assert leases == ["ops"], sets
+    for off in ("leaderElection.enabled=false", "peering.enabled=false"):
+        assert election(off, "replicaCount=1")[0] == ["--standalone"], off
 
 
 def test_command_watches_all_namespaces_or_the_listed_ones(helm_bin: Path) -> None:
@@ -74,12 +101,12 @@ def test_command_watches_all_namespaces_or_the_listed_ones(helm_bin: Path) -> No
 
 def test_the_log_format_is_a_value_and_the_operator_takes_it(helm_bin: Path) -> None:
     """Issue 26: text or JSON log lines; `trainium operator` accepts what the chart passes."""
-    from trainium_operator import cli
+    from trainium_operator.cli import operator
 
     for value in ("text", "json"):
         cmd = container(f"operator.logFormat={value}")["command"]
         assert f"--log-format={value}" in cmd
-        assert f"--log-format={'full' if value == 'text' else value}" in cli.kopf_argv(cmd[2:])
+        assert f"--log-format={'full' if value == 'text' else value}" in operator.kopf_argv(cmd[2:])
     with pytest.raises(AssertionError, match="value must be one of 'text', 'json'"):
         render("operator.logFormat=yaml")  # values.schema.json refuses it
 
@@ -88,7 +115,7 @@ def test_env_ports_and_liveness_probe(helm_bin: Path) -> None:
     c = container("operator.awsRegion=eu-west-1", "env[0].name=X,env[0].value=y")
     env = {e["name"]: e.get("value") for e in c["env"]}
     assert env == {
-        "POD_NAME": None, "POD_ID": None, "TRAINIUM_PEERING_LIFETIME_SECONDS": "10",
+        "POD_NAME": None, "POD_ID": None, "TRAINIUM_LEASE_DURATION_SECONDS": "10",
         "POD_NAMESPACE": None, "TRAINIUM_METRICS_PORT": "9090",
         "TRAINIUM_RESYNC_SECONDS": "1800", "TRAINIUM_PROGRESS_INTERVAL_SECONDS": "30",
         "TRAINIUM_PROGRESS_WRITE_SECONDS": "60", "TRAINIUM_FIRST_STEP_ALLOWANCE_SECONDS": "900",
@@ -101,7 +128,7 @@ def test_env_ports_and_liveness_probe(helm_bin: Path) -> None:
     assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
     assert "AWS_REGION" not in {e["name"] for e in container()["env"]}
     alone = {e["name"] for e in container("peering.enabled=false", "replicaCount=1")["env"]}
-    assert not alone & {"POD_ID", "TRAINIUM_PEERING_LIFETIME_SECONDS"}
+    assert not alone & {"POD_ID", "TRAINIUM_LEASE_DURATION_SECONDS"}
 
 
 def test_the_lease_lets_a_standby_take_over_within_15s(helm_bin: Path) -> None:

@@ -26,7 +26,12 @@ REJECTED = [
     ("image.digest=0123abcd", "at '/image/digest': '0123abcd' does not match pattern"),
     (f"image.digest=sha256:{'A' * 64}", "at '/image/digest'"),  # lowercase hex only
     ("peering.enabled=false,replicaCount=2", "at '/replicaCount': maximum: got 2, want 1"),
+    (
+        "leaderElection.enabled=false,replicaCount=2",
+        "at '/replicaCount': maximum: got 2, want 1",
+    ),
     ("peering.name=Trainium", "at '/peering/name'"),
+    ("leaderElection.leaseName=Trainium", "at '/leaderElection/leaseName'"),
     ("env[0].nmae=X", "at '/env/0': additional properties 'nmae' not allowed"),
     (
         "env[0].name=X,env[0].valueFrom.secretKeyRef.name=s,env[0].valueFrom.fieldRef.x=y",
@@ -106,9 +111,11 @@ def test_replica_limit_says_why() -> None:
     schema = json.loads((CHART / "values.schema.json").read_text())
     replicas = schema["properties"]["replicaCount"]
     assert "maximum" not in replicas
-    assert "--standalone" in replicas["description"] and "peering" in replicas["description"]
-    [rule] = [r for r in schema["allOf"] if "peering" in r["if"]["properties"]]
-    assert rule["then"]["properties"]["replicaCount"]["maximum"] == 1
+    assert "--standalone" in replicas["description"]
+    assert "leaderElection" in replicas["description"]
+    for name in ("leaderElection", "peering"):  # peering: its deprecated name
+        [rule] = [r for r in schema["allOf"] if name in r["if"]["properties"]]
+        assert rule["then"]["properties"]["replicaCount"]["maximum"] == 1
 
 
 @pytest.mark.parametrize("sets", [("metrics.port=8080",), ("health.port=9090",)])

@@ -72,8 +72,8 @@ def replica(cluster: Cluster, manifests: str, name: str, *, standalone: bool = F
     container = chart_container(manifests)
     assert container["command"][:2] == ["trainium", "operator"]
     args = [a for a in container["command"][2:] if not a.startswith("--liveness=")]
-    if standalone:  # the mistake: peering.enabled=false, then scaled to two
-        args = ["--standalone" if a.startswith("--peering=") else a for a in args]
+    if standalone:  # the mistake: leaderElection.enabled=false, then scaled to two
+        args = ["--standalone" if a.startswith("--leader-elect=") else a for a in args]
     env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
     env.update(POD_NAME=name, POD_ID=name, POD_NAMESPACE=OPERATOR_NS)
     token = cluster.kubectl(

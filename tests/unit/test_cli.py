@@ -17,6 +17,7 @@ import yaml
 from support import EXAMPLES, REPO
 
 from trainium_operator import cli
+from trainium_operator.cli import operator
 
 TUTORIAL = EXAMPLES / "bert-large-pretrain.yaml"
 HEAD = "apiVersion: trainium.dev/v1alpha1\nkind: TrainiumJob\n"
@@ -387,7 +388,7 @@ def test_operator_help_is_ours_not_kopfs(capsys: pytest.CaptureFixture[str]) -> 
     ids=["chart", "peering", "debug", "text"],
 )
 def test_operator_flags_become_kopf_run_arguments(argv: list[str], kopf: list[str] | None) -> None:
-    got = cli.kopf_argv(argv)
+    got = operator.kopf_argv(argv)
     assert got[:3] == ["run", "-m", "trainium_operator.runtime.handlers"]
     if kopf is not None:
         assert got[3:] == kopf
@@ -402,3 +403,52 @@ def test_operator_refuses_an_unknown_flag(capsys: pytest.CaptureFixture[str]) ->
     assert capsys.readouterr().err == (
         "error: unrecognized arguments: --standalon (see trainium operator --help)\n"
     )
+
+
+#: `trainium ARGS` as an operator-only install runs it: the [trainer] extra's packages missing.
+WITHOUT_TRAINER = """
+import sys
+for name in ("numpy", "h5py", "torch"):
+    sys.modules[name] = None  # import fails, as when the package is not installed
+from trainium_operator.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize("argv", [["data", "--help"], ["data", "synth-bert", "--help"]])
+def test_data_help_needs_no_trainer_packages(argv: list[str]) -> None:
+    result = subprocess.run(
+        [sys.executable, "-c", WITHOUT_TRAINER, *argv],
+        capture_output=True, text=True, timeout=120, check=False, cwd=REPO,
+    )  # fmt: skip
+    assert (result.returncode, result.stderr) == (0, ""), result.stderr
+    assert result.stdout.startswith(f"usage: trainium {' '.join(argv[:-1])}")
+    assert "--seq-len" in result.stdout or "synth-bert" in result.stdout
+
+
+def test_data_without_trainer_packages_is_one_line(tmp_path: Any) -> None:
+    result = subprocess.run(
+        [sys.executable, "-c", WITHOUT_TRAINER, "data", "synth-bert", "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=120, check=False, cwd=REPO,
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert result.stderr.startswith("error: trainium data needs the trainer's packages ")
+    assert len(result.stderr.splitlines()) == 1, result.stderr
+
+
+def test_an_unknown_flag_of_a_command_points_at_its_help(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["render", "-f", "job.yaml", "--fsx-id"])
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err == (
+        "error: unrecognized arguments: --fsx-id (see trainium render --help)\n"
+    )
+
+
+def test_a_misspelt_spec_field_is_one_line(run_inline: Any) -> None:
+    text = HEAD + "metadata: {name: x}\n" + SPEC.replace("image:", "imagee:")
+    assert _errors(run_inline("render", "-f", "-", stdin=text)) == [
+        "error: x: spec.imagee: unknown field (did you mean spec.image?)"
+    ]

@@ -82,8 +82,24 @@ def test_version() -> None:
         (["data", "nope"], "invalid choice: 'nope'", "trainium data"),
         (["data", "synth-bert"], "required: --out", "trainium data synth-bert"),
         (["operator", "--standalon"], "unrecognized arguments: --standalon", "trainium operator"),
+        (
+            ["render", "-f", "j.yaml", "--fsx-id"],
+            "unrecognized arguments: --fsx-id",
+            "trainium render",
+        ),
+        (["--bogus", "render", "-f", "j.yaml"], "unrecognized arguments: --bogus", "trainium"),
     ],
-    ids=["none", "render", "logs-rank", "data", "data-tool", "synth-bert", "operator"],
+    ids=[
+        "none",
+        "render",
+        "logs-rank",
+        "data",
+        "data-tool",
+        "synth-bert",
+        "operator",
+        "render-flag",
+        "top-flag",
+    ],
 )
 def test_a_usage_mistake_is_one_line_that_points_at_help(
     argv: list[str], says: str, help_of: str

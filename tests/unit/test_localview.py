@@ -140,6 +140,13 @@ def test_the_train_line_says_what_comes_before_the_bar(tmp_path: Path) -> None:
     )
 
 
+def test_one_process_is_singular(tmp_path: Path) -> None:
+    spec = spec_of(nprocPerNode=1)
+    assert spec.nodes * spec.procs_per_node == 1
+    assert "[train] starting 1 process (torchrun);" in localview.train_line(spec, tmp_path)
+    assert " steps on 1 process; " in localview.precompile_line(spec, tmp_path)
+
+
 def test_the_bar_ends_at_the_last_step_so_the_export_does_not_slow_its_rate(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -8,6 +8,8 @@ unless the interleaving needs a second thread.
 from __future__ import annotations
 
 import asyncio
+import json
+import logging
 import threading
 from typing import Any
 
@@ -99,6 +101,27 @@ def test_a_programming_error_is_logged_with_its_traceback(
     passes.wake(KEY)
     assert step(passes)
     assert "reconcile of ns/job failed (Internal)" in caplog.text and "KeyError" in caplog.text
+
+
+def test_a_lost_race_is_one_debug_line_without_the_http_headers(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A 409 on a guarded write is routine (another writer came first): read again, quietly."""
+    message = (
+        'Operation cannot be fulfilled on trainiumjobs.trainium.dev "job": the object has been '
+        "modified; please apply your changes to the latest version and try again"
+    )
+    lost = ApiException(status=409, reason="Conflict")
+    lost.headers = {"Audit-Id": "1c2d", "Content-Type": "application/json"}
+    lost.body = json.dumps({"kind": "Status", "reason": "Conflict", "message": message})
+    assert "\n" in str(lost)  # what was logged: status, reason, headers and body, a line each
+    caplog.set_level(logging.DEBUG, logger="trainium_operator.runtime.passes")
+    passes = runtime(Script(lost))
+    passes.wake(KEY)
+    assert step(passes)
+    [record] = [r for r in caplog.records if "read again" in r.getMessage()]
+    assert record.levelno == logging.DEBUG
+    assert record.getMessage() == f"pass of ns/job read again: 409 {message}"
 
 
 @pytest.mark.parametrize(
@@ -432,13 +455,13 @@ def test_the_operator_command_elects_through_a_lease_and_kopf_runs_alone(
 
     import kopf.cli
 
-    from trainium_operator import cli
+    from trainium_operator.cli import operator
     from trainium_operator.runtime import leadership
 
     ran: list[list[str]] = []
     monkeypatch.delenv(leadership.LEASE_ENV, raising=False)
     monkeypatch.setattr(kopf.cli, "main", lambda args, **_: ran.append(args))
-    assert cli.cmd_operator(["--leader-elect=trainium", "-A"]) == 0
+    assert operator.cmd_operator(["--leader-elect=trainium", "-A"]) == 0
     assert os.environ[leadership.LEASE_ENV] == "trainium"
     assert "--standalone" in ran[0] and not any("peering" in a for a in ran[0])
 

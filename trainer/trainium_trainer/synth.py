@@ -15,10 +15,10 @@ import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import numpy as np
-
-from trainium_trainer.data import BERT_KEYS
+if TYPE_CHECKING:  # numpy (the [trainer] extra) is imported where shards are made: the flags and
+    import numpy as np  # `trainium data --help` work in an operator-only install
 
 PAD_ID, UNK_ID, CLS_ID, SEP_ID, MASK_ID = 0, 100, 101, 102, 103  # bert-base-uncased's ids
 FIRST_WORD = 104
@@ -47,6 +47,8 @@ def _mask(
     rng: np.random.Generator, ids: np.ndarray, words: np.ndarray, vocab: int, width: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """BERT's 80/10/10 masking of ~15% of the words; returns (ids, positions, labels)."""
+    import numpy as np
+
     count = min(width, max(1, round(MASK_RATE * len(words))))
     positions = np.sort(rng.choice(words, size=count, replace=False))
     labels = ids[positions].copy()
@@ -65,6 +67,8 @@ def _sample(
     rng: np.random.Generator, chains: Sequence[np.ndarray], seq_len: int, vocab: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
     """One [CLS] A [SEP] B [SEP] example and its label (0 = B follows A, as in BERT)."""
+    import numpy as np
+
     words = int(rng.integers((3 * seq_len) // 4, seq_len + 1)) - 3
     len_a = int(rng.integers(max(1, words // 3), max(2, (2 * words) // 3)))
     n_words = len(chains[0])
@@ -94,6 +98,9 @@ def write_bert_shards(
 ) -> list[Path]:
     """Write `synth_training_{i}.hdf5` shards with AWS's keys and their vocab.txt; the shards."""
     import h5py
+    import numpy as np
+
+    from trainium_trainer.data import BERT_KEYS
 
     if vocab_size <= FIRST_WORD + 1 or seq_len < 8:
         raise ValueError(f"need vocab_size > {FIRST_WORD + 1} and seq_len >= 8")

@@ -107,6 +107,37 @@ trainium.dev/stage: train
 9400
 {{- end }}
 
+{{/*
+leaderElection with its deprecated names (peering.*, kopf peering's) applied when set, as JSON:
+`include "trainium-operator.leaderElection" . | fromJson`.
+*/}}
+{{- define "trainium-operator.leaderElection" -}}
+{{- $election := deepCopy .Values.leaderElection -}}
+{{- $old := .Values.peering | default dict -}}
+{{- if hasKey $old "enabled" }}{{ $_ := set $election "enabled" $old.enabled }}{{ end -}}
+{{- if hasKey $old "name" }}{{ $_ := set $election "leaseName" $old.name }}{{ end -}}
+{{- if hasKey $old "lifetimeSeconds" }}{{ $_ := set $election "leaseDurationSeconds" $old.lifetimeSeconds }}{{ end -}}
+{{- toJson $election -}}
+{{- end }}
+
+{{/*
+Whether this release renders the CRD guard (crd-guard.yaml): with the CRD, and without it as well
+(the kept CRD is still installed), unless another release holds the guard already (one
+cluster-wide name: two releases would fight over it). `helm template` looks up nothing: rendered.
+*/}}
+{{- define "trainium-operator.guardsCrd" -}}
+{{- if .Values.crds.enabled -}}
+true
+{{- else -}}
+{{- $live := lookup "admissionregistration.k8s.io/v1" "ValidatingAdmissionPolicy" "" "trainiumjobs.trainium.dev-keep-fields" -}}
+{{- $release := dig "metadata" "annotations" "meta.helm.sh/release-name" "" $live -}}
+{{- $namespace := dig "metadata" "annotations" "meta.helm.sh/release-namespace" "" $live -}}
+{{- if or (not $live) (and (eq $release .Release.Name) (eq $namespace .Release.Namespace)) -}}
+true
+{{- end -}}
+{{- end -}}
+{{- end }}
+
 {{/* CEL: the live CRD carries trainium.dev/allow-field-removal=true (the guard's way out). */}}
 {{- define "trainium-operator.allowFieldRemoval" -}}
 (has(oldObject.metadata.annotations) && 'trainium.dev/allow-field-removal' in oldObject.metadata.annotations && oldObject.metadata.annotations['trainium.dev/allow-field-removal'] == 'true')

@@ -13,7 +13,7 @@ replicas' leader election (a Lease of one name, in the release namespace: the Cl
 - apiGroups: [apiextensions.k8s.io]
   resources: [customresourcedefinitions]
   verbs: [list, watch]
-{{- if .Values.peering.enabled }}
+{{- if (include "trainium-operator.leaderElection" . | fromJson).enabled }}
 {{ include "trainium-operator.rules.leaderElection" . }}
 {{- end }}
 {{- end }}
@@ -100,6 +100,6 @@ renewing are. */}}
   verbs: [create]
 - apiGroups: [coordination.k8s.io]
   resources: [leases]
-  resourceNames: [{{ .Values.peering.name }}]
+  resourceNames: [{{ (include "trainium-operator.leaderElection" . | fromJson).leaseName }}]
   verbs: [get, update]
 {{- end }}

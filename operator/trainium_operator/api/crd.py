@@ -8,6 +8,7 @@ same verdict here. Only core CEL is used in the CRD, so every rule can be evalua
 from __future__ import annotations
 
 import ast
+import difflib
 import functools
 import re
 from collections.abc import Iterator
@@ -98,7 +99,12 @@ def _validator(version: str) -> Any:
 def schema_errors(obj: Json, version: str = VERSION) -> list[str]:
     """OpenAPI and list-type violations of a (defaulted) object, each naming its field."""
     errors = sorted(_validator(version).iter_errors(obj), key=lambda e: list(e.absolute_path))
-    found = [_message(e) for e in errors]
+    unknown = [u for e in errors if e.validator == "additionalProperties" for u in _unknown(e)]
+    # A typo (spec.imagee) is one line: the field it was meant to be is not also "required".
+    meant = {_dotted([*path, name]) for path, _, name in unknown if name}
+    found = [_message(e) for e in errors if e.validator != "additionalProperties"]
+    found = [f for f in found if f.removesuffix(": required") not in meant]
+    found += [_unknown_message(path, field, name) for path, field, name in unknown]
     dupes = structural.list_type_errors(obj, version_schema(version))
     return found + [d.lstrip(".") for d in dupes]
 
@@ -114,6 +120,23 @@ def _message(error: Any) -> str:
         if kind:  # 4e-4, 1e3, yes, y, on: YAML scalars kubectl reads as numbers and booleans
             return f"{_dotted(path)}: {error.message}; quote it: unquoted, YAML reads a {kind}"
     return f"{_dotted(path)}: {error.message}"
+
+
+def _unknown(error: Any) -> list[tuple[list[Any], str, str | None]]:
+    """(path, unknown field, the declared field it is closest to) for each field pruning drops."""
+    declared = list(error.schema.get("properties") or {})
+    path = list(error.absolute_path)
+    out = []
+    for field in sorted(set(error.instance) - set(declared)):
+        close = difflib.get_close_matches(str(field), declared, n=1, cutoff=0.75)
+        out.append((path, str(field), close[0] if close else None))
+    return out
+
+
+def _unknown_message(path: list[Any], field: str, meant: str | None) -> str:
+    """`spec.imagee: unknown field (did you mean spec.image?)`, as kubectl names unknown fields."""
+    hint = f" (did you mean {_dotted([*path, meant])}?)" if meant else ""
+    return f"{_dotted([*path, field])}: unknown field{hint}"
 
 
 def _dotted(path: Any) -> str:

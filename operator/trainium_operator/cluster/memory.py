@@ -2,7 +2,8 @@
 
 A pass reads its job's Memory (observe.Views.memory) and returns the next one (reconcile's
 Outcome.memory); the runtime stores it whole (records.remember). To remember something new
-between passes, add a field here and set it where the pass learns it: nothing in between.
+between passes, add a field here, set it where the pass learns it, and say in `for_a_new_term`
+whether it outlives a change of leader (records.py applies that when this replica's term starts).
 What the watches learn (checkpoints, rank 0's address, failed pods) is not here: the pod watch
 changes it while a pass runs, so it lives in the record beside this.
 """

@@ -44,16 +44,16 @@ def out_of_range(job: str, target: Target, nodes: int | None) -> str | None:
         return None
     world = nodes * target.nprocs
     if target.rank is not None and not 0 <= target.rank < world:
-        shape = f"{_count(nodes, 'node')} x {_count(target.nprocs, 'process', 'processes')}"
-        return (
-            f"--rank {target.rank}: job {job} has {_count(world, 'rank')} ({_span(world)}: {shape})"
-        )
+        shape = f"{counted(nodes, 'node')} x {counted(target.nprocs, 'process', 'processes')}"
+        ranks = f"{counted(world, 'rank')} ({_span(world)}: {shape})"
+        return f"--rank {target.rank}: job {job} has {ranks}"
     if target.node is not None and not 0 <= target.node < nodes:
-        return f"--node {target.node}: job {job} has {_count(nodes, 'node')} ({_span(nodes)})"
+        return f"--node {target.node}: job {job} has {counted(nodes, 'node')} ({_span(nodes)})"
     return None
 
 
-def _count(n: int, one: str, many: str | None = None) -> str:
+def counted(n: int, one: str, many: str | None = None) -> str:
+    """`1 node`, `2 nodes`, `1 process`, `4 processes`."""
     return f"{n} {one if n == 1 else many or one + 's'}"
 
 

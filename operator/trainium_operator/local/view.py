@@ -12,6 +12,7 @@ from typing import Any
 
 from trainium_operator.api.spec import TrainiumJobSpec
 from trainium_operator.domain.cachekey import cache_key, cache_name
+from trainium_operator.domain.logs import counted
 
 
 class TrainView:
@@ -82,19 +83,18 @@ def plan_line(name: str, spec: TrainiumJobSpec, cached: bool) -> str:
 
 def train_line(spec: TrainiumJobSpec, logs: Path) -> str:
     """The line printed when training starts: the bar waits for the first logged step."""
-    procs = spec.nodes * spec.procs_per_node
+    procs = counted(spec.nodes * spec.procs_per_node, "process", "processes")
     return (
-        f"[train] starting {procs} processes (torchrun); the bar appears at their first logged "
+        f"[train] starting {procs} (torchrun); the bar appears at their first logged "
         f"step, after imports and building the model; logs in {logs}"
     )
 
 
 def precompile_line(spec: TrainiumJobSpec, logs: Path) -> str:
     """The line printed while the precompile stage extracts graphs (it logs no metrics)."""
-    procs = spec.nodes * spec.procs_per_node
+    procs = counted(spec.nodes * spec.procs_per_node, "process", "processes")
     return (
-        f"[precompile] extracting graphs: {spec.precompile.steps} steps on {procs} processes; "
-        f"logs in {logs}"
+        f"[precompile] extracting graphs: {spec.precompile.steps} steps on {procs}; logs in {logs}"
     )
 
 

@@ -125,8 +125,8 @@ class PortTaken(Exception):
 def start_from_env() -> int | None:
     """Serve /metrics when TRAINIUM_METRICS_PORT is set (the chart sets it); returns the port.
 
-    Before kopf starts (cli.py): a port that is taken stops the process with one line, where
-    kopf retried the startup handler every 60 s with a traceback and /healthz never answered.
+    Before kopf starts (cli/operator.py): a port that is taken stops the process with one line,
+    where kopf retried the startup handler every 60 s with a traceback and /healthz never answered.
     """
     port = os.environ.get("TRAINIUM_METRICS_PORT")
     if not port:

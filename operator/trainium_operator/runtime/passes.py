@@ -254,8 +254,9 @@ class Passes:
         """Back off and look again: with GETs after a lost race, quietly outside our term."""
         if isinstance(exc, NotLeader):
             log.info("pass of %s/%s stopped: %s", record.namespace, record.name, exc)
-        elif isinstance(exc, StaleRead) or k8s.conflict(exc):
-            log.info("pass of %s/%s read again: %s", record.namespace, record.name, exc)
+        elif isinstance(exc, StaleRead) or k8s.conflict(exc):  # routine: one line, no headers
+            why = f"{exc.status} {k8s.api_message(exc)}" if isinstance(exc, ApiException) else exc
+            log.debug("pass of %s/%s read again: %s", record.namespace, record.name, why)
         else:
             kind = f"Api{exc.status}" if isinstance(exc, ApiException) else "Internal"
             kind = "Network" if isinstance(exc, k8s.NETWORK_ERRORS) else kind
