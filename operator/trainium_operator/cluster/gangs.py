@@ -19,10 +19,9 @@ from trainium_operator.build.builders import (
     LABEL_JOB,
     LABEL_STAGE,
     Owner,
-    controlled_by,
     controller_uid,
 )
-from trainium_operator.cluster import k8s
+from trainium_operator.cluster import k8s, reads
 from trainium_operator.cluster.reads import Kind, Reader
 from trainium_operator.domain.lifecycle import Blocker
 
@@ -51,16 +50,6 @@ def train_name(owner: Owner) -> str:
     return naming.stage_job(owner.name, "train", None, owner.train_gang)
 
 
-def ours(body: Json | None, owner: Owner) -> tuple[Json | None, Json | None]:
-    """(the child if this job controls it, the object holding its name if another does).
-
-    Outside the operator (no uid: the CLI reads whatever holds the name) everything is ours.
-    """
-    if body is None or not owner.uid or controlled_by(body["metadata"], owner.uid):
-        return body, None
-    return None, body
-
-
 @dataclass(frozen=True)
 class Train:
     """The training gang as read: live, still stopping, or a replaced one left undeleted."""
@@ -77,13 +66,13 @@ class Train:
 def read_train(owner: Owner, read: Reader) -> Train:
     """The current gang (None while it or the one it replaces still stops)."""
     ns, name = owner.namespace, train_name(owner)
-    job, taken = ours(read.get(Kind.VCJOB, ns, name), owner)
+    job, taken = reads.ours(read.get(Kind.VCJOB, ns, name), owner)
     if job is not None and _going(job):
         return Train(None, True)  # a replaced gang still stopping
     old_name = owner.replaced_gang
     old = None
     if old_name and old_name != name:
-        old = ours(read.get(Kind.VCJOB, ns, old_name), owner)[0]
+        old = reads.ours(read.get(Kind.VCJOB, ns, old_name), owner)[0]
     if job is not None or old is None:
         return Train(job, False, taken=taken)
     if _going(old):

@@ -14,7 +14,7 @@ from trainium_operator.api import naming
 from trainium_operator.api.spec import TrainiumJobSpec
 from trainium_operator.build import builders, cache
 from trainium_operator.build.builders import Owner
-from trainium_operator.cluster import fsx, gangs, k8s
+from trainium_operator.cluster import fsx, gangs, k8s, reads
 from trainium_operator.cluster.eventlooks import (
     EventLook,
     failed_create,
@@ -126,7 +126,7 @@ def observe(
     read = views.reader
     storage = storage_of(spec, owner, lookup or fsx.describe, read)
     pre_name = naming.vcjob_name(owner.name, "precompile", spec.precompile_size)
-    pre, pre_taken = gangs.ours(read.get(Kind.VCJOB, owner.namespace, pre_name), owner)
+    pre, pre_taken = reads.ours(read.get(Kind.VCJOB, owner.namespace, pre_name), owner)
     gang = gangs.read_train(owner, read)  # None while a replaced gang still stops
     train, stopping = gang.job, gang.stopping
     ident = cache.identity(spec)
@@ -240,7 +240,7 @@ def compiling_elsewhere(
         found = _precompiles(ident, owner.namespace, None)
     for job in found:
         md = job.get("metadata") or {}
-        ours = md.get("name") == mine and gangs.ours(job, owner)[0] is not None
+        ours = md.get("name") == mine and reads.ours(job, owner)[0] is not None
         if _compiling(job) and not ours:  # an earlier job's of this name compiles too
             return "other", f"{owner.namespace}/{builders.owner_name(md)}"
     return "none", ""

@@ -39,6 +39,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from trainium_operator.build.builders import Owner, controlled_by
 from trainium_operator.cluster import cacheio, k8s
 
 Json = dict[str, Any]
@@ -229,6 +230,16 @@ class WatchReader:
     def deleted(self, kind: Kind, namespace: str, name: str) -> None:
         key = (kind, namespace, name)
         self._overlay.record(key, None, self._seen.get(key, frozenset()))
+
+
+def ours(body: Json | None, owner: Owner) -> tuple[Json | None, Json | None]:
+    """(the child if this job controls it, the object holding its name if another does).
+
+    Outside the operator (no uid: the CLI reads whatever holds the name) everything is ours.
+    """
+    if body is None or not owner.uid or controlled_by(body["metadata"], owner.uid):
+        return body, None
+    return None, body
 
 
 def lookup(index: Mapping[tuple[str, str], Iterable[Json]], key: tuple[str, str]) -> list[Json]:

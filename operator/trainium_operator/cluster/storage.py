@@ -10,9 +10,9 @@ from typing import Any
 
 from trainium_operator.api import naming
 from trainium_operator.api.spec import TrainiumJobSpec
-from trainium_operator.build.builders import Owner
+from trainium_operator.build.builders import Owner, controller_uid
 from trainium_operator.cluster import fsx
-from trainium_operator.cluster.reads import Kind, Reader
+from trainium_operator.cluster.reads import Kind, Reader, ours
 from trainium_operator.domain.lifecycle import Blocker
 
 Json = dict[str, Any]
@@ -33,11 +33,25 @@ def storage_of(spec: TrainiumJobSpec, owner: Owner, lookup: fsx.FsxLookup, read:
     """Ready means the claim is Bound; a Pending claim, a terminating or stale PV wait."""
     if spec.storage.claimName:
         return _user_claim(spec.storage.claimName, owner.namespace, read)
-    claim = read.get(Kind.CLAIM, owner.namespace, naming.claim_name(owner.name))
+    claim, held = ours(read.get(Kind.CLAIM, owner.namespace, naming.claim_name(owner.name)), owner)
+    if held is not None:
+        return Storage(blocker=_claim_taken(held))
     volume = read.get(Kind.VOLUME, "", naming.volume_name(owner.namespace, owner.name))
     if volume is not None:
         return static_volume(volume, claim)
     return Storage(**_fsx_names(spec, lookup))
+
+
+def _claim_taken(claim: Json) -> Blocker:
+    """Our claim's name is held by a claim this job does not control (an earlier job's)."""
+    meta = claim["metadata"]
+    boss = controller_uid(meta)
+    held = f"controlled by uid {boss}" if boss else "controlled by nothing: delete it"
+    msg = (
+        f"PersistentVolumeClaim {meta.get('name')!r} exists but is not this job's ({held}; "
+        "left by an earlier job of this name); waiting for it to be deleted"
+    )
+    return Blocker("NameTaken", msg)
 
 
 def _user_claim(name: str, namespace: str, read: Reader) -> Storage:

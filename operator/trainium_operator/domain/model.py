@@ -162,7 +162,7 @@ class Observed:
     #: What refuses the next stage before it is submitted: the queue, or a missing PriorityClass.
     queue_blocker: Blocker | None = None
     #: An object this job does not control holds the precompile job's or the training gang's
-    #: name (gangs.ours): that stage waits for it to go.
+    #: name (reads.ours): that stage waits for it to go.
     precompile_blocker: Blocker | None = None
     training_blocker: Blocker | None = None
     #: The live stage's gang cannot get its pods created (Volcano's FailedCreate Event).
