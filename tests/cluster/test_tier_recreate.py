@@ -15,6 +15,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import pytest
+
 from cluster import Cluster, wait_until
 from jobs import TJ, create, events, fsx_claim, get, small_job
 from kubelet import Behavior, FakeKubelet
@@ -23,14 +25,16 @@ from test_tier_ownership import (
     TERMINAL,
     TJ_PATH,
     VCJOB_PATH,
-    Pair,
     conditions,
     holds,
     moved_back,
+    pair,  # noqa: F401 (the fixture)
     phase_trail,
     status_of,
 )
 
+#: The chart's two replicas run, one leading (the session's standalone operator stopped).
+pytestmark = pytest.mark.usefixtures("pair")
 VCJOB = "jobs.v1alpha1.batch.volcano.sh"
 #: How long the collector stays stopped while the new object is watched (the issue's 25 s).
 STOPPED_S = 25
@@ -67,7 +71,7 @@ def reason_now(cluster: Cluster, ns: str) -> set[str]:
 
 
 def test_a_finished_job_reapplied_while_the_collector_is_stopped_trains_again(
-    cluster: Cluster, kubelet: FakeKubelet, pair: Pair, ns: str
+    cluster: Cluster, kubelet: FakeKubelet, ns: str
 ) -> None:
     """(a) The old gang is Completed: the new object waits for it, then trains and Succeeds."""
     fsx_claim(cluster, ns)
@@ -98,7 +102,7 @@ def test_a_finished_job_reapplied_while_the_collector_is_stopped_trains_again(
 
 
 def test_a_running_job_reapplied_never_shows_the_old_gang_as_the_new_ones(
-    cluster: Cluster, kubelet: FakeKubelet, pair: Pair, ns: str
+    cluster: Cluster, kubelet: FakeKubelet, ns: str
 ) -> None:
     """(b) The old gang runs: the new object waits (never Training on it), never moves back."""
     fsx_claim(cluster, ns)
@@ -128,7 +132,7 @@ def test_a_running_job_reapplied_never_shows_the_old_gang_as_the_new_ones(
 
 
 def test_an_orphaned_gang_gives_the_reapplied_job_a_fresh_name(
-    cluster: Cluster, kubelet: FakeKubelet, pair: Pair, ns: str
+    cluster: Cluster, kubelet: FakeKubelet, ns: str
 ) -> None:
     """(c) `--cascade=orphan` leaves the gang for good: the new job trains under a fresh name."""
     fsx_claim(cluster, ns)
