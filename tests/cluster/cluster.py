@@ -515,7 +515,10 @@ class Cluster:
 def install_chart(cluster: Cluster, manifests: str, release: str, namespace: str) -> Path:
     """Apply `helm template` output server-side as a user would; a kubeconfig for its SA."""
     cluster.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
-    cluster.kubectl("apply", "--server-side", "-f", "-", stdin=manifests)
+    # --force-conflicts: README's `helm install` ran first and its uninstall keeps the CRD and
+    # its rollback guard (helm.sh/resource-policy: keep), with helm as their field manager; a
+    # user moving from helm to `kubectl apply --server-side` takes them over the same way.
+    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", stdin=manifests)
     cluster.kubectl("wait", "--for=condition=Established", "crd/trainiumjobs.trainium.dev")
     # The Deployment's pod has no image here and no default scheduler runs: it stays Pending;
     # the operator runs as a process with the Deployment's ServiceAccount instead.

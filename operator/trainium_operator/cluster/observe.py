@@ -173,7 +173,7 @@ def observe(
         placement=placement_note(spec.scheduling.placement, spec.nodes),
         gang_retries=_retries(job),
         precompile_blocker=pre_held,
-        training_blocker=taken.blocker if taken is not None else None,
+        training_blocker=None if taken is None else taken.blocker,
     )
     checkpoint = checkpoints.newest([views.checkpoint, *reported])
     look = next_event_look(job, views.now) if observed.gang_blocker is None else None
