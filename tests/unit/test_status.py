@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -182,3 +183,36 @@ def test_a_refused_edit_keeps_the_cache_of_what_runs() -> None:
         precompile_job="bert-compile", training_job=None,
     )  # fmt: skip
     assert followed["cache"]["key"] == "e" * 32
+
+
+def merged(target: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
+    """RFC 7386 merge patch, as the API server applies a status patch."""
+    out = dict(target)
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        elif isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merged(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def test_a_finished_job_drops_the_live_gangs_bookkeeping() -> None:
+    """describe showed `Restart Cursor` and `Progress.Gang` uids on every failed job (issue 34)."""
+    from trainium_operator.domain import budget
+
+    live = render(TRAINING, {}, T0)
+    live["restartCursor"] = {"uid": "u-1", "retryCount": 1, "pendingFailure": ""}
+    live["progress"] = {"gang": "u-1", "step": 10, "totalSteps": 100, "display": "10/100 (10%)"}
+    inputs = status.Inputs(
+        live, FAILED, None, Observed(), budget.Accounted(budget.read(live)), name="bert",
+        generation=1, digests={}, now=T1,
+    )  # fmt: skip
+    new = status.compose(inputs)
+    stored = merged(live, status.patch_body(live, new))
+    assert "restartCursor" not in stored
+    assert stored["progress"] == {"step": 10, "totalSteps": 100, "display": "10/100 (10%)"}
+    assert stored["phase"] == "Failed" and stored["restarts"] == 0  # the count stays
+    again = status.compose(replace(inputs, previous=stored))
+    assert again is stored  # settled: no write each pass after

@@ -9,7 +9,16 @@ from typing import Any
 
 from trainium_operator.api import naming
 from trainium_operator.api.spec import TrainiumJobSpec
-from trainium_operator.domain import budget, checkpoints, cost, elastic, history, nodes, specdigest
+from trainium_operator.domain import (
+    budget,
+    checkpoints,
+    cost,
+    elastic,
+    history,
+    nodes,
+    progress,
+    specdigest,
+)
 from trainium_operator.domain.cachekey import cache_key, cache_name, identity
 from trainium_operator.domain.checkpoints import Checkpoint
 from trainium_operator.domain.lifecycle import TERMINAL, Condition, Decision
@@ -197,6 +206,8 @@ def compose(inputs: Inputs) -> Json:
     _add_evidence(new, inputs)
     if inputs.elastic is not None:
         new["elastic"] = inputs.elastic
+    if decision.phase in TERMINAL:
+        _settle(new, previous)
     pending = _gang_pending(decision, inputs.observed)
     new["history"] = history.advance(previous, new, inputs.now, gang_pending=pending)
     if not changed(previous, new):
@@ -237,6 +248,16 @@ def _add_evidence(new: Json, inputs: Inputs) -> None:
         new["lastCheckpoint"] = kept.to_status()
     if inputs.progress is not None:
         new["progress"] = inputs.progress or None
+
+
+def _settle(new: Json, previous: Json) -> None:
+    """A finished job's status keeps what a person reads, not the live gang's bookkeeping."""
+    new.pop("restartCursor", None)
+    new.update(budget.settled(previous))
+    shown = new["progress"] if "progress" in new else previous.get("progress")
+    kept = progress.settled(shown)
+    if kept is not None:
+        new["progress"] = kept
 
 
 def _add_cost(new: Json, inputs: Inputs) -> None:
