@@ -22,15 +22,11 @@ FAILED = decide(Observed(storage_ready=True, training=Child.FAILED, cache_record
 
 def render(decision: Decision, previous: dict[str, Any], now: str, gen: int = 1) -> dict[str, Any]:
     return status.render(
-        decision,
-        previous,
-        generation=gen,
-        now=now,
-        cache_key="k" * 32,
-        cache_name="bert-large",
-        precompile_job="bert-compile",
-        training_job="bert-train",
-    )
+        status.Frame(
+            decision, previous, gen, now, cache_key="k" * 32, cache_name="bert-large",
+            precompile_job="bert-compile", training_job="bert-train",
+        )
+    )  # fmt: skip
 
 
 def by_type(st: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -116,13 +112,10 @@ def test_restarts_are_reported() -> None:
 
 def test_huge_messages_are_clipped_on_status() -> None:
     from trainium_operator.domain.lifecycle import invalid
-    from trainium_operator.domain.status import MAX_MESSAGE, render
+    from trainium_operator.domain.status import MAX_MESSAGE, Frame, render
 
     problems = [f"spec.env[{i}].value: {'x' * 40000} is too long" for i in range(30)]
-    new = render(
-        invalid(problems), {}, generation=1, now="2026-11-22T00:00:00Z",
-        cache_key=None, cache_name=None, precompile_job=None, training_job=None,
-    )  # fmt: skip
+    new = render(Frame(invalid(problems), {}, 1, "2026-11-22T00:00:00Z"))
     assert len(new["message"]) == MAX_MESSAGE and new["message"].endswith("more characters)")
     assert all(len(c["message"]) <= MAX_MESSAGE for c in new["conditions"])
     assert len(str(new)) < 4 * MAX_MESSAGE
@@ -139,10 +132,7 @@ def test_huge_messages_are_clipped_on_status() -> None:
 )
 def test_the_cache_column_says_dash_until_a_stage_decides(obs: Observed) -> None:
     """`kubectl get tj` must not say `miss` for a job that may still hit."""
-    st = status.render(
-        decide(obs), {}, generation=1, now=T0, cache_key="k" * 32, cache_name="c",
-        precompile_job=None, training_job=None,
-    )  # fmt: skip
+    st = status.render(status.Frame(decide(obs), {}, 1, T0, cache_key="k" * 32, cache_name="c"))
     assert st["cache"]["outcome"] == "-" and "hit" not in st["cache"]
 
 
@@ -172,16 +162,15 @@ def test_a_refused_edit_keeps_the_cache_of_what_runs() -> None:
     """After ImmutableFieldChanged the edited spec's key was never compiled (issue 21)."""
     first = render(PRECOMPILING, {}, T0)
     first["cache"]["entry"] = "entry-of-what-runs"
-    edited = status.render(
+    edited = status.render(status.Frame(
         PRECOMPILING, first, generation=2, now=T1, cache_key="e" * 32, cache_name="edited",
-        precompile_job="bert-compile", training_job=None, cache_extra={"entry": "edited-entry"},
-        held=True,
-    )  # fmt: skip
+        precompile_job="bert-compile", cache_extra={"entry": "edited-entry"}, held=True,
+    ))  # fmt: skip
     assert edited["cache"] == first["cache"]
-    followed = status.render(
+    followed = status.render(status.Frame(
         PRECOMPILING, first, generation=2, now=T1, cache_key="e" * 32, cache_name="edited",
-        precompile_job="bert-compile", training_job=None,
-    )  # fmt: skip
+        precompile_job="bert-compile",
+    ))  # fmt: skip
     assert followed["cache"]["key"] == "e" * 32
 
 
