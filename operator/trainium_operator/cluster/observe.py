@@ -12,7 +12,7 @@ from typing import Any
 
 from trainium_operator.api import naming
 from trainium_operator.api.spec import TrainiumJobSpec
-from trainium_operator.build import builders, cache
+from trainium_operator.build import builders, cache, dra
 from trainium_operator.build.builders import Owner
 from trainium_operator.cluster import fsx, gangs, k8s, reads
 from trainium_operator.cluster.eventlooks import (
@@ -147,7 +147,8 @@ def observe(
     )
     reported = [checkpoints.from_pod(p) for p in pods] if stage == "train" else []
     admission = None if train is not None else queue_blocker(spec.scheduling.queue, views)
-    looked = look_at_events(owner.namespace, job, views.now, views.memory.events_looked)
+    dra_job = owner.name if dra.uses_dra(spec) else ""  # its looks read the pods' claims too
+    looked = look_at_events(owner.namespace, job, views.now, views.memory.events_looked, dra_job)
     if stopping and admission is None:
         admission = gangs.gang_stopping(owner)
     taken = gangs.taken(owner, gang, views.now) if train is None else None
