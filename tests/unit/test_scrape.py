@@ -10,7 +10,7 @@ from support import job
 
 from trainium_operator.api.spec import parse
 from trainium_operator.build.builders import Owner
-from trainium_operator.cluster import gangpods, k8s, observe, scrape
+from trainium_operator.cluster import gangpods, k8s, scrape
 from trainium_operator.domain.lifecycle import Child
 from trainium_trainer import contract
 from trainium_trainer.live import LiveMetrics
