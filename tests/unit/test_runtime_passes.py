@@ -16,6 +16,8 @@ import pytest
 import urllib3
 from kubernetes.client.exceptions import ApiException
 
+from trainium_operator.api import naming
+from trainium_operator.build.builders import ANNOTATION_OWNER_UID
 from trainium_operator.cluster import k8s, reconcile
 from trainium_operator.cluster.eventlooks import EventLook
 from trainium_operator.cluster.memory import Memory
@@ -25,8 +27,9 @@ from trainium_operator.cluster.reconcile import Outcome, Transition
 from trainium_operator.domain.lifecycle import Action
 from trainium_operator.domain.model import Rejection
 from trainium_operator.runtime import handlers
-from trainium_operator.runtime.passes import RESYNC, Passes, backoff, next_look
-from trainium_operator.runtime.queue import FIRST
+from trainium_operator.runtime.leadership import NotLeader
+from trainium_operator.runtime.passes import RESYNC, VOLUME_KEY, Passes, backoff, next_look
+from trainium_operator.runtime.queue import FIRST, Item
 
 KEY = "uid-1"
 WHERE = ("ns", "job")
@@ -284,59 +287,73 @@ def test_bug6_a_pass_in_flight_when_the_job_goes_leaves_nothing_behind() -> None
     assert passes.queue.pending_after(KEY) is None and not step(passes)
 
 
-# ---- bug 2: on_delete holds the job ------------------------------------------------------------
+# ---- bug 2, issue 32 item 4: the FSx PV of a deleted job goes by a sweep, in a term ---------
 
 
-def test_bug2_cleanup_waits_for_a_running_pass_and_later_passes_create_nothing() -> None:
-    """A pass that read the job before deletion creates the PV: the cleanup must delete it."""
-    volumes: set[str] = set()
-    inside, release = threading.Event(), threading.Event()
+def sweeping(sweep: Any) -> Passes:
+    """A runtime without workers whose PV sweep is `sweep`."""
+    passes = Passes(Script(), lambda *_: None, workers=0, clock=lambda: 1000.0, sweep=sweep)
+    passes.records.named(KEY, *WHERE)
+    return passes
 
-    def creates(ns: str, name: str, emit: Any, views: Views) -> Outcome:
-        inside.set()
-        assert release.wait(10)
-        volumes.add(name)  # the pass's create, after it read the job (not yet deleting)
-        return Outcome("Pending")
 
-    passes = runtime(creates)
-    passes.job_event(KEY, WHERE, "1", first=True)
-    worker = threading.Thread(target=step, args=(passes,))
-    worker.start()
-    assert inside.wait(10)
+def fsx_job(type: str) -> dict[str, Any]:
+    """A watch event's keyword arguments for an FSx job of KEY."""
+    body = kopf.Body({"metadata": {"name": "job", "namespace": "ns", "uid": KEY},
+                      "spec": {"storage": {"fsx": {"fileSystemId": "fs-1"}}}})  # fmt: skip
+    return {"type": type, "body": body, "namespace": "ns", "name": "job"}
 
-    def on_delete() -> None:
-        with passes.finalize(KEY):
-            volumes.discard(WHERE[1])  # the PV delete (404 if it came first)
 
-    cleanup = threading.Thread(target=on_delete)
-    cleanup.start()
-    cleanup.join(0.05)
-    assert cleanup.is_alive()  # held: the pass still runs
-    release.set()
-    worker.join(10)
-    cleanup.join(10)
-    assert volumes == set()
-    inside.clear()
-    passes.wake(KEY)  # a pass queued for the finalizing job
-    passes.queue.add_after(KEY, 0)
+def test_a_deleted_fsx_job_sweeps_its_volume_in_a_term_only() -> None:
+    """No finalizer: the DELETED event queues the sweep, and a paused (standby) queue keeps it."""
+    swept: list[str] = []
+    passes = sweeping(lambda name: swept.append(name) or True)
+    passes.queue.pause()  # a standby: outside a term nothing runs, nothing is lost
+    memo = type("Memo", (), {"passes": passes})()
+    asyncio.run(handlers.on_job(memo=memo, tj_wakers={}, **fsx_job("DELETED")))
+    assert passes.records.get(KEY) is None and not step(passes) and swept == []
+    passes.start_term()
     while step(passes):
         pass
-    assert not inside.is_set() and volumes == set()
+    assert swept == [naming.volume_name("ns", "job")]
 
 
-def test_on_delete_holds_the_key_through_the_runtime(monkeypatch: pytest.MonkeyPatch) -> None:
-    deleted: list[str] = []
-    passes = runtime(Script())
-    monkeypatch.setattr(k8s, "delete_volume", lambda name: deleted.append(name))
+def test_a_sweep_outside_the_term_is_retried_not_lost() -> None:
+    calls: list[str] = []
 
-    class Memo:
+    def refused(name: str) -> bool:
+        calls.append(name)
+        raise NotLeader("term over")
+
+    passes = sweeping(refused)
+    passes.sweep_volume("pv-1")
+    assert step(passes) and calls == ["pv-1"]
+    assert passes.queue.pending_after(VOLUME_KEY + "pv-1") is not None  # backed off, kept
+
+
+def test_a_volume_of_an_unknown_job_is_swept_a_known_jobs_wakes_it() -> None:
+    """A PV a pass made while its job was being deleted (bug 2) outlives the job's record."""
+    swept: list[str] = []
+    passes = sweeping(lambda name: swept.append(name) or True)
+    memo = type("Memo", (), {"passes": passes})()
+    ours = {"annotations": {ANNOTATION_OWNER_UID: KEY}}
+    asyncio.run(handlers.on_volume(type="MODIFIED", name="pv-a", meta=ours, memo=memo))
+    assert passes.queue.get(timeout=0) == Item(KEY)  # a wake of the job, no sweep
+    passes.queue.done(KEY)
+    passes.gone(KEY)
+    asyncio.run(handlers.on_volume(type="ADDED", name="pv-a", meta=ours, memo=memo))
+    asyncio.run(handlers.on_volume(type="DELETED", name="pv-b", meta=ours, memo=memo))
+    while step(passes):
         pass
+    assert swept == ["pv-a"]
 
-    memo = Memo()
-    memo.passes = passes  # type: ignore[attr-defined]
-    handlers.on_delete(namespace="ns", name="job", meta={"uid": KEY}, memo=memo)
-    record = passes.records.get(KEY)
-    assert deleted and record is not None and record.finalizing
+
+def test_no_changing_handler_so_kopf_writes_nothing_of_its_own() -> None:
+    """An on.create/update/delete/resume handler makes kopf, in every replica, patch a diff-base
+    annotation (and a finalizer, progress) on every job it matches: a standby would write."""
+    registry = kopf.get_default_registry()
+    changing = [h for h in registry._changing._handlers if h.fn.__module__ == handlers.__name__]
+    assert changing == []
 
 
 # ---- bug 4: the parse caches under other workers -----------------------------------------------
