@@ -692,16 +692,60 @@ def test_an_error_after_reconcile_still_sets_the_next_look(
     assert step(passes) and passes.queue.pending_after(KEY) is not None
 
 
-def test_a_new_term_looks_at_every_job_with_gets_and_ends_paused() -> None:
-    script = Script()
-    passes = runtime(script)
-    passes.job_event("uid-2", ("ns", "other"), "3", first=False)
+def paced(script: Script, now: list[float], jobs: int) -> Passes:
+    """A runtime on a clock the test moves, that has seen `jobs` jobs, outside a term."""
+    passes = Passes(script, lambda *_: None, workers=0, clock=lambda: now[0],
+                    term_reads_per_second=10)  # fmt: skip
+    passes.reads.indices.update({kind: {} for kind in Kind})  # the watches run
+    for i in range(jobs):
+        passes.job_event(f"uid-{i}", ("ns", f"job-{i}"), "1", first=False)
+    while step(passes):  # their first passes, in an earlier term
+        pass
+    script.views.clear()
     passes.end_term()
+    passes.wake("uid-0")
     assert not step(passes)  # paused: nothing runs outside a term
+    return passes
+
+
+def test_a_new_term_looks_at_every_job_with_gets_paced() -> None:
+    """A takeover re-reads every job (2 GETs each), spread at the pace, not all at once."""
+    script, now = Script(), [1000.0]
+    passes = paced(script, now, 30)
     passes.start_term()
     while step(passes):
         pass
-    assert sorted(v.uid for v in script.views) == ["uid-1", "uid-2"]
+    assert len(script.views) == 1  # the first at once, the others at 10 a second
+    now[0] += 1.0
+    while step(passes):
+        pass
+    assert len(script.views) == 11 and all(v.fresh for v in script.views)
+    now[0] += 2.0
+    while step(passes):
+        pass
+    assert sorted(v.uid for v in script.views) == sorted(f"uid-{i}" for i in range(30))
+
+
+def test_a_job_with_an_event_reads_with_gets_at_once_in_a_new_term_and_once_only() -> None:
+    script, now = Script(), [1000.0]
+    passes = paced(script, now, 30)
+    passes.start_term()
+    passes.wake("uid-29")  # its paced look is 2.9 s away: the event's pass reads with GETs
+    while step(passes):
+        pass
+    assert [(v.uid, v.fresh) for v in script.views] == [("uid-0", True), ("uid-29", True)]
+    passes.wake("uid-29")
+    assert step(passes) and not script.views[-1].fresh  # read once this term: the watches do
+
+
+def test_a_continued_term_re_reads_nothing() -> None:
+    """Our own Lease back, held by no one since: no one else wrote, queued work goes on."""
+    script, now = Script(), [1000.0]
+    passes = paced(script, now, 30)
+    passes.start_term(continued=True)
+    while step(passes):
+        pass
+    assert [(v.uid, v.fresh) for v in script.views] == [("uid-0", False)]  # the lapse's event
 
 
 def test_a_finished_objects_stale_read_creates_nothing() -> None:

@@ -94,9 +94,9 @@ def _elect(lease: str, passes: Passes, settings: kopf.OperatorSettings) -> leade
     """Stand for the Lease: passes run inside our terms; every write asks the fence first."""
     namespace = os.environ.get("POD_NAMESPACE") or lease_io.current_namespace()
 
-    def start() -> None:
+    def start(continued: bool) -> None:
         settings.posting.enabled = True
-        passes.start_term()
+        passes.start_term(continued=continued)
 
     def stop() -> None:
         settings.posting.enabled = False

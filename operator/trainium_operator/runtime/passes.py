@@ -40,6 +40,9 @@ Json = dict[str, Any]
 RESYNC = 1800.0
 #: Threads for passes: enough that passes waiting on throttled requests block no others.
 WORKERS = 16
+#: A new term's re-reads (2 GETs each) are spread at this many jobs a second: a takeover at
+#: 1,000 jobs costs 2,000 GETs over 50 s, not at once (a job with an event reads at once).
+TERM_READS_PER_SECOND = 20.0
 #: Queue keys of PV sweeps are this plus the PV's name (a uid has no colon).
 VOLUME_KEY = "volume:"
 _TERMINAL = {p.value for p in TERMINAL}
@@ -115,8 +118,10 @@ class Passes:
         on_idle: Callable[[], None] | None = None,
         backoff: tuple[float, float] = (1.0, 60.0),
         sweep: Callable[[str], bool] = storage.sweep_volume,
+        term_reads_per_second: float = TERM_READS_PER_SECOND,
     ) -> None:
         self._reconcile, self._emit, self._sweep = reconcile, emit, sweep
+        self._term_pace = term_reads_per_second
         first, cap = backoff  # an API error: retry soon, backing off (not kopf's 60 s)
         self.queue: WorkQueue[Key] = WorkQueue(clock=clock, base_delay=first, max_delay=cap)
         self.records = Records()
@@ -135,12 +140,15 @@ class Passes:
 
     # ---- leadership -------------------------------------------------------------------------
 
-    def start_term(self) -> None:
-        """This replica leads now: every known job gets a pass that reads with GETs (the
-        watches may still show the world from before a pause), then passes run."""
-        self.records.new_term()
-        for key in self.records.uids():
-            self.queue.add(key, rank=FIRST, fresh=True)
+    def start_term(self, *, continued: bool = False) -> None:
+        """This replica leads now, and passes run. After a takeover each job's next pass reads
+        with GETs (the watches may still show the world from before a pause) and every job gets
+        one, paced; `continued` (our own Lease back, no one held it since): no one else wrote
+        meanwhile, so what we knew holds and queued work just goes on."""
+        if not continued:
+            self.records.new_term()
+            for i, key in enumerate(self.records.uids()):
+                self.queue.add_after(key, i / self._term_pace, fresh=True)
         self.queue.resume()
 
     def end_term(self) -> None:
@@ -198,7 +206,7 @@ class Passes:
         if record is None or not record.name:
             return  # forgotten, or not yet seen by its own watch
         try:
-            self._pass(record, fresh=item.fresh)
+            self._pass(record, fresh=item.fresh or record.stale)
         except Exception as exc:  # never crash a worker: count, log, back off, retry
             self._failed(item.key, record, exc)
 
@@ -213,6 +221,9 @@ class Passes:
         with metrics.reconcile_timer():
             outcome = self._reconcile(record.namespace, record.name, self._emit, views)
         self.queue.forget(key)
+        if fresh:  # this term's read with GETs is done
+            with self.records.lock:
+                record.stale = False
         self._keep(record, outcome, seen, shown)
         if outcome.phase is None:
             self.gone(key)

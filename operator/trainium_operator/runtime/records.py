@@ -39,6 +39,8 @@ class JobRecord:
     name: str = ""
     #: What the job's passes carry from one to the next (cluster/memory.py), kept whole.
     memory: Memory = field(default_factory=Memory)
+    #: A new term began and no pass of the job has read with GETs since (the watches may lag).
+    stale: bool = False
     #: Pod events that asked for a pod read; `pods_read` of them a pass read successfully.
     pods_seen: int = 0
     pods_read: int = 0
@@ -229,3 +231,4 @@ class Records:
         with self.lock:
             for record in self._by_key.values():
                 record.memory = record.memory.for_a_new_term()
+                record.stale = True
