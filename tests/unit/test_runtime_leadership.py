@@ -218,3 +218,15 @@ def test_taking_back_a_lease_someone_else_held_is_a_new_term() -> None:
     b.stop(release=True)
     assert a.step()  # a sees the Lease released by b: its term ended; it takes it anew
     assert log == ["a starts", "b starts", "b stops", "a stops", "a starts"]
+
+
+def test_a_renewal_past_the_deadline_goes_on_fenced_meanwhile_and_is_counted() -> None:
+    """Woken 12 s after its last renewal (deadline 10, lease 15): writes were refused; its
+    guarded PUT shows no one took over, so the term goes on without a stop and a restart."""
+    server, clock, log = LeaseServer(), Clock(), []
+    a = candidate(server, clock, "a", log)
+    assert a.step()
+    clock.now += 12
+    assert not a.fence.holds()
+    assert a.step() and a.fence.holds() and a.lost_terms == 1
+    assert log == ["a starts"] and a.fence.term == 1

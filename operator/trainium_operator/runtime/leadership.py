@@ -184,7 +184,8 @@ class Election:
         #: else held the Lease since (a takeover counts one).
         self._transitions: int | None = None
         self._continued = False
-        #: Terms lost to a renewal deadline (the benchmark and the log count them).
+        #: Renewals that missed the renew deadline (a lost term, or a late renewal: the fence
+        #: was closed meanwhile); the benchmark counts them from the log.
         self.lost_terms = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -201,6 +202,11 @@ class Election:
             renewed = False
         if renewed:
             first = not self.leading
+            if not first and not self.fence.holds():  # a renewal that came late (starved, or
+                self.lost_terms += 1  # a pause): no one else wrote (its PUT was guarded)
+                log.warning("lease %s/%s renewed past the renew deadline by %s: writes were "
+                            "refused meanwhile; the term goes on",
+                            self.namespace, self.name, self.identity)  # fmt: skip
             self.fence.open_until(sent + self.timing.deadline, new_term=first)
             if first:
                 self.leading = True
