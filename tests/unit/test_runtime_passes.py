@@ -328,7 +328,14 @@ def test_a_sweep_outside_the_term_is_retried_not_lost() -> None:
     passes = sweeping(refused)
     passes.sweep_volume("pv-1")
     assert step(passes) and calls == ["pv-1"]
-    assert passes.queue.pending_after(VOLUME_KEY + "pv-1") is not None  # backed off, kept
+    assert passes.queue.pending_after(VOLUME_KEY + "pv-1:") is not None  # backed off, kept
+
+
+def test_a_sweep_of_a_pv_whose_job_is_known_by_then_sends_nothing() -> None:
+    """A PV listed before its job: by its sweep, the job's record exists (it lives)."""
+    passes = sweeping(lambda name: pytest.fail("a request for a live job's PV"))
+    passes.sweep_volume("pv-1", KEY)
+    assert step(passes) and len(passes.queue) == 0
 
 
 def test_a_volume_of_an_unknown_job_is_swept_a_known_jobs_wakes_it() -> None:

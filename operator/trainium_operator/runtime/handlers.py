@@ -27,6 +27,7 @@ from trainium_operator.build.builders import (
     LABEL_JOB,
     LABEL_MANAGED_BY,
     MANAGED_BY,
+    owner_uid,
 )
 from trainium_operator.build.cache import LABEL_CACHE_ENTRY
 from trainium_operator.cluster import election as lease_io
@@ -203,7 +204,7 @@ async def on_job(
         passes.gone(uid)
         _wake_cache_users(namespace, body, kwargs)  # a writer gone mid-compile frees its entry
         if _field(body, "storage", "fsx"):  # its PV is cluster-scoped: no owner deletes it
-            passes.sweep_volume(naming.volume_name(namespace, name))
+            passes.sweep_volume(naming.volume_name(namespace, name), uid)
         return
     version = body.metadata.get("resourceVersion")
     context = contextvars.copy_context()
@@ -291,7 +292,7 @@ async def on_volume(type: str, name: str, meta: kopf.Meta, memo: Any, **_: Any) 
         if type is not None:
             _wake(memo, key)
     elif type != "DELETED" and not meta.get("deletionTimestamp"):
-        passes.sweep_volume(name)
+        passes.sweep_volume(name, owner_uid(meta))
 
 
 @kopf.on.event("scheduling.volcano.sh", "v1beta1", "queues")

@@ -43,7 +43,8 @@ WORKERS = 16
 #: A new term's re-reads (2 GETs each) are spread at this many jobs a second: a takeover at
 #: 1,000 jobs costs 2,000 GETs over 50 s, not at once (a job with an event reads at once).
 TERM_READS_PER_SECOND = 20.0
-#: Queue keys of PV sweeps are this plus the PV's name (a uid has no colon).
+#: Queue keys of PV sweeps: this, the PV's name, ":" and its owner's uid as the PV showed it
+#: (a uid and a PV name have no colon).
 VOLUME_KEY = "volume:"
 _TERMINAL = {p.value for p in TERMINAL}
 log = logging.getLogger(__name__)
@@ -185,9 +186,13 @@ class Passes:
         self.records.pod_event(key, pod, log)
         self.wake(key, context=context)
 
-    def sweep_volume(self, volume: str) -> None:
-        """Delete our FSx PV if its job is gone, in the next term of ours (its own queue key)."""
-        self.queue.add(VOLUME_KEY + volume)
+    def sweep_volume(self, volume: str, owner: Key | None = None) -> None:
+        """Delete our FSx PV if its job is gone, in the next term of ours (its own queue key).
+
+        `owner`: the job's uid as the PV shows it; if a record of it exists by the sweep (a PV
+        listed before its job), the job lives and the sweep costs no request.
+        """
+        self.queue.add(f"{VOLUME_KEY}{volume}:{owner or ''}")
 
     def gone(self, key: Key) -> None:
         """The object is gone: its record, queued work, timers and metrics go, in this one place."""
@@ -237,9 +242,11 @@ class Passes:
 
     def _sweep_volume(self, key: Key) -> None:
         """One sweep; an error (NotLeader too) retries later, in a term of ours."""
-        name = key.removeprefix(VOLUME_KEY)
+        name, _sep, owner = key.removeprefix(VOLUME_KEY).partition(":")
         try:
-            if self._sweep(name):
+            if owner and self.records.get(owner) is not None:
+                pass  # its job is known and not deleted: nothing to read
+            elif self._sweep(name):
                 log.info("deleted PersistentVolume %s: its job is gone", name)
             self.queue.forget(key)
         except Exception as exc:
