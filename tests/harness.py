@@ -138,12 +138,13 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def write_kubeconfig(path: Path, server_url: str) -> None:
+def write_kubeconfig(path: Path, server_url: str, token: str = "dummy") -> None:
+    """A kubeconfig for the emulator; the token names the client in its request records."""
     config = {
         "apiVersion": "v1",
         "kind": "Config",
         "clusters": [{"name": "emulator", "cluster": {"server": server_url}}],
-        "users": [{"name": "tester", "user": {"token": "dummy"}}],
+        "users": [{"name": "tester", "user": {"token": token}}],
         "contexts": [{"name": "emulator", "context": {"cluster": "emulator", "user": "tester"}}],
         "current-context": "emulator",
     }
