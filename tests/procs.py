@@ -8,10 +8,13 @@ any still tracked when the session ends, and says so, as a last resort.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 #: How many times longer than on an idle machine a start-up may take (load 20 on 2 cores: 10).
@@ -61,13 +64,38 @@ def _signal(proc: subprocess.Popen[Any], sig: signal.Signals, group: bool) -> No
         pass
 
 
-def stop_tree(proc: subprocess.Popen[Any], grace: float = 10) -> int | None:
-    """SIGTERM the process (its whole group when it leads one), SIGKILL after grace; reap it.
+def _stat(pid: int) -> list[str] | None:
+    """/proc/PID/stat's fields after the command name (state first), or None once it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
 
-    Returns its exit code. The group also ends children such as torchrun's workers, which a
-    SIGKILL of the parent alone would leave running.
+
+def descendants(pid: int) -> list[tuple[int, str]]:
+    """Every process below pid, as (pid, start time): the start time tells a reused pid apart."""
+    below: dict[int, list[tuple[int, str]]] = {}
+    for entry in Path("/proc").glob("[0-9]*"):
+        fields = _stat(int(entry.name))
+        if fields is not None and len(fields) > 19:
+            below.setdefault(int(fields[1]), []).append((int(entry.name), fields[19]))
+    found, todo = [], [pid]
+    while todo:
+        for child in below.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child[0])
+    return found
+
+
+def stop_tree(proc: subprocess.Popen[Any], grace: float = 10) -> int | None:
+    """SIGTERM the process (its whole group when it leads one), SIGKILL after grace; reap it;
+    then SIGKILL whatever it had started that is still there. Returns its exit code.
+
+    The group ends children such as torchrun's workers; the descendants found beforehand also
+    end TorchX's replicas, which run in sessions of their own.
     """
     group = _leads_group(proc)
+    below = descendants(proc.pid) if proc.returncode is None else []
     if proc.poll() is None:
         _signal(proc, signal.SIGTERM, group)
         try:
@@ -77,8 +105,41 @@ def stop_tree(proc: subprocess.Popen[Any], grace: float = 10) -> int | None:
             proc.wait(30)
     if group:  # the leader is gone; children that outlived it still have its group id
         _signal(proc, signal.SIGKILL, True)
+    for pid, started in below:
+        fields = _stat(pid)
+        if fields is not None and fields[19] == started and fields[0] != "Z":
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
     _LIVE.pop(proc.pid, None)
     return proc.returncode
+
+
+@contextlib.contextmanager
+def spawned(cmd: Sequence[str], **popen: Any) -> Iterator[subprocess.Popen[Any]]:
+    """Popen in a session of its own, tracked; its whole group is stopped when the block ends."""
+    proc = track(subprocess.Popen(cmd, start_new_session=True, **popen))
+    try:
+        yield proc
+    finally:
+        stop_tree(proc, grace=5)
+
+
+def run(cmd: Sequence[str], timeout: float, **popen: Any) -> subprocess.CompletedProcess[str]:
+    """subprocess.run(capture_output=True, text=True) that leaves no child behind.
+
+    subprocess.run kills only the direct child on a timeout, then waits for EOF on pipes that
+    its children (torchrun's workers, TorchX's replicas) still hold: a hang. Here the whole
+    process group goes, and TimeoutExpired carries what was printed.
+    """
+    pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True}
+    with spawned(cmd, **pipes, **popen) as proc:
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            stop_tree(proc, grace=5)
+            out, err = proc.communicate()
+            raise subprocess.TimeoutExpired(proc.args, timeout, out, err) from None
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
 def stop_leftovers() -> list[str]:
