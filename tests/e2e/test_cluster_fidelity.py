@@ -127,7 +127,8 @@ def test_a_pending_claim_is_not_storage_ready(
     apply({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
            "metadata": {"name": f"slow-{ns}"}, "provisioner": "fsx.csi.aws.com"})  # fmt: skip
     vcjob(k8s, ns, "patient-compile")  # the claim's Bound event woke the job
-    assert storage_ready(ns, "patient")
+    # The status write follows the Volcano job's create: poll, or a loaded machine sees it late.
+    wait_for(lambda: storage_ready(ns, "patient"), what="StorageReady True")
 
 
 def test_a_webhook_refusal_fails_the_job_with_the_servers_message(
