@@ -23,10 +23,12 @@ from trainium_operator.cluster.reconcile import Outcome
 from trainium_operator.runtime.passes import Passes
 
 KEYS = [f"job-{i}" for i in range(12)]  # uids; each job is named after its uid here
+# xdist's workers collect separately and must agree: they draw from the run's shared id.
+_DRAW = random.Random(os.environ.get("PYTEST_XDIST_TESTRUNUID"))  # None: fresh each run
 SEEDS = (
     [int(os.environ["TRAINIUM_STRESS_SEED"])]
     if "TRAINIUM_STRESS_SEED" in os.environ
-    else [random.randrange(2**32) for _ in range(3)]
+    else [_DRAW.randrange(2**32) for _ in range(3)]
 )
 
 
