@@ -4,6 +4,11 @@ A replacement never reuses a name (naming.successor says why). Its name goes on 
 with the replaced gang's, before the old gang is deleted: a crash between the two leaves the new
 name written and the old gang named as replaced, so the next pass deletes it (again) and waits
 for it, then creates the new one once; never two gangs, never the old name.
+
+A gang is the job's only if its controller reference names the job's uid (reads.ours): a job
+deleted and re-applied while the garbage collector lags (or with `--cascade=orphan`) finds the
+old object's gang under its first name; it takes a fresh name at once and waits, bounded, for the
+old gang to go (`taken`), never reading it as its own.
 """
 
 from __future__ import annotations
