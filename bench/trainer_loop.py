@@ -62,13 +62,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=160)
     p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--pairs", type=int, default=3, help="interleaved bare/trainer pairs per size")
-    args = p.parse_args(argv)
+    p.add_argument("--processes", type=int, nargs="+", default=[1, 2], help="sizes to measure")
+    # Smoke: 2 processes only (torchrun, DDP, per-rank batches: a superset of 1's code paths).
+    args = common.parse(p, argv, steps=4, warmup=1, pairs=1, processes=[2])
     rows, ratios = [], []
     with tempfile.TemporaryDirectory(prefix="bench-trainer-") as tmp:
         data = Path(tmp) / "data"
         write_bert_shards(data, shards=4, samples_per_shard=256, seq_len=64, seed=1)
         for pair in range(1, args.pairs + 1):
-            for nproc in (1, 2):
+            for nproc in args.processes:
                 out = Path(tmp) / f"pair{pair}"  # a fresh output dir: no resume
                 run = {k: measure(k, nproc, data, out, args.steps, args.warmup)
                        for k in ("bare", "trainer")}  # fmt: skip
@@ -81,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     print(common.table(header, sorted(ratios, key=lambda r: (r[0], r[1]))))
     print()
     medians = [[n, *(statistics.median(r[i] for r in ratios if r[0] == n) for i in (2, 3, 4))]
-               for n in (1, 2)]  # fmt: skip
+               for n in args.processes]  # fmt: skip
     print(common.table(["processes", "median samples/s", "median CPU/step", "to end"], medians))
     return 0
 

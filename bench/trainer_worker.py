@@ -26,12 +26,12 @@ from trainium_trainer.tasks import build_task
 
 def bare(cfg: RunConfig, rt: Runtime, on_step: Callable[[int], None]) -> None:
     """The hand-written loop: what the trainer must not be much slower than."""
-    task = build_task(cfg, rt.rank, rt.world_size)
+    task = build_task(cfg)
     model: torch.nn.Module = task.model
     if rt.world_size > 1:
         model = torch.nn.parallel.DistributedDataParallel(model)
     optimizer = optim.build_optimizer(task.model, cfg.optimizer, cfg.lr)
-    batches = task.batches(cfg, start=0)
+    batches = task.batches(cfg, rt.rank, rt.world_size, start=0)
     model.train()
     for step in range(1, cfg.max_steps + 1):
         loss = model(**next(batches)).loss
