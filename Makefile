@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 TOOLS := .tools/bin
 export PATH := $(abspath $(BIN)):$(abspath $(TOOLS)):$(PATH)
 
-.PHONY: help install run run-native test test-slow test-unit test-e2e test-chart test-xla test-reliability test-cluster bench lint \
+.PHONY: help install run run-native test test-slow test-unit test-e2e test-chart test-xla test-reliability test-cluster bench bench-smoke lint \
 	crds verify helm promtool render chart-docs clean
 
 help: ## Show the targets
@@ -98,6 +98,11 @@ bench: $(STAMP) ## Benchmarks behind BENCHMARKS.md (BENCH_JOBS="100 500 1000")
 	if [ -n "$(TRAINIUM_CLUSTER_ASSETS)" ]; then \
 	  $(BIN)/python bench/recovery.py --cluster "$(abspath $(TRAINIUM_CLUSTER_ASSETS))"; \
 	else echo "bench/recovery.py skipped: TRAINIUM_CLUSTER_ASSETS is not set (the real-cluster tier)"; fi
+
+# Each bench at a smoke size (seconds; the figures mean nothing), so none rots unnoticed; the XLA
+# one where .venv-xla exists, the real-cluster ones where TRAINIUM_CLUSTER_ASSETS is set.
+bench-smoke: $(STAMP) ## Every bench at a smoke size: do they still run (bench/smoke.py)
+	$(BIN)/python bench/smoke.py $(if $(TRAINIUM_CLUSTER_ASSETS),--cluster "$(abspath $(TRAINIUM_CLUSTER_ASSETS))")
 
 lint: $(STAMP) ## ruff and mypy (hadolint and yamllint run inside `make test`)
 	$(BIN)/ruff check operator trainer tests bench

@@ -49,7 +49,7 @@ def cpu_ms_per_build(build: Callable[[], object], n: int) -> float:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--builds", type=int, default=200)
-    n = p.parse_args(argv).builds
+    n = common.parse(p, argv, builds=2).builds
     doc = common.REPO / "examples" / "bert-large-pretrain.yaml"
     spec = parse(yaml.safe_load(doc.read_text()))
     owner = Owner("bert", "default", "uid-1")

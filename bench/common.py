@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 for path in (REPO / "tests", REPO / "tests" / "cluster", REPO / "operator", REPO / "trainer"):
@@ -58,3 +60,20 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+SMOKE_HELP = (
+    "a smoke size (seconds, not figures): the script still runs end to end (make bench-smoke)"
+)
+
+
+def parse(parser: argparse.ArgumentParser, argv: list[str] | None, **smoke: object) -> Any:
+    """parser's arguments, plus --smoke: with it, `smoke`'s sizes replace the given ones."""
+    parser.add_argument("--smoke", action="store_true", help=SMOKE_HELP)
+    args = parser.parse_args(argv)
+    if args.smoke:
+        unknown = set(smoke) - set(vars(args))
+        assert not unknown, f"smoke sizes for unknown options: {sorted(unknown)}"
+        for name, value in smoke.items():
+            setattr(args, name, value)
+    return args

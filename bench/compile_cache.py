@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--compile-seconds", type=float, default=5)
     p.add_argument("--train-seconds", type=float, default=1)
-    args = p.parse_args(argv)
+    args = common.parse(p, argv, compile_seconds=0.5, train_seconds=0.2)
     with tempfile.TemporaryDirectory(prefix="bench-cache-") as tmp:
         rows = [run(t, Path(tmp) / str(t), args.compile_seconds, args.train_seconds)
                 for t in (True, False)]  # fmt: skip

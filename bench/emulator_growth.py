@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--batches", type=int, default=4)
     p.add_argument("--per-batch", type=int, default=200)
-    args = p.parse_args(argv)
+    args = common.parse(p, argv, batches=2, per_batch=10)
     rows = []
     for keep in (True, False):
         times = batch_seconds(keep, args.batches, args.per_batch)

@@ -196,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="a named operator environment; with several, the product runs once per"
                         " variant, alternating (A/B in one session)")  # fmt: skip
     p.add_argument("--rounds", type=int, default=1, help="repeat the alternation")
-    args = p.parse_args(argv)
+    args = common.parse(p, argv, jobs=[3], waiting_seconds=3)
     if args.cluster:  # a timeout's SIGTERM still stops the control plane (finally blocks)
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     env = dict(kv.split("=", 1) for kv in args.operator_env)

@@ -295,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--operator-env", nargs="*", default=[], metavar="KEY=VALUE")
     p.add_argument("--keep", action="store_true", help="keep the work directory (logs)")
-    args = p.parse_args(argv)
+    args = common.parse(p, argv, classes=["nrt"], repeat=1)
     if args.cluster is None:
         p.error("--cluster ASSETS or TRAINIUM_CLUSTER_ASSETS is required")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # finally blocks stop the cluster

@@ -5,9 +5,11 @@ run; the claim is the ratio trainer / bare in steady state (from --warmup to the
 last; "to end" also counts the last step, where the trainer writes its final checkpoint). CPU,
 plain torch (gloo for 2 processes). The runs are paired and interleaved (bare, trainer, bare,
 trainer, ...; 1 then 2 processes within each round), so load from other work on the machine
-falls on both sides of a pair. Usage:
+falls on both sides of a pair. `--loops trainer trainer-perparam` adds the trainer with the
+optimizer's per-parameter loop (optim.FOREACH off) to each round: the multi-tensor update's
+A/B. Usage:
 
-    python bench/trainer_loop.py [--steps 160 --warmup 10 --pairs 3]
+    python bench/trainer_loop.py [--steps 160 --warmup 10 --pairs 3 --loops trainer ...]
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ import common
 from trainium_trainer.synth import write_bert_shards
 
 WORKER = str(Path(__file__).with_name("trainer_worker.py"))
+#: What can run beside the bare loop (trainer_worker.py's kinds).
+LOOPS = ("trainer", "trainer-perparam")
 
 
 def measure(kind: str, nproc: int, data: Path, out: Path, steps: int, warmup: int) -> dict:
@@ -62,27 +66,35 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=160)
     p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--pairs", type=int, default=3, help="interleaved bare/trainer pairs per size")
-    args = p.parse_args(argv)
+    p.add_argument("--processes", type=int, nargs="+", default=[1, 2], help="sizes to measure")
+    p.add_argument("--loops", nargs="+", choices=LOOPS, default=["trainer"],
+                   help="what runs beside `bare` in each round, each compared with it; "
+                        "trainer-perparam: the trainer with optim.FOREACH off")  # fmt: skip
+    # Smoke: 2 processes only (torchrun, DDP, per-rank batches: a superset of 1's code paths).
+    args = common.parse(p, argv, steps=4, warmup=1, pairs=1, processes=[2])
     rows, ratios = [], []
     with tempfile.TemporaryDirectory(prefix="bench-trainer-") as tmp:
         data = Path(tmp) / "data"
         write_bert_shards(data, shards=4, samples_per_shard=256, seq_len=64, seed=1)
         for pair in range(1, args.pairs + 1):
-            for nproc in (1, 2):
+            for nproc in args.processes:
                 out = Path(tmp) / f"pair{pair}"  # a fresh output dir: no resume
                 run = {k: measure(k, nproc, data, out, args.steps, args.warmup)
-                       for k in ("bare", "trainer")}  # fmt: skip
+                       for k in ("bare", *args.loops)}  # fmt: skip
                 rows += [_row(pair, nproc, r) for r in run.values()]
-                ratios.append([nproc, pair, *_ratios(run["trainer"], run["bare"])])
+                ratios += [[nproc, k, pair, *_ratios(run[k], run["bare"])] for k in args.loops]
     header = ["pair", "loop", "processes", "samples/s", "CPU ms/step (rank 0)", "samples/s to end"]
     print(common.table(header, rows))
     print()
-    header = ["processes", "pair", "samples/s trainer/bare", "CPU/step trainer/bare", "to end"]
-    print(common.table(header, sorted(ratios, key=lambda r: (r[0], r[1]))))
+    header = ["processes", "loop", "pair", "samples/s loop/bare", "CPU/step loop/bare", "to end"]
+    print(common.table(header, sorted(ratios, key=lambda r: (r[0], r[1], r[2]))))
     print()
-    medians = [[n, *(statistics.median(r[i] for r in ratios if r[0] == n) for i in (2, 3, 4))]
-               for n in (1, 2)]  # fmt: skip
-    print(common.table(["processes", "median samples/s", "median CPU/step", "to end"], medians))
+    medians = [[n, k, *(statistics.median(r[i] for r in ratios if r[:2] == [n, k])
+                        for i in (3, 4, 5))]
+               for n in args.processes for k in args.loops]  # fmt: skip
+    header = ["processes", "loop", "median samples/s / bare", "median CPU/step", "to end"]
+    print(common.table(header, medians))
+    print(f"\n(load average at the end: {os.getloadavg()[0]:.1f})")
     return 0
 
 

@@ -2,6 +2,7 @@
 
 `trainer` runs trainium_trainer's loop; `bare` is a hand-written loop over the same task (model,
 data shards, batch, optimizer): forward, backward, step, zero_grad, DDP when distributed.
+`trainer-perparam` is `trainer` with the optimizer's per-parameter loop (optim.FOREACH off).
 Prints one JSON line on rank 0: steady-state samples/s and CPU seconds per step, from step
 `warmup` to the step before the last (the trainer's last step writes its final checkpoint, a
 one-off the bare loop has no counterpart for), and the same up to the last step (`*_to_end`).
@@ -26,12 +27,12 @@ from trainium_trainer.tasks import build_task
 
 def bare(cfg: RunConfig, rt: Runtime, on_step: Callable[[int], None]) -> None:
     """The hand-written loop: what the trainer must not be much slower than."""
-    task = build_task(cfg, rt.rank, rt.world_size)
+    task = build_task(cfg)
     model: torch.nn.Module = task.model
     if rt.world_size > 1:
         model = torch.nn.parallel.DistributedDataParallel(model)
     optimizer = optim.build_optimizer(task.model, cfg.optimizer, cfg.lr)
-    batches = task.batches(cfg, start=0)
+    batches = task.batches(cfg, rt.rank, rt.world_size, start=0)
     model.train()
     for step in range(1, cfg.max_steps + 1):
         loss = model(**next(batches)).loss
@@ -61,8 +62,9 @@ def main() -> int:
         if step in (warmup, cfg.max_steps - 1, cfg.max_steps):
             marks[step] = (time.perf_counter(), time.process_time())
 
+    optim.FOREACH = kind != "trainer-perparam"
     try:
-        (train if kind == "trainer" else bare)(cfg, rt, on_step)
+        (bare if kind == "bare" else train)(cfg, rt, on_step)
     finally:
         rt.close()
     samples = cfg.batch_size * rt.world_size

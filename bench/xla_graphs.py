@@ -23,6 +23,7 @@ os.environ.setdefault("PJRT_DEVICE", "CPU")
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "trainer"))
 
+import common  # noqa: E402
 import torch_xla.debug.metrics as met  # noqa: E402
 
 from trainium_trainer.config import parse_args  # noqa: E402
@@ -33,6 +34,10 @@ from trainium_trainer.synth import write_bert_shards  # noqa: E402
 # One layer, no dropout: each graph compiles in tens of seconds on CPU (see tests/xla).
 MODEL = {"size": "tiny", "num_hidden_layers": 1, "hidden_dropout_prob": 0.0,
          "attention_probs_dropout_prob": 0.0}  # fmt: skip
+
+
+#: (grad accumulation, checkpoint every): the table's configurations, in its order.
+CONFIGS = ((1, 0), (2, 0), (1, 4), (2, 4))
 
 
 def data_for(task: str, root: Path) -> Path:
@@ -72,7 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=12)
     p.add_argument("--tasks", nargs="+", default=["bert-pretrain", "text-classification",
                                                    "causal-lm"])  # fmt: skip
-    args = p.parse_args(argv)
+    p.add_argument("--configs", type=int, default=len(CONFIGS), help="the first N of the table's")
+    args = common.parse(p, argv, steps=2, tasks=["bert-pretrain"], configs=1)
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-xla-") as tmp:
         root = Path(tmp)
@@ -80,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
         model.write_text(json.dumps(MODEL))
         for task in args.tasks:
             data = data_for(task, root)
-            for accum, ckpt in ((1, 0), (2, 0), (1, 4), (2, 4)):
+            for accum, ckpt in CONFIGS[: args.configs]:
                 out = root / f"{task}-{accum}-{ckpt}"
                 seen = counts(task, data, model, out, args.steps, accum, ckpt)
                 rows.append((task, accum, ckpt or "-", seen[0], seen[-1], seen))

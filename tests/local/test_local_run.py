@@ -66,6 +66,8 @@ def test_local_run_trains_then_hits_the_cache(tmp_path: Path) -> None:
     assert "[train] starting 2 processes (torchrun)" in first.stdout, first.stdout
     bar = first.stderr.replace("\r", "\n").splitlines()
     assert any(ln.startswith("[train]") and "12/12" in ln and "<" in ln for ln in bar), first.stderr
+    # And the seconds after it (issue 34): the trainer winds down, its processes exit.
+    assert "[train] last step done: final checkpoint and model export" in first.stdout
     (done,) = [ln for ln in first.stdout.splitlines() if ln.startswith("[done]")]
     tensorboard = root / "volume" / "output" / "local-tiny-bert" / "tensorboard"
     assert (

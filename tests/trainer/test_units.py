@@ -6,6 +6,7 @@ The data order is tested in test_elastic.py.
 from __future__ import annotations
 
 import ast
+import copy
 import os
 import subprocess
 import sys
@@ -106,12 +107,13 @@ def test_synth_cli(tmp_path: Path) -> None:
     ]
 
 
+@pytest.mark.parametrize("foreach", [True, False])
 @pytest.mark.parametrize("name", config.OPTIMIZERS)
-def test_optimizer_state_stays_fp32_for_bf16_parameters(name: str) -> None:
+def test_optimizer_state_stays_fp32_for_bf16_parameters(name: str, foreach: bool) -> None:
     # One unit gradient, then 1,000 zero ones: the second moment must decay by 0.999**1000.
     # In bf16 it cannot move by less than 1/256 of itself, so it would stay at its first value.
     model = torch.nn.Linear(4, 4, bias=False).to(torch.bfloat16)
-    opt = optim.build_optimizer(model, name, lr=1e-3)
+    opt = optim.build_optimizer(model, name, lr=1e-3, foreach=foreach)
     model.weight.grad = torch.ones_like(model.weight)
     opt.step()
     first = opt.state[model.weight]["exp_avg_sq"].float().clone()
@@ -123,6 +125,41 @@ def test_optimizer_state_stays_fp32_for_bf16_parameters(name: str) -> None:
     ratio = (state["exp_avg_sq"].float() / first).mean().item()
     assert ratio == pytest.approx(0.999**1000, rel=1e-3)
     assert model.weight.dtype == torch.bfloat16
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("name", config.OPTIMIZERS)
+def test_the_multi_tensor_update_is_the_per_parameter_loop_bit_for_bit(
+    name: str, dtype: torch.dtype
+) -> None:
+    """optim.FOREACH is a speed-up only: the same weights and fp32 state as the loop, exactly.
+
+    Two groups (weight decay on and off), and a parameter without a gradient at one step.
+    """
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(8, 8), torch.nn.LayerNorm(8), torch.nn.Linear(8, 3)
+    ).to(dtype)
+    twin = copy.deepcopy(model)
+    runs = [
+        (m, optim.build_optimizer(m, name, 1e-2, foreach=f))
+        for m, f in ((model, False), (twin, True))
+    ]
+    for step in range(6):
+        x = torch.randn(4, 8).to(dtype)
+        for m, opt in runs:
+            m(x).float().pow(2).sum().backward()
+            if step == 2:
+                m[0].bias.grad = None  # no update, and its step count stays behind
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+    (_, loop), (_, multi) = runs
+    for p, q in zip(model.parameters(), twin.parameters(), strict=True):
+        assert torch.equal(p, q) and p.dtype == dtype
+        assert loop.state[p].keys() == multi.state[q].keys()
+        for key, value in loop.state[p].items():
+            assert torch.equal(value, multi.state[q][key]) and value.dtype == torch.float32
+    assert loop.state[model[0].bias]["step"].item() == 5.0
 
 
 def test_compiler_defaults_are_added_unless_set() -> None:

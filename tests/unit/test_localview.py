@@ -6,6 +6,7 @@ import io
 import re
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from support import spec_of
@@ -194,3 +195,150 @@ def test_the_precompile_counters_come_from_its_rank_prefixed_log(tmp_path: Path)
     )
     assert logs.compile_cache(tmp_path, "precompile") == {"fxgraph_cache_miss": 3}
     assert logs.compile_cache(tmp_path, "train") is None
+
+
+class Ticks:
+    """The heartbeat's clock: moved by hand, never read from the machine."""
+
+    def __init__(self) -> None:
+        self.now = 500.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_heartbeat_is_due_every_15_s_of_one_quiet_wait_and_restarts_with_another() -> None:
+    ticks = Ticks()
+    beat = localview.Heartbeat(every=15.0, clock=ticks)
+    assert beat.due(localview.PRECOMPILE) is None  # the wait begins
+    ticks.now += 14.9
+    assert beat.due(localview.PRECOMPILE) is None
+    ticks.now += 0.1
+    assert beat.due(localview.PRECOMPILE) == pytest.approx(15.0)
+    ticks.now += 10.0
+    assert beat.due(localview.PRECOMPILE) is None  # 10 s after the last line
+    ticks.now += 5.0
+    assert beat.due(localview.PRECOMPILE) == pytest.approx(30.0)  # since the wait began
+    assert beat.due(localview.TRAIN_START) is None  # another wait: from zero
+    ticks.now += 15.0
+    assert beat.due(localview.TRAIN_START) == pytest.approx(15.0)
+    assert beat.due(None) is None  # the run prints (a bar moves): no wait
+    ticks.now += 60.0
+    assert beat.due(None) is None
+
+
+def _local_run(tmp_path: Path, phase: str, backend: str = "native") -> Any:
+    """A LocalRun at `phase`, with no TorchX app behind it: the heartbeat reads files only."""
+    from trainium_operator.local import runner
+
+    machine = {"instanceType": "trn2.48xlarge", "nprocPerNode": 2} if backend == "native" else {}
+    spec = spec_of(**{"instanceType": "trn1.2xlarge", **machine, "backend": backend})  # 2 procs
+    run = runner.LocalRun(name="j", spec=spec, root=tmp_path, rdzv_port=1)
+    run.status = {"phase": phase}
+    return run
+
+
+def _beat_after(seconds: float, wait: str = localview.PRECOMPILE) -> localview.Heartbeat:
+    """A heartbeat whose `wait` began `seconds` ago, so the next poll of it is due."""
+    ticks = Ticks()
+    beat = localview.Heartbeat(every=15.0, clock=ticks)
+    beat.due(wait)
+    ticks.now += seconds
+    return beat
+
+
+def test_a_quiet_precompile_says_its_step_and_what_it_compiled_so_far(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from trainium_operator.domain.cachekey import cache_name
+    from trainium_operator.local import runner
+
+    run = _local_run(tmp_path, "Precompiling")
+    beat = _beat_after(45.0)
+    runner.heartbeat(run, beat, quiet=False)
+    assert capsys.readouterr().err == (
+        "[precompile] still running (45 s): no step done yet (imports, the model); "
+        "0 compiled graphs in the cache so far\n"
+    )
+    node = run.logs / "precompile" / "app" / "node" / "0"
+    node.mkdir(parents=True)
+    (node / "stdout.log").write_text('[default0]:{"loss": 7.0, "step": 2}\nnoise "step"\n')
+    cache = run.volume / run.spec.cache.path / f"{cache_name(run.spec, run.key)}_0" / "inductor"
+    (cache / "ab").mkdir(parents=True)
+    for name in ("k1.main.so", "k1.main.cpp", "k2.main.so", "x.neff"):
+        (cache / "ab" / name).write_text("")
+    beat = _beat_after(60.0)
+    runner.heartbeat(run, beat, quiet=False)
+    assert capsys.readouterr().err == (
+        f"[precompile] still running (60 s): step 2 of {run.spec.precompile.steps} done; "
+        "3 compiled graphs in the cache so far\n"
+    )
+
+
+def test_no_heartbeat_before_it_is_due_nor_while_the_bar_moves(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from trainium_operator.local import runner
+
+    run = _local_run(tmp_path, "Precompiling")
+    runner.heartbeat(run, _beat_after(14.0), quiet=False)
+    run.status = {"phase": "Training"}
+    run.view = localview.TrainView(40)  # a bar in progress (not done)
+    runner.heartbeat(run, _beat_after(30.0, localview.TRAIN_END), quiet=False)
+    run.view = None
+    runner.heartbeat(
+        run, _beat_after(30.0, localview.TRAIN_START), quiet=True
+    )  # -q: no bar, nothing to time
+    assert capsys.readouterr().err == ""
+
+
+def test_training_says_it_is_starting_until_the_first_step_then_what_ends_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from trainium_operator.local import runner
+
+    run = _local_run(tmp_path, "Training", backend="xla")
+    runner.heartbeat(run, _beat_after(30.0, localview.TRAIN_START), quiet=False)
+    assert capsys.readouterr().err == (
+        "[train] still starting (30 s): no step logged yet (imports, building the model)\n"
+    )
+    run.view = localview.TrainView(40)
+    run.view.done = True  # the last step's record was shown
+    runner.heartbeat(run, _beat_after(15.0, localview.TRAIN_END), quiet=False)
+    assert capsys.readouterr().err == (
+        "[train] still finishing (15 s): the final checkpoint, evaluation and model export\n"
+    )
+    runner.train_output(run).mkdir(parents=True)
+    (runner.train_output(run) / "summary.json").write_text("{}")
+    runner.heartbeat(run, _beat_after(30.0, localview.TRAIN_END), quiet=False)
+    assert capsys.readouterr().err == (
+        "[train] still finishing (30 s): the trainer is done (summary.json written); "
+        "waiting for its 2 processes to exit\n"
+    )
+
+
+def test_the_last_step_says_once_what_the_seconds_before_the_end_are(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The ~9 s between the bar's end and `[phase] Succeeded` (issue 34) are the processes' exit."""
+    from trainium_operator.local import runner
+
+    monkeypatch.setitem(sys.modules, "tqdm", None)  # the bar's lines on stdout, one per record
+    run = _local_run(tmp_path, "Training")
+    run.spec = spec_of(instanceType="trn1.2xlarge", args=["--max-steps", "20"])
+    out = runner.train_output(run)
+    out.mkdir(parents=True)
+    metrics = out / "metrics.jsonl"
+    metrics.write_text('{"step": 10, "loss": 7.0, "samples_per_second": 3.0}\n')
+    seen = runner.progress(run, 0)
+    assert "last step done" not in capsys.readouterr().out
+    with metrics.open("a") as f:
+        f.write('{"step": 20, "loss": 6.0, "samples_per_second": 3.0}\n')
+    seen = runner.progress(run, seen)
+    assert runner.progress(run, seen) == 2
+    lines = capsys.readouterr().out.splitlines()
+    assert lines == [
+        "[train] step 20/20 loss 6.0000 3.0 samples/s",
+        "[train] last step done: final checkpoint and model export, then 2 processes exit "
+        "(Python's teardown of torch takes a few seconds)",
+    ]

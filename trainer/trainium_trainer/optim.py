@@ -25,6 +25,18 @@ Hyper = tuple[float, float, float, float]
 Group = tuple[list[tuple[torch.Tensor, dict[str, torch.Tensor]]], Hyper]
 #: The step size of an update direction: scale(p, direction, lr) (AdamW: lr; LAMB: trust ratio).
 Scale = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+#: The same for a group at once: scales(params, directions, lr): one 0-d tensor, or one per param.
+Scales = Callable[[list[torch.Tensor], list[torch.Tensor], torch.Tensor], Any]
+
+#: Update a group's tensors with torch's multi-tensor ops (`torch._foreach_*`), one call per
+#: operation for all of them, instead of ~12 Python-dispatched ops per parameter. Measured with
+#: bench/trainer_loop.py (tiny BERT, LAMB, CPU): see BENCHMARKS.md's trainer/bare rows. The ops
+#: are private in torch 2.13 (pytorch/pytorch#145355: "The _ means that it is a private API",
+#: though torch.optim's own foreach paths use them); a public `torch.foreach` that calls the same
+#: ops is on its way (pytorch/pytorch#193607). False: the per-parameter loop of public ops (the
+#: reference the tests compare it with). torch.optim.AdamW(foreach=True) is no substitute: it
+#: keeps the moments in the parameter's dtype, and torch has no LAMB.
+FOREACH = True
 
 
 class _Fp32State(torch.optim.Optimizer):
@@ -44,13 +56,17 @@ class _Fp32State(torch.optim.Optimizer):
         betas: tuple[float, float] = (0.9, 0.999),
         eps: float = 1e-6,
         weight_decay: float = 0.0,
+        foreach: bool | None = None,
     ) -> None:
         defaults = {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay}
         super().__init__(params, defaults)
         self._lrs: torch.Tensor | None = None
+        multi = FOREACH if foreach is None else foreach
         #: What step() runs: apply_updates with this class's scale, or the runtime's compiled one.
-        self.apply_update: Callable[[list[Group], torch.Tensor], None] = functools.partial(
-            apply_updates, type(self).scale
+        self.apply_update: Callable[[list[Group], torch.Tensor], None] = (
+            functools.partial(apply_updates_foreach, type(self).scales)
+            if multi
+            else functools.partial(apply_updates, type(self).scale)
         )
 
     @torch.no_grad()
@@ -114,6 +130,53 @@ class _Fp32State(torch.optim.Optimizer):
         """The step size applied to the update direction (lr: this group's, on the device)."""
         raise NotImplementedError
 
+    @staticmethod
+    def scales(params: list[torch.Tensor], updates: list[torch.Tensor], lr: torch.Tensor) -> Any:
+        """scale() for a whole group: one 0-d tensor for all, or a list with one per parameter."""
+        raise NotImplementedError
+
+
+def apply_updates_foreach(scales: Scales, groups: list[Group], lrs: torch.Tensor) -> None:
+    """apply_updates with multi-tensor ops (FOREACH): the same arithmetic, op for op."""
+    for i, (entries, hyper) in enumerate(groups):
+        if not entries:
+            continue
+        params = [p for p, _ in entries]
+        updates = _directions(entries, hyper)
+        torch._foreach_mul_(updates, scales(params, updates, lrs[i]))
+        pairs = zip(params, updates, strict=True)
+        deltas = [u if u.dtype == p.dtype else u.to(p.dtype) for p, u in pairs]
+        torch._foreach_sub_(params, deltas)
+
+
+def _directions(
+    entries: list[tuple[torch.Tensor, dict[str, torch.Tensor]]], hyper: Hyper
+) -> list[torch.Tensor]:
+    """_direction for a group's parameters at once (new tensors; the moments updated in place)."""
+    beta1, beta2, eps, weight_decay = hyper
+    params = [p for p, _ in entries]
+    grads = [p.grad.float() for p in params if p.grad is not None]  # groups(): all have one
+    steps = [state["step"] for _, state in entries]
+    ms, vs = [state["exp_avg"] for _, state in entries], [s["exp_avg_sq"] for _, s in entries]
+    torch._foreach_add_(steps, 1.0)
+    torch._foreach_mul_(ms, beta1)
+    torch._foreach_add_(ms, grads, alpha=1.0 - beta1)
+    torch._foreach_mul_(vs, beta2)
+    torch._foreach_addcmul_(vs, grads, grads, value=1.0 - beta2)
+    counts = [step.reshape(()) for step in steps]
+    bias1, bias2 = torch._foreach_pow(beta1, counts), torch._foreach_pow(beta2, counts)
+    for bias in (bias1, bias2):  # 1 - beta ** count
+        torch._foreach_neg_(bias)
+        torch._foreach_add_(bias, 1.0)
+    updates = torch._foreach_div(ms, bias1)  # m_hat
+    denom = torch._foreach_div(vs, bias2)  # v_hat
+    torch._foreach_sqrt_(denom)
+    torch._foreach_add_(denom, eps)
+    torch._foreach_div_(updates, denom)
+    if weight_decay:
+        torch._foreach_add_(updates, [p.float() for p in params], alpha=weight_decay)
+    return list(updates)
+
 
 def apply_updates(scale: Scale, groups: list[Group], lrs: torch.Tensor) -> None:
     """Update every parameter in groups in place; lrs: one per group, on the device."""
@@ -148,6 +211,11 @@ class AdamW(_Fp32State):
         """The learning rate."""
         return lr
 
+    @staticmethod
+    def scales(params: list[torch.Tensor], updates: list[torch.Tensor], lr: torch.Tensor) -> Any:
+        """The learning rate, for all."""
+        return lr
+
 
 class Lamb(_Fp32State):
     """LAMB (You et al., 2019): Adam moments with a per-tensor trust ratio ||w|| / ||update||."""
@@ -158,6 +226,15 @@ class Lamb(_Fp32State):
         w_norm, u_norm = p.float().norm(), update.norm()
         ones = torch.ones_like(w_norm)
         return torch.where((w_norm > 0) & (u_norm > 0), w_norm / u_norm, ones) * lr
+
+    @staticmethod
+    def scales(params: list[torch.Tensor], updates: list[torch.Tensor], lr: torch.Tensor) -> Any:
+        """scale() of every parameter, the norms taken together and the ratios as one vector."""
+        w_norm = torch.stack(torch._foreach_norm([p.float() for p in params]))
+        u_norm = torch.stack(torch._foreach_norm(updates))
+        ones = torch.ones_like(w_norm)
+        ratio = torch.where((w_norm > 0) & (u_norm > 0), w_norm / u_norm, ones) * lr
+        return list(ratio.unbind())
 
 
 def param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
@@ -173,12 +250,14 @@ def param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
     ]
 
 
-def build_optimizer(model: nn.Module, name: str, lr: float) -> torch.optim.Optimizer:
+def build_optimizer(
+    model: nn.Module, name: str, lr: float, foreach: bool | None = None
+) -> torch.optim.Optimizer:
     """AdamW (AWS's default for BERT) or LAMB (large-batch pretraining), both with fp32 state."""
     groups = param_groups(model, weight_decay=0.01)
     if name == "lamb":
-        return Lamb(groups, lr=lr)
-    return AdamW(groups, lr=lr)
+        return Lamb(groups, lr=lr, foreach=foreach)
+    return AdamW(groups, lr=lr, foreach=foreach)
 
 
 def build_scheduler(

@@ -12,6 +12,8 @@ from typing import Any
 
 #: The folder where torchrun (--tee) keeps a copy of each worker's output, under a TorchX app.
 TORCHELASTIC_DIR = "torchelastic"
+#: What a compile leaves in the cache per graph: a compiled module (Inductor), a NEFF (Neuron).
+COMPILED_SUFFIXES = (".so", ".neff")
 
 
 def replica_logs(logs: Path, stage: str, stream: str) -> list[Path]:
@@ -46,3 +48,24 @@ def compile_cache(logs: Path, stage: str) -> dict[str, Any] | None:
             if isinstance(record, dict) and record.get("event") == "runtime":
                 found = record.get("compile_cache") or found
     return found
+
+
+def last_step(logs: Path, stage: str) -> int | None:
+    """The last step rank 0 logged in a stage's stdout (the precompile stage's too), if any."""
+    found = None
+    for path in replica_logs(logs, stage, "stdout"):
+        for line in path.read_text(errors="replace").splitlines():
+            if '"step"' not in line or '"loss"' not in line:
+                continue
+            try:  # "[default0]:{...}", as in compile_cache
+                record = json.loads(line[line.find("{") :])
+            except json.JSONDecodeError:
+                continue
+            if isinstance(record, dict) and isinstance(record.get("step"), int):
+                found = record["step"] if found is None else max(found, record["step"])
+    return found
+
+
+def compiled_files(cache_dirs: list[Path]) -> int:
+    """Compiled graphs in a stage's cache so far: Inductor's kernels (.so), Neuron's NEFFs."""
+    return sum(1 for d in cache_dirs for p in d.rglob("*") if p.suffix in COMPILED_SUFFIXES)

@@ -38,6 +38,7 @@ from trainium_operator.domain.status import now_iso, read_conditions
 from trainium_operator.local import logs as locallogs
 from trainium_operator.local import render
 from trainium_operator.local import view as localview
+from trainium_trainer import contract
 
 Json = dict[str, Any]
 SYNTH_ANNOTATION = "trainium.dev/local-synthetic-data"
@@ -73,6 +74,8 @@ class LocalRun:
     suspend: bool = False
     #: The training progress bar (created with the first metric record).
     view: Any = None
+    #: The last step's wind-down line was said.
+    wound_down: bool = False
 
     @property
     def volume(self) -> Path:
@@ -313,9 +316,14 @@ def reported_checkpoint(run: LocalRun) -> checkpoints.Checkpoint | None:
     return checkpoints.from_message(text)
 
 
+def train_output(run: LocalRun) -> Path:
+    """The training stage's output folder (metrics, checkpoints, model, summary.json)."""
+    return Path(appdef.output_dir(run.spec, stage_context(run, appdef.TRAIN)))
+
+
 def progress(run: LocalRun, seen: int) -> int:
     """Move the progress bar over the trainer's new metric records; returns records seen."""
-    path = Path(appdef.output_dir(run.spec, stage_context(run, appdef.TRAIN))) / "metrics.jsonl"
+    path = train_output(run) / "metrics.jsonl"
     if not path.is_file():
         return seen
     if run.view is None:
@@ -327,7 +335,55 @@ def progress(run: LocalRun, seen: int) -> int:
         except json.JSONDecodeError:
             return seen
         seen += 1
+    if run.view.done and not run.wound_down:
+        run.wound_down = True
+        print(localview.wind_down_line(run.spec.nodes * run.spec.procs_per_node), flush=True)
     return seen
+
+
+def quiet_wait(run: LocalRun, quiet: bool) -> str | None:
+    """The wait in progress while the run prints nothing of its own (None: none, or a bar)."""
+    phase = run.status.get("phase")
+    if phase == Phase.PRECOMPILING.value:
+        return localview.PRECOMPILE
+    if phase != Phase.TRAINING.value or quiet:
+        return None
+    if run.view is None:
+        return localview.TRAIN_START
+    return localview.TRAIN_END if run.view.done else None
+
+
+def doing(run: LocalRun, wait: str) -> str:
+    """What the waited-on stage is doing, as far as its logs, cache and outputs show."""
+    procs = run.spec.nodes * run.spec.procs_per_node
+    if wait == localview.TRAIN_END:
+        if (train_output(run) / "summary.json").is_file():
+            them = "its process" if procs == 1 else f"its {procs} processes"
+            return f"the trainer is done (summary.json written); waiting for {them} to exit"
+        return "the final checkpoint, evaluation and model export"
+    stage = appdef.PRECOMPILE if wait == localview.PRECOMPILE else appdef.TRAIN
+    step = locallogs.last_step(run.logs, stage)
+    if wait == localview.PRECOMPILE:
+        total = run.spec.precompile.steps
+        now = f"step {step} of {total} done" if step else "no step done yet (imports, the model)"
+    else:
+        now = "no step logged yet (imports, building the model)"
+    root = run.volume / run.spec.cache.path
+    cache_dirs = sorted(root.glob(f"{cache_name(run.spec, run.key)}_*"))
+    compiled = locallogs.compiled_files(cache_dirs)
+    if compiled or run.spec.effective_backend == contract.BACKEND_NATIVE:
+        return f"{now}; {compiled} compiled graphs in the cache so far"
+    return now
+
+
+def heartbeat(run: LocalRun, beat: localview.Heartbeat, quiet: bool) -> None:
+    """A line on stderr when a quiet wait has gone on for another HEARTBEAT_SECONDS."""
+    wait = quiet_wait(run, quiet)
+    seconds = beat.due(wait)
+    if wait is not None and seconds is not None:
+        print(
+            localview.heartbeat_line(wait, seconds, doing(run, wait)), file=sys.stderr, flush=True
+        )
 
 
 def finish(run: LocalRun) -> bool:
@@ -357,9 +413,13 @@ def finish(run: LocalRun) -> bool:
 
 
 def run(
-    doc: Json, runs_dir: Path, quiet: bool = False, suspend: SuspendSource | None = None
+    doc: Json,
+    runs_dir: Path,
+    quiet: bool = False,
+    suspend: SuspendSource | None = None,
+    beat: localview.Heartbeat | None = None,
 ) -> bool:
-    """Run one TrainiumJob to completion here; True when it succeeded."""
+    """Run one TrainiumJob to completion here; True when it succeeded (beat: tests' clock)."""
     name = doc["metadata"]["name"]
     job = LocalRun(name=name, spec=parse(doc), root=(runs_dir / name).resolve())
     job.suspend = job.spec.runPolicy.suspend
@@ -368,6 +428,7 @@ def run(
     print(localview.plan_line(name, job.spec, job.cache_record.is_file()), flush=True)
     runner = get_runner()
     seen = 0
+    beat = beat or localview.Heartbeat()
     try:
         while True:
             now_suspended = suspend() if suspend is not None else None
@@ -377,6 +438,7 @@ def run(
             report(job, decision)
             if decision.phase in lifecycle.TERMINAL:
                 break
+            heartbeat(job, beat, quiet)
             act(job, decision, runner)
             if Action.CREATE_STORAGE in decision.actions:
                 synth = (doc["metadata"].get("annotations") or {}).get(SYNTH_ANNOTATION)

@@ -7,6 +7,8 @@ elapsed time and ETA on stderr; without it, one line per record goes to stdout a
 from __future__ import annotations
 
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,11 +23,14 @@ class TrainView:
     def __init__(self, total: int | None) -> None:
         self.total = total
         self._bar: Any = None
+        #: The last step's record was shown: what follows is the trainer's wind-down.
+        self.done = False
 
     def show(self, record: dict[str, Any]) -> None:
         """Move the bar to this record's step."""
         step = int(record.get("step", 0))
         loss, rate = float(record.get("loss", 0.0)), float(record.get("samples_per_second", 0.0))
+        self.done = self.total is not None and step >= self.total
         bar = self._bar or self._open(step)
         if bar is None:
             total = self.total or "?"
@@ -33,7 +38,7 @@ class TrainView:
             return
         bar.update(max(0, step - bar.n))
         bar.set_postfix_str(f"loss {loss:.4f}, {rate:.1f} samples/s", refresh=True)
-        if self.total is not None and step >= self.total:
+        if self.done:
             self.close()  # the last step: evaluation and export must not count into its rate
 
     def _open(self, first_step: int) -> Any:
@@ -57,6 +62,64 @@ class TrainView:
         if self._bar is not None:
             self._bar.close()
             self._bar = None
+
+
+#: Seconds between two heartbeat lines while a stage prints nothing of its own.
+HEARTBEAT_SECONDS = 15.0
+#: The quiet waits a heartbeat covers: the precompile stage, training before its first logged
+#: step, and training after its last one (see wind_down_line).
+PRECOMPILE, TRAIN_START, TRAIN_END = "precompile", "train-start", "train-end"
+_WAITS = {
+    PRECOMPILE: "[precompile] still running",
+    TRAIN_START: "[train] still starting",
+    TRAIN_END: "[train] still finishing",
+}
+
+
+class Heartbeat:
+    """When to say that a quiet wait goes on, so that a long stage never looks hung (issue 34).
+
+    Polled once per runner pass with the wait in progress (None: the run is printing, a bar
+    moves). The clock is injected: tests move it by hand.
+    """
+
+    def __init__(
+        self, every: float = HEARTBEAT_SECONDS, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.every = every
+        self.clock = clock
+        self._wait: str | None = None
+        self._began = self._said = 0.0
+
+    def due(self, wait: str | None) -> float | None:
+        """Seconds `wait` has lasted when a line is due now; None when none is (or no wait)."""
+        now = self.clock()
+        if wait != self._wait:
+            self._wait, self._began, self._said = wait, now, now
+            return None
+        if wait is None or now - self._said < self.every:
+            return None
+        self._said = now
+        return now - self._began
+
+
+def heartbeat_line(wait: str, seconds: float, doing: str) -> str:
+    """One heartbeat: which wait, for how long, and what the stage is doing as far as we see."""
+    return f"{_WAITS[wait]} ({seconds:.0f} s): {doing}"
+
+
+def wind_down_line(processes: int) -> str:
+    """Said when the bar ends: the seconds before the run's end are the trainer winding down.
+
+    Measured (issue 34, make run at load ~10): the final checkpoint, evaluation, export and
+    summary.json are done 0.3 s after the last record; the rest is each process's exit, where
+    Python's teardown of torch and transformers takes 5-8 s (torch alone 2.5-3 s), then torchrun's.
+    """
+    return (
+        f"[train] last step done: final checkpoint and model export, then {processes} "
+        f"{'process exits' if processes == 1 else 'processes exit'} (Python's teardown of torch "
+        "takes a few seconds)"
+    )
 
 
 def say(view: TrainView | None, line: str) -> None:
