@@ -100,7 +100,7 @@ def _run(
     md, read = body["metadata"], views.reader
     owner, named = gangs.owner_of(md), gangs.named_size(md)
     previous = report.status_of(body)
-    orphans.reap(body, views.orphans, emit)  # a Node deleted: its pods go now, not PodGC's 40 s
+    orphans.reap(body, views.orphans, emit, read)  # a Node deleted: pods go now, not PodGC's 40 s
     full, spec = spec, elasticio.stage_spec(spec, owner, previous, read, named)  # its size now
     seen = observe(spec, owner, views, lookup)
     if seen.name_taken is not None and seen.name_taken.left <= 0:  # never freed: a fresh name
