@@ -203,7 +203,7 @@ def test_it_grows_at_the_first_checkpoint_read_not_the_first_one_written(
     for t, served in ((5, 100), (15, 100), (25, 110), (35, 120)):  # readings, none written
         reading = {"checkpointStep": served, "observedAt": at(t)}
         sight = elasticio.Sighting(running, None, at(t), progress=reading)
-        observed, new, _ = elasticio.look(SPEC, elastic.at_size(SPEC, 2), previous, sight)
+        observed, new, _ = elasticio.look(SPEC, previous, sight)
         previous = {**previous, "elastic": new}
         if observed.resize is not None:
             grown_at = t
@@ -215,3 +215,15 @@ def test_it_grows_at_the_first_checkpoint_read_not_the_first_one_written(
 def test_the_newest_step_is_the_highest_of_those_seen() -> None:
     assert elastic.newest_step(None, 110, 100) == 110
     assert elastic.newest_step(None, None) is None
+
+
+def test_sizes_list_the_training_gang_only_not_the_precompile_stages() -> None:
+    """Issue 34 5(d): the precompile stage compiles at 3 then 2; training starts at 3."""
+    previous: Json = {}
+    for t, training in ((0, Child.ABSENT), (30, Child.ABSENT), (60, Child.ABSENT),
+                        (90, Child.PENDING), (120, Child.RUNNING)):  # fmt: skip
+        sight = elasticio.Sighting(Observed(training=training), None, at(t))
+        _, new, _ = elasticio.look(SPEC, previous, sight)
+        previous = {"elastic": new}
+    assert previous["elastic"]["sizes"] == [{"nodes": 3, "since": at(90)}]
+    assert previous["elastic"]["resizes"] == 0

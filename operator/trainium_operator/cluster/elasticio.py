@@ -95,14 +95,13 @@ class Sighting:
 
 
 def look(
-    spec: TrainiumJobSpec, stage: TrainiumJobSpec, previous: Mapping[str, Any], sight: Sighting
+    spec: TrainiumJobSpec, previous: Mapping[str, Any], sight: Sighting
 ) -> tuple[Observed, Json | None, float | None]:
     """(the observation with any resize, status.elastic to write, seconds until a shrink is due)."""
     observed, now = sight.observed, sight.now
     if spec.elastic is None:
         return observed, None, None
     state = elastic.caught_up(spec, state_of(previous), sight.named, now)
-    state = note_stage(state, stage, now)
     checkpoint = sight.checkpoint
     seen = elastic.Look(
         observed.training, now,
@@ -126,12 +125,3 @@ def _checkpoint_step(progress: Any) -> int | None:
     """The checkpoint step rank 0 served, as a progress (status.progress, a reading) holds it."""
     step = progress.get("checkpointStep") if isinstance(progress, Mapping) else None
     return step if isinstance(step, int) and not isinstance(step, bool) else None
-
-
-def note_stage(state: Json, stage: TrainiumJobSpec, now: str) -> Json:
-    """status.elastic with the size of the gang that exists now (a precompile size too)."""
-    sizes = list(state.get("sizes") or [])
-    if sizes and sizes[-1].get("nodes") != stage.nodes:
-        sizes = [*sizes, {"nodes": stage.nodes, "since": now}][-elastic.MAX_SIZES :]
-        return {**state, "sizes": sizes}
-    return state

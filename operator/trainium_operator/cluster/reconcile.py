@@ -109,7 +109,7 @@ def _run(
         seen = observe(spec, owner, views, lookup)
     seen, observed, counted = _judge(body, spec, seen, views)
     sight = elasticio.Sighting(observed, seen.checkpoint, views.now, seen.progress_read, named)
-    observed, sized, shrink_in = elasticio.look(full, spec, previous, sight)
+    observed, sized, shrink_in = elasticio.look(full, previous, sight)
     decision = lifecycle.decide(observed)
     if Action.CREATE_TRAINING in decision.actions and elasticio.hold_training(
         full, spec, owner, previous, read, named

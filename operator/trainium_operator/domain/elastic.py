@@ -180,7 +180,8 @@ def step(spec: TrainiumJobSpec, state: Mapping[str, Any], look: Look) -> tuple[J
     new: Json = {k: v for k, v in state.items() if k in _KEPT}
     new.update(currentNodes=size, wantedNodes=spec.nodes, display=f"{size}/{spec.nodes}")
     new.setdefault("resizes", 0)
-    new.setdefault("sizes", [{"nodes": size, "since": look.now}])
+    if look.training is not Child.ABSENT:  # the training gang's sizes, not a precompile stage's
+        new.setdefault("sizes", [{"nodes": size, "since": look.now}])
     _track_formation(new, look)
     resize = _shrink(spec, new, look, size) or _grow(spec, new, look, size)
     if resize is None:
