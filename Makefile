@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 TOOLS := .tools/bin
 export PATH := $(abspath $(BIN)):$(abspath $(TOOLS)):$(PATH)
 
-.PHONY: help install run run-native test test-unit test-e2e test-chart test-xla test-reliability test-cluster bench lint \
+.PHONY: help install run run-native test test-slow test-unit test-e2e test-chart test-xla test-reliability test-cluster bench lint \
 	crds verify helm promtool render chart-docs clean
 
 help: ## Show the targets
@@ -51,8 +51,12 @@ run-native: $(STAMP) ## The same tiny BERT on the native backend (torch.compile,
 render: $(STAMP) ## Print the manifests the operator would create for the BERT tutorial job
 	@$(BIN)/trainium render -f examples/bert-large-pretrain.yaml
 
-test: $(STAMP) helm promtool ## Run the whole suite: unit, trainer, chart, emulator and end-to-end
-	$(BIN)/python -m pytest -q -p no:cacheprovider
+# Two workers: the emulator e2e tests in order on one (their xdist_group), the rest on the other.
+test: $(STAMP) helm promtool ## Unit, fast trainer, chart, emulator and end-to-end tests
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n 2 --dist loadgroup -m "not slow"
+
+test-slow: $(STAMP) ## Multi-process training tests (tests/local, trainer elastic/native/resume)
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m slow
 
 test-unit: $(STAMP) ## Only the fast unit tests
 	$(BIN)/python -m pytest -q tests/unit

@@ -19,6 +19,7 @@ import pytest
 SESSION_DIR = Path(tempfile.mkdtemp(prefix="trainium-tests-"))
 os.environ["KUBECONFIG"] = str(SESSION_DIR / "kubeconfig")
 
+import procs  # noqa: E402
 from harness import OPERATORS, EmulatorServer, apply, kubectl, make_emulator, write_kubeconfig  # noqa: E402
 from k8s_semantics import ApiRequest  # noqa: E402
 
@@ -38,6 +39,27 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
     if collection_path == Path(__file__).parent / "cluster":
         return not os.environ.get("TRAINIUM_CLUSTER_ASSETS")
     return None
+
+
+#: Tests of many minutes, each training in several processes: `make test-slow` runs them (CI
+#: too), `make test` does not. Paths relative to tests/, a file or a whole directory.
+SLOW = (
+    "local/",  # `trainium run` end to end: TorchX, torchrun, precompile, then training
+    "trainer/test_elastic.py",  # native shrink-and-grow runs of 3 compiled processes
+    "trainer/test_native.py",  # torch.compile runs
+    "trainer/test_preemption.py",  # SIGTERM under torchrun, then resume
+    "trainer/test_resume.py",  # killed and resumed runs compared with uninterrupted ones
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    here = Path(__file__).parent
+    for item in items:
+        if here not in Path(item.path).parents:
+            continue
+        where = Path(item.path).relative_to(here).as_posix()
+        if any(where == s or (s.endswith("/") and where.startswith(s)) for s in SLOW):
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(scope="session")
@@ -80,6 +102,19 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     return report
 
 
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+LEFTOVERS = pytest.StashKey[list[str]]()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """The last resort: stop any process a helper started and nothing stopped (a harness bug)."""
+    session.config.stash[LEFTOVERS] = procs.stop_leftovers()
+
+
+def pytest_terminal_summary(
+    terminalreporter: pytest.TerminalReporter, config: pytest.Config
+) -> None:
     if (SESSION_DIR / "api-requests.json").exists():
         terminalreporter.write_line(f"API emulator requests: {SESSION_DIR / 'api-requests.json'}")
+    for line in config.stash.get(LEFTOVERS, []):
+        terminalreporter.write_line(f"stopped a process no test stopped: {line}", red=True)

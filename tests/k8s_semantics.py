@@ -36,6 +36,8 @@ class ApiRequest:
     at: float = 0.0
     #: the fault tests/faults.py injected instead of the answer ("500", "429", "reset", ...).
     fault: str = ""
+    #: the bearer token it carried: who sent it, as an audit log's user (one per replica in tests).
+    token: str = ""
 
     @property
     def client(self) -> str:

@@ -115,7 +115,7 @@ def test_env_ports_and_liveness_probe(helm_bin: Path) -> None:
     c = container("operator.awsRegion=eu-west-1", "env[0].name=X,env[0].value=y")
     env = {e["name"]: e.get("value") for e in c["env"]}
     assert env == {
-        "POD_NAME": None, "POD_ID": None, "TRAINIUM_LEASE_DURATION_SECONDS": "10",
+        "POD_NAME": None, "POD_ID": None, "TRAINIUM_LEASE_DURATION_SECONDS": "15",
         "POD_NAMESPACE": None, "TRAINIUM_METRICS_PORT": "9090",
         "TRAINIUM_RESYNC_SECONDS": "1800", "TRAINIUM_PROGRESS_INTERVAL_SECONDS": "30",
         "TRAINIUM_PROGRESS_WRITE_SECONDS": "60", "TRAINIUM_FIRST_STEP_ALLOWANCE_SECONDS": "900",
@@ -131,13 +131,14 @@ def test_env_ports_and_liveness_probe(helm_bin: Path) -> None:
     assert not alone & {"POD_ID", "TRAINIUM_LEASE_DURATION_SECONDS"}
 
 
-def test_the_lease_lets_a_standby_take_over_within_15s(helm_bin: Path) -> None:
-    """The chart's lifetime is the election's Lease duration: a standby acts within ~15 s."""
+def test_the_lease_is_client_gos_and_lets_a_standby_take_over_within_17s(helm_bin: Path) -> None:
+    """The chart's lifetime is the election's Lease duration: client-go's timing (issue 32: a
+    tighter one flapped under CPU pressure), so a standby acts within ~17 s."""
     from trainium_operator.runtime import leadership
 
     env = {e["name"]: e.get("value") for e in container()["env"]}
     timing = leadership.timing_from(env)
-    assert timing.duration + timing.retry <= 15 and timing.deadline < timing.duration
+    assert timing == leadership.Timing() and timing.duration + timing.retry <= 17
 
 
 def test_resync_default_is_the_measured_code_default(helm_bin: Path) -> None:

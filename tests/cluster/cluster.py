@@ -32,6 +32,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+import procs
+
 Obj = dict[str, Any]
 
 BINARIES = (
@@ -235,13 +237,11 @@ class Proc:
         raise RuntimeError(f"{self.name} exited {self.popen.returncode}:\n{tail}")
 
     def stop(self) -> None:
-        if self.popen.poll() is None:
-            self.popen.terminate()
-            try:
-                self.popen.wait(10)
-            except subprocess.TimeoutExpired:
-                self.popen.kill()
-                self.popen.wait(10)
+        """SIGTERM its process group, SIGKILL after 10 s (it leads one: start_new_session)."""
+        procs.stop_tree(self.popen)
+
+    def tail(self) -> str:
+        return f"--- tail of {self.log}:\n{self.log.read_text(errors='replace')[-2000:]}"
 
 
 def kubectl_binary() -> str:
@@ -286,17 +286,27 @@ class Cluster:
                 cwd=cwd or self.root,
                 start_new_session=True,
             )
-        proc = Proc(name, popen, log)
+        proc = Proc(name, procs.track(popen), log)
         self.procs[name] = proc
         return proc
 
     def start(self) -> None:
-        """Every component, the Volcano CRDs, webhooks and queues; returns once queues are Open."""
-        self._etcd()
-        self._apiserver()
-        self.kubeconfig.write_text(kubeconfig(self.server, self.pki.ca_file, self.admin_token))
-        self._controller_manager()
-        self._volcano()
+        """Every component, the Volcano CRDs, webhooks and queues; returns once queues are Open.
+
+        A start that fails stops every process it started and raises with their logs' tails.
+        """
+        try:
+            self._etcd()
+            self._apiserver()
+            self.kubeconfig.write_text(kubeconfig(self.server, self.pki.ca_file, self.admin_token))
+            self._controller_manager()
+            self._volcano()
+        except BaseException as exc:
+            self.stop()
+            if not isinstance(exc, Exception):
+                raise
+            tails = "\n".join(p.tail() for p in self.procs.values())
+            raise RuntimeError(f"the control plane did not start: {exc}\n{tails}") from exc
 
     def stop(self) -> None:
         """Stop every process, newest first (Volcano before the API server before etcd)."""
@@ -320,7 +330,7 @@ class Cluster:
             except (urllib.error.URLError, ConnectionError):
                 return False
 
-        wait_until(healthy, 30, "etcd /health")
+        wait_until(healthy, procs.scaled(30), "etcd /health")
 
     def _apiserver(self) -> None:
         pki = self.pki
@@ -363,7 +373,7 @@ class Cluster:
             except (urllib.error.URLError, ConnectionError, TimeoutError):
                 return False
 
-        wait_until(ready, 90, "kube-apiserver /readyz")
+        wait_until(ready, procs.scaled(90), "kube-apiserver /readyz")
 
     def _controller_manager(self) -> None:
         self._spawn("kube-controller-manager", [
@@ -417,7 +427,7 @@ class Cluster:
             with socket.socket() as s:
                 return s.connect_ex(("127.0.0.1", self.webhook_port)) == 0
 
-        wait_until(listening, 60, "the Volcano webhook to listen")
+        wait_until(listening, procs.scaled(60), "the Volcano webhook to listen")
         for name in QUEUES:
             self.ensure_queue(name)
 
@@ -515,7 +525,10 @@ class Cluster:
 def install_chart(cluster: Cluster, manifests: str, release: str, namespace: str) -> Path:
     """Apply `helm template` output server-side as a user would; a kubeconfig for its SA."""
     cluster.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
-    cluster.kubectl("apply", "--server-side", "-f", "-", stdin=manifests)
+    # --force-conflicts: README's `helm install` ran first and its uninstall keeps the CRD and
+    # its rollback guard (helm.sh/resource-policy: keep), with helm as their field manager; a
+    # user moving from helm to `kubectl apply --server-side` takes them over the same way.
+    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", stdin=manifests)
     cluster.kubectl("wait", "--for=condition=Established", "crd/trainiumjobs.trainium.dev")
     # The Deployment's pod has no image here and no default scheduler runs: it stays Pending;
     # the operator runs as a process with the Deployment's ServiceAccount instead.

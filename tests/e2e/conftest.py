@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from harness import OPERATOR_COMMAND, OPERATORS, EmulatorServer, OperatorProcess, kubectl
+from harness import OPERATOR_COMMAND, EmulatorServer, OperatorProcess, kubectl, started
 
 REPO = Path(__file__).resolve().parents[2]
 CRD = REPO / "crds" / "trainiumjobs.trainium.dev.yaml"
@@ -18,6 +17,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if here in Path(item.path).parents:
             item.add_marker(pytest.mark.e2e)
+            # One xdist worker runs them all, in order: they share the session's emulator and
+            # test_zz_rbac_coverage reads every request the others made (`make test`: -n 2).
+            item.add_marker(pytest.mark.xdist_group("e2e"))
 
 
 @pytest.fixture(scope="session")
@@ -29,13 +31,7 @@ def crd(k8s: EmulatorServer) -> Path:
 
 
 @pytest.fixture
-def operator(
-    crd: Path, request: pytest.FixtureRequest, tmp_path: Path
-) -> Iterator[OperatorProcess]:
+def operator(crd: Path, request: pytest.FixtureRequest, tmp_path: Path) -> OperatorProcess:
     """The operator running (liveness answered 200); stopped after the test, log on failure."""
     # The production resync (a rare backstop): events, not polling, must drive every test.
-    proc = OperatorProcess(OPERATOR_COMMAND, tmp_path / "operator.log")
-    request.node.stash.setdefault(OPERATORS, []).append(proc)
-    proc.start()
-    yield proc
-    proc.stop()
+    return started(request, OperatorProcess(OPERATOR_COMMAND, tmp_path / "operator.log"))

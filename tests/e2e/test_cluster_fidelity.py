@@ -8,7 +8,6 @@ runs the operator with the production resync, so events, not polling, must drive
 from __future__ import annotations
 
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,13 +31,13 @@ from test_operator_e2e import (
 from controllers import Refusal
 from harness import (
     OPERATOR_COMMAND,
-    OPERATORS,
     EmulatorServer,
     OperatorProcess,
     apply,
     get,
     kubectl,
     simulate_vcjob_phase,
+    started,
     wait_for,
 )
 from trainium_operator.build.builders import LABEL_MANAGED_BY, MANAGED_BY
@@ -128,7 +127,8 @@ def test_a_pending_claim_is_not_storage_ready(
     apply({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
            "metadata": {"name": f"slow-{ns}"}, "provisioner": "fsx.csi.aws.com"})  # fmt: skip
     vcjob(k8s, ns, "patient-compile")  # the claim's Bound event woke the job
-    assert storage_ready(ns, "patient")
+    # The status write follows the Volcano job's create: poll, or a loaded machine sees it late.
+    wait_for(lambda: storage_ready(ns, "patient"), what="StorageReady True")
 
 
 def test_a_webhook_refusal_fails_the_job_with_the_servers_message(
@@ -289,16 +289,10 @@ def test_invalid_shapes_fail_once_and_are_not_deleted_by_their_ttl(
 
 
 @pytest.fixture
-def eager_operator(
-    crd: Path, request: pytest.FixtureRequest, tmp_path: Path
-) -> Iterator[OperatorProcess]:
+def eager_operator(crd: Path, request: pytest.FixtureRequest, tmp_path: Path) -> OperatorProcess:
     """The operator with a 1 s backstop, to watch many backstop passes in a short test."""
     env = {"TRAINIUM_RESYNC_SECONDS": "1"}
-    proc = OperatorProcess(OPERATOR_COMMAND, tmp_path / "operator.log", env=env)
-    request.node.stash.setdefault(OPERATORS, []).append(proc)
-    proc.start()
-    yield proc
-    proc.stop()
+    return started(request, OperatorProcess(OPERATOR_COMMAND, tmp_path / "operator.log", env=env))
 
 
 def test_the_backstop_only_reads(

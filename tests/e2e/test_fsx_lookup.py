@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from test_operator_e2e import condition, job, queue, wait_phase
 
-from harness import OPERATOR_COMMAND, OPERATORS, EmulatorServer, OperatorProcess, apply, wait_for
+from harness import OPERATOR_COMMAND, EmulatorServer, OperatorProcess, apply, started, wait_for
 
 
 @pytest.fixture
-def regionless(
-    crd: Path, request: pytest.FixtureRequest, tmp_path: Path
-) -> Iterator[OperatorProcess]:
+def regionless(crd: Path, request: pytest.FixtureRequest, tmp_path: Path) -> OperatorProcess:
     """The operator with no AWS region anywhere (env, config file, instance metadata)."""
     proc = OperatorProcess(OPERATOR_COMMAND, tmp_path / "operator.log")
     for var in ("AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE"):
@@ -22,10 +19,7 @@ def regionless(
     proc.env.update(
         AWS_CONFIG_FILE=str(tmp_path / "no-aws-config"), AWS_EC2_METADATA_DISABLED="true"
     )
-    request.node.stash.setdefault(OPERATORS, []).append(proc)
-    proc.start()
-    yield proc
-    proc.stop()
+    return started(request, proc)
 
 
 def test_no_region_gives_fsx_lookup_failed_with_the_reason(

@@ -8,7 +8,6 @@ import socket
 import subprocess
 import sys
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,12 +15,12 @@ from test_operator_e2e import claim, job, queue, vcjob, wait_phase
 
 from harness import (
     OPERATOR_COMMAND,
-    OPERATORS,
     EmulatorServer,
     OperatorProcess,
     apply,
     get,
     simulate_vcjob_phase,
+    started,
     wait_for,
 )
 
@@ -29,15 +28,10 @@ TJ = "trainiumjobs.v1alpha1.trainium.dev"
 
 
 @pytest.fixture
-def json_operator(
-    crd: Path, request: pytest.FixtureRequest, tmp_path: Path
-) -> Iterator[OperatorProcess]:
+def json_operator(crd: Path, request: pytest.FixtureRequest, tmp_path: Path) -> OperatorProcess:
     """The operator with `--log-format=json` (the chart's `operator.logFormat: json`)."""
     proc = OperatorProcess([*OPERATOR_COMMAND, "--log-format=json"], tmp_path / "operator.log")
-    request.node.stash.setdefault(OPERATORS, []).append(proc)
-    proc.start()
-    yield proc
-    proc.stop()
+    return started(request, proc)
 
 
 def run_job(k8s: EmulatorServer, ns: str, name: str) -> str:
@@ -81,12 +75,10 @@ def test_an_elected_start_up_logs_no_warning(
     """Standing for the Lease and acquiring it are the election working: INFO, not WARNING."""
     command = [c for c in OPERATOR_COMMAND if c != "--standalone"] + ["--leader-elect=logs"]
     env = {"POD_NAME": "op-0", "POD_NAMESPACE": ns}
-    proc = OperatorProcess(command, tmp_path / "operator.log", env)
-    request.node.stash.setdefault(OPERATORS, []).append(proc)
-    proc.start()
+    proc = started(request, OperatorProcess(command, tmp_path / "operator.log", env))
     wait_for(lambda: logged(proc, "acquired by op-0"), timeout=30, what="the Lease acquired")
-    started = proc.log()  # the start-up; kopf's own stop may warn of streams it left unread
-    assert [ln for ln in started.splitlines() if "WARNING" in ln] == []
+    start_up = proc.log()  # the start-up; kopf's own stop may warn of streams it left unread
+    assert [ln for ln in start_up.splitlines() if "WARNING" in ln] == []
     assert proc.stop() == 0
     assert logged(proc, "standing for the Lease") and logged(proc, "shutting down")
 

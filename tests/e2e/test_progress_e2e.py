@@ -12,11 +12,11 @@ from test_operator_e2e import events, printer_columns, start_training, status
 
 from harness import (
     OPERATOR_COMMAND,
-    OPERATORS,
     EmulatorServer,
     OperatorProcess,
     apply,
     kubectl,
+    started,
     train_gang,
     wait_for,
 )
@@ -28,16 +28,10 @@ VCJOBS = "batch.volcano.sh/v1alpha1/jobs"
 
 
 @pytest.fixture
-def reading_operator(
-    crd: Path, request: pytest.FixtureRequest, tmp_path: Path
-) -> Iterator[OperatorProcess]:
+def reading_operator(crd: Path, request: pytest.FixtureRequest, tmp_path: Path) -> OperatorProcess:
     """The operator reading rank 0 every second (the chart's progressIntervalSeconds)."""
     env = {"TRAINIUM_PROGRESS_INTERVAL_SECONDS": "1"}
-    proc = OperatorProcess(OPERATOR_COMMAND, tmp_path / "operator.log", env=env)
-    request.node.stash.setdefault(OPERATORS, []).append(proc)
-    proc.start()
-    yield proc
-    proc.stop()
+    return started(request, OperatorProcess(OPERATOR_COMMAND, tmp_path / "operator.log", env=env))
 
 
 @pytest.fixture

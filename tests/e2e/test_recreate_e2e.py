@@ -63,12 +63,15 @@ def test_a_reapplied_job_waits_for_the_old_gang_and_trains_under_its_own(
              what="the new job waits for the old gang")  # fmt: skip
     assert old in condition(ns, "again", "Running")["message"]
     never_succeeds(ns, "again")
+    fresh = train_gang(k8s, ns, "again")
+    assert fresh != "again-train"  # never a name Volcano may still be cleaning up
+    assert k8s.get(VCJOBS, ns, fresh) is None  # not beside the old gang's pods
     k8s.await_(k8s.emulator.resume_collection)  # the collector deletes the old gang
-    new = wait_for(lambda: (k8s.get(VCJOBS, ns, "again-train") or {}).get("metadata"),
+    new = wait_for(lambda: (k8s.get(VCJOBS, ns, fresh) or {}).get("metadata"),
                    what="the new job's own gang")  # fmt: skip
     assert new["ownerReferences"][0]["uid"] == get(TJ, "again", ns)["metadata"]["uid"]  # type: ignore[index]
     assert status(ns, "again").get("phase") != "Succeeded"
-    simulate_vcjob_phase(ns, "again-train", "Completed")
+    simulate_vcjob_phase(ns, fresh, "Completed")
     wait_phase(ns, "again", "Succeeded")
 
 

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+import procs
 
 HERE = Path(__file__).resolve().parent
 #: What TorchX's string.Template substitution would rewrite: `$$`, its macros, stray dollars.
@@ -58,9 +59,7 @@ def dumps(root: Path, stage: str) -> list[dict[str, Any]]:
 def test_user_args_and_env_reach_every_process_unchanged(tmp_path: Path) -> None:
     runs = tmp_path / "runs"
     cmd = [sys.executable, "-m", "trainium_operator", "run", "-f", str(job_file(tmp_path))]
-    proc = subprocess.run(
-        [*cmd, "--runs-dir", str(runs)], capture_output=True, text=True, timeout=300, check=False
-    )
+    proc = procs.run([*cmd, "--runs-dir", str(runs)], timeout=procs.scaled(300))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     root = runs / "macros"
     for stage, limit in (("precompile", ["--max-steps", "2"]), ("train", ["--max-steps=99"])):

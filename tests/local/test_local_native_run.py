@@ -15,6 +15,8 @@ from pathlib import Path
 
 import yaml
 
+import procs
+
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "local-tiny-bert-native.yaml"
 
@@ -34,7 +36,7 @@ def trainium_run(job: Path, runs: Path) -> subprocess.CompletedProcess[str]:
     """The CLI as `make run-native` calls it."""
     cmd = [sys.executable, "-m", "trainium_operator", "run", "-f", str(job)]
     cmd += ["--runs-dir", str(runs)]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=900, check=False)
+    return procs.run(cmd, timeout=procs.scaled(900))  # no replica left behind on a timeout
 
 
 def test_the_second_native_run_compiles_nothing_new(tmp_path: Path) -> None:

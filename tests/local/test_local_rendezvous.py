@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 from torchx.runner import get_runner
 
+import procs
 from trainium_operator.api import naming
 from trainium_operator.api.spec import parse
 from trainium_operator.build import appdef
@@ -77,9 +78,10 @@ class Node:
         env = {**os.environ, **param.env, "LOGLEVEL": "INFO"}  # INFO only shows progress
         Path(param.env["TORCHELASTIC_ERROR_FILE"]).parent.mkdir(parents=True, exist_ok=True)
         with log.open("w") as out:
-            self.proc = subprocess.Popen(
-                param.args, env=env, cwd=param.cwd, stdout=out, stderr=subprocess.STDOUT
-            )
+            self.proc = procs.track(subprocess.Popen(
+                param.args, env=env, cwd=param.cwd, stdout=out, stderr=subprocess.STDOUT,
+                start_new_session=True,  # its own group: stopping it ends torchrun's workers too
+            ))  # fmt: skip
 
     def output(self) -> str:
         return self.log.read_text(errors="replace")
@@ -94,9 +96,7 @@ def nodes() -> Iterator[list[Node]]:
     started: list[Node] = []
     yield started
     for node in started:
-        if node.running():
-            node.proc.kill()
-        node.proc.wait()
+        procs.stop_tree(node.proc, grace=2)
 
 
 def store_is_up(port: int) -> bool:

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import yaml
 
+import procs
+
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "local-tiny-bert.yaml"
 
@@ -40,7 +42,7 @@ def trainium_run(job: Path, runs: Path) -> subprocess.CompletedProcess[str]:
         "--runs-dir",
         str(runs),
     ]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
+    return procs.run(cmd, timeout=procs.scaled(300))  # no replica left behind on a timeout
 
 
 def test_local_run_trains_then_hits_the_cache(tmp_path: Path) -> None:

@@ -20,6 +20,8 @@ from typing import Any, TypeVar
 
 import yaml
 
+import procs
+
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "local-tiny-bert.yaml"
 STEPS = 100
@@ -88,9 +90,11 @@ def test_suspend_then_resume_keeps_the_step_count(tmp_path: Path) -> None:
     root = runs / doc["metadata"]["name"]
     output = root / "volume" / "output" / doc["metadata"]["name"]
     cmd = [sys.executable, "-m", "trainium_operator", "run", "-f", str(job)]
-    with (tmp_path / "stdout").open("w") as out, (tmp_path / "stderr").open("w") as err:
-        proc = subprocess.Popen([*cmd, "--runs-dir", str(runs), "-q"], stdout=out, stderr=err)
-    try:
+    with (
+        (tmp_path / "stdout").open("w") as out,
+        (tmp_path / "stderr").open("w") as err,
+        procs.spawned([*cmd, "--runs-dir", str(runs), "-q"], stdout=out, stderr=err) as proc,
+    ):
         wait_for(lambda: max(metric_steps(output / "metrics.jsonl"), default=0) >= 3 or None,
                  proc, "step 3 of the first gang")  # fmt: skip
         write_job(job, doc, suspend=True)
@@ -108,9 +112,6 @@ def test_suspend_then_resume_keeps_the_step_count(tmp_path: Path) -> None:
         assert int(m.group(1)) == step
         write_job(job, doc, suspend=False)
         proc.wait(timeout=DEADLINE)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
     stdout, stderr = (tmp_path / "stdout").read_text(), (tmp_path / "stderr").read_text()
     assert proc.returncode == 0, stdout + stderr
     phases = [line.split()[1] for line in stdout.splitlines() if line.startswith("[phase]")]

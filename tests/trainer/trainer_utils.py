@@ -8,10 +8,13 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+import procs
 
 TRAINER_SRC = Path(__file__).resolve().parents[2] / "trainer"
 # Deadline for one trainer subprocess; a hang fails loudly instead of stalling the suite.
@@ -54,15 +57,9 @@ def run_trainer(
     env: dict[str, str] | None = None,
     timeout: float = RUN_TIMEOUT,
 ) -> subprocess.CompletedProcess[str]:
-    """Run the trainer to completion in a subprocess (env: extra variables)."""
-    return subprocess.run(
-        trainer_cmd(args, nproc),
-        env=subprocess_env(env),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
+    """Run the trainer to completion in a subprocess (env: extra variables); the deadline grows
+    with the load, and on a timeout no worker is left (procs.run)."""
+    return procs.run(trainer_cmd(args, nproc), procs.scaled(timeout), env=subprocess_env(env))
 
 
 def stdout_records(stdout: str) -> list[dict[str, Any]]:
@@ -112,30 +109,32 @@ def signal_when_logged(
     timeout: float = RUN_TIMEOUT,
 ) -> subprocess.CompletedProcess[str]:
     """Run the trainer, SIGTERM it (or one torchrun worker) once it logged `step`; wait."""
-    proc = subprocess.Popen(
-        trainer_cmd(args, nproc, launcher),
-        env=subprocess_env(env),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-    deadline = time.monotonic() + timeout
-    assert proc.stdout is not None
-    lines: list[str] = []
-    for raw in proc.stdout:
-        lines.append(raw.decode())
-        if stdout_records(lines[-1])[0].get("step") == step:
-            if only_one_worker:
-                workers = sorted(_children(proc.pid))
-                assert len(workers) == nproc, workers
-                pid = workers[-1]
-            else:
-                pid = proc.pid
-            os.kill(pid, signal.SIGTERM)
-            break
-        assert time.monotonic() < deadline, "the run never logged the step"
-    out, err = proc.communicate(timeout=timeout)
+    cmd, run_env = trainer_cmd(args, nproc, launcher), subprocess_env(env)
+    # stderr to a file: a pipe that nobody reads while stdout is followed can fill and block.
+    with (
+        tempfile.TemporaryFile() as err,
+        procs.spawned(cmd, env=run_env, stdout=subprocess.PIPE, stderr=err) as proc,
+    ):
+        deadline = time.monotonic() + timeout
+        assert proc.stdout is not None
+        lines: list[str] = []
+        for raw in proc.stdout:
+            lines.append(raw.decode())
+            if stdout_records(lines[-1])[0].get("step") == step:
+                if only_one_worker:
+                    workers = sorted(_children(proc.pid))
+                    assert len(workers) == nproc, workers
+                    pid = workers[-1]
+                else:
+                    pid = proc.pid
+                os.kill(pid, signal.SIGTERM)
+                break
+            assert time.monotonic() < deadline, "the run never logged the step"
+        out, _ = proc.communicate(timeout=timeout)
+        err.seek(0)
+        stderr = err.read().decode(errors="replace")
     stdout = "".join(lines) + out.decode()
-    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, err.decode())
+    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
 
 
 def kill_workers_after_checkpoint(
@@ -145,23 +144,23 @@ def kill_workers_after_checkpoint(
 
     As a node lost: no SIGTERM, no agreed stop; torchrun sees its workers die and fails.
     """
-    proc = subprocess.Popen(
-        trainer_cmd(args, nproc),
-        env=subprocess_env(env),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    deadline = time.monotonic() + RUN_TIMEOUT
-    assert proc.stdout is not None
-    lines: list[str] = []
-    for line in proc.stdout:
-        lines.append(line)
-        record = stdout_records(line)[0]
-        if record.get("event") == "checkpoint" and record["step"] == step:
-            for pid in _children(proc.pid):
-                os.kill(pid, signal.SIGKILL)
-            break
-        assert time.monotonic() < deadline, "the run never reported the checkpoint"
-    _, err = proc.communicate(timeout=RUN_TIMEOUT)  # what workers printed as they died: dropped
-    return subprocess.CompletedProcess(proc.args, proc.returncode, "".join(lines), err)
+    cmd, run_env = trainer_cmd(args, nproc), subprocess_env(env)
+    with (
+        tempfile.TemporaryFile() as err,  # not a pipe: see signal_when_logged
+        procs.spawned(cmd, env=run_env, stdout=subprocess.PIPE, stderr=err, text=True) as proc,
+    ):
+        deadline = time.monotonic() + RUN_TIMEOUT
+        assert proc.stdout is not None
+        lines: list[str] = []
+        for line in proc.stdout:
+            lines.append(line)
+            record = stdout_records(line)[0]
+            if record.get("event") == "checkpoint" and record["step"] == step:
+                for pid in _children(proc.pid):
+                    os.kill(pid, signal.SIGKILL)
+                break
+            assert time.monotonic() < deadline, "the run never reported the checkpoint"
+        proc.communicate(timeout=RUN_TIMEOUT)  # what workers printed as they died: dropped
+        err.seek(0)
+        stderr = err.read().decode(errors="replace")
+    return subprocess.CompletedProcess(proc.args, proc.returncode, "".join(lines), stderr)

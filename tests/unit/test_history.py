@@ -56,11 +56,14 @@ def test_gang_pending_spans_fill_the_waiting_bucket_and_keep_the_total() -> None
         new = {**new, "history": history.advance(previous, new, now, gang_pending=pending)}
         previous = new
     entries = previous["history"]
-    spans = [(e["phase"], e["since"][11:16], e.get("until", "")[11:16])  # type: ignore[index]
-             for e in entries if e["phase"] in history.SPANS]  # type: ignore[union-attr]  # fmt: skip
-    assert spans == [
-        ("GangPending", "10:05", "10:10"), ("GangPending", "10:35", "11:00"),
-        ("Restarting", "12:00", "12:15"), ("GangPending", "12:05", "12:15"),
+    # describe shows the transitions; each phase carries its gang's unscheduled spans.
+    assert [(e["phase"], e.get("gangPending")) for e in entries] == [  # type: ignore[union-attr, index]
+        ("Pending", None),
+        ("Precompiling", ["2026-11-22T10:05:00Z/2026-11-22T10:10:00Z"]),
+        ("Training", ["2026-11-22T10:35:00Z/2026-11-22T11:00:00Z",
+                      "2026-11-22T12:05:00Z/2026-11-22T12:15:00Z"]),
+        ("Restarting", None),
+        ("Succeeded", None),
     ]  # fmt: skip
     spec = parse({"spec": {"image": "i", "instanceType": "trn1.32xlarge", "nodes": 2,
                            "storage": {"claimName": "c"}}})  # fmt: skip
@@ -81,10 +84,44 @@ def test_a_phase_change_closes_the_stages_pending_span() -> None:
                                                                gang_pending=True)}  # fmt: skip
     train = st("Training", "GangPending")
     entries = history.advance(pre, train, "t2", gang_pending=True)
-    assert [(e["phase"], e["since"], e.get("until")) for e in entries] == [
-        ("Precompiling", "t1", None), ("GangPending", "t1", "t2"),
-        ("Training", "t2", None), ("GangPending", "t2", None),
+    assert entries == [
+        {"phase": "Precompiling", "since": "t1", "gangPending": ["t1/t2"]},
+        {"phase": "Training", "since": "t2", "gangPending": ["t2/"]},
+    ]
+
+
+OLD_HISTORY = [  # as an operator before issue 34 wrote it: GangPending entries of their own
+    {"phase": "Precompiling", "since": "2026-11-22T10:05:00Z"},
+    {"phase": "GangPending", "since": "2026-11-22T10:05:00Z", "until": "2026-11-22T10:10:00Z"},
+    {"phase": "Training", "since": "2026-11-22T10:35:00Z"},
+    {"phase": "GangPending", "since": "2026-11-22T10:35:00Z", "until": "2026-11-22T11:00:00Z"},
+    {"phase": "Restarting", "since": "2026-11-22T12:00:00Z", "until": "2026-11-22T12:15:00Z"},
+    {"phase": "GangPending", "since": "2026-11-22T12:05:00Z"},
+]
+
+
+def test_an_older_operators_history_is_read_and_rewritten_in_place() -> None:
+    """An upgrade: the open GangPending span closes when the gang runs, in its phase's entry."""
+    previous = {"phase": "Training", "history": OLD_HISTORY,
+                "conditions": [{"type": "Running", "reason": "GangPending"}]}  # fmt: skip
+    entries = history.advance(previous, st("Training", "GangRunning"), "2026-11-22T12:15:00Z")
+    assert [(e["phase"], e.get("gangPending")) for e in entries] == [
+        ("Precompiling", ["2026-11-22T10:05:00Z/2026-11-22T10:10:00Z"]),
+        ("Training", ["2026-11-22T10:35:00Z/2026-11-22T11:00:00Z",
+                      "2026-11-22T12:05:00Z/2026-11-22T12:15:00Z"]),
+        ("Restarting", None),
     ]  # fmt: skip
+    assert OLD_HISTORY[-1] == {"phase": "GangPending", "since": "2026-11-22T12:05:00Z"}  # a copy
+
+
+def test_an_older_history_costs_the_same_read_as_is_or_upgraded() -> None:
+    spec = parse({"spec": {"image": "i", "instanceType": "trn1.32xlarge", "nodes": 2,
+                           "storage": {"claimName": "c"}}})  # fmt: skip
+    closed = [*OLD_HISTORY[:-1], {**OLD_HISTORY[-1], "until": "2026-11-22T12:15:00Z"}]
+    now = "2026-11-22T13:00:00Z"
+    as_is = history.job_cost(spec, closed, now)
+    upgraded = history.job_cost(spec, history.upgraded(closed), now)
+    assert as_is == upgraded and float(as_is.instance_hours["waiting"]) == 2 * 30 / 60
 
 
 def test_a_clock_that_stepped_back_costs_zero_not_a_stuck_pass() -> None:

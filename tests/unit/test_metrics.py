@@ -83,10 +83,8 @@ def test_no_empty_label_values_after_a_first_transition() -> None:
 
 def job_status(obs: Observed, previous: Json, now: str) -> Json:
     """The status the operator would write for obs at time now (the real renderer)."""
-    return status.render(
-        lifecycle.decide(obs), previous, generation=1, now=now, cache_key="k",
-        cache_name="c", precompile_job=None, training_job=None,
-    )  # fmt: skip
+    frame = status.Frame(lifecycle.decide(obs), previous, 1, now, cache_key="k", cache_name="c")
+    return status.render(frame)
 
 
 def epoch(ts: str) -> float:

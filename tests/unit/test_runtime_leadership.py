@@ -9,7 +9,7 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from trainium_operator.cluster import k8s
-from trainium_operator.runtime.leadership import Candidate, Election, NotLeader, Timing
+from trainium_operator.runtime.leadership import Candidate, Election, NotLeader, Timing, timing_from
 
 Json = dict[str, Any]
 
@@ -29,23 +29,24 @@ class LeaseServer:
         self.lease: Json | None = None
         self.version = 0
         self.down = False
+        self.calls: list[str] = []
 
     def api(self) -> Any:
         server = self
 
         class Api:
             def get(self) -> Json | None:
-                server.check()
+                server.check("get")
                 return copy.deepcopy(server.lease)
 
             def create(self, body: Json) -> Json:
-                server.check()
+                server.check("create")
                 if server.lease is not None:
                     raise ApiException(status=409, reason="AlreadyExists")
                 return server.store(body)
 
             def replace(self, body: Json) -> Json:
-                server.check()
+                server.check("replace")
                 assert server.lease is not None
                 if (
                     body["metadata"]["resourceVersion"]
@@ -56,7 +57,8 @@ class LeaseServer:
 
         return Api()
 
-    def check(self) -> None:
+    def check(self, call: str) -> None:
+        self.calls.append(call)
         if self.down:
             raise ApiException(status=503)
 
@@ -77,7 +79,8 @@ TIMING = Timing(duration=10, deadline=7, retry=2)
 def candidate(server: LeaseServer, clock: Clock, name: str, log: list[str]) -> Election:
     who = Candidate(
         name, "trainium", "ops",
-        on_start=lambda: log.append(f"{name} starts"), on_stop=lambda: log.append(f"{name} stops"),
+        on_start=lambda continued: log.append(f"{name} {'continues' if continued else 'starts'}"),
+        on_stop=lambda: log.append(f"{name} stops"),
     )  # fmt: skip
     return Election(server.api(), who, TIMING, clock)
 
@@ -161,3 +164,69 @@ def test_writes_ask_the_fence_and_reads_do_not(monkeypatch: pytest.MonkeyPatch) 
 def test_timing_must_let_a_leader_stop_before_a_standby_starts() -> None:
     with pytest.raises(ValueError):
         Timing(duration=10, deadline=10, retry=2)
+
+
+# ---- issue 32 item 5: renewals that hold under load -------------------------------------------
+
+
+def test_the_defaults_are_client_gos_and_a_lifetime_keeps_their_proportions() -> None:
+    assert Timing() == Timing(duration=15, deadline=10, retry=2)
+    assert timing_from({}) == Timing()
+    assert timing_from({"TRAINIUM_PEERING_LIFETIME_SECONDS": "30"}) == Timing(30, 20, 4)
+
+
+def test_a_holder_renews_with_one_put_and_reads_only_when_it_fails() -> None:
+    """client-go's optimistic renewal: half the requests, and none of them a read to wait on."""
+    server, clock, log = LeaseServer(), Clock(), []
+    a, b = candidate(server, clock, "a", log), candidate(server, clock, "b", log)
+    assert a.step()
+    server.calls.clear()
+    for _ in range(5):
+        clock.now += 2
+        assert a.step()
+    assert server.calls == ["replace"] * 5
+    clock.now += 30  # a paused; b sees the Lease unchanged for the duration, takes over
+    assert not b.step()
+    clock.now += 16
+    assert b.step() and server.holder == "b"
+    server.calls.clear()
+    assert not a.step() and not a.fence.holds()
+    assert server.calls == ["get"] and log[-1] == "a stops"  # the fence was closed: no PUT sent
+
+
+def test_a_late_renewal_of_its_own_lease_continues_the_term() -> None:
+    """A lone replica's renewal came after its deadline (starved): it stopped, and takes its own
+    Lease back; no one held it since, so its passes need not re-read every job."""
+    server, clock, log = LeaseServer(), Clock(), []
+    a = candidate(server, clock, "a", log)
+    assert a.step()
+    server.down = True
+    clock.now += 10.5  # past the deadline without a renewal
+    assert not a.step() and a.lost_terms == 1
+    server.down = False
+    clock.now += 1
+    assert a.step() and log == ["a starts", "a stops", "a continues"]
+    assert a.fence.term == 2
+
+
+def test_taking_back_a_lease_someone_else_held_is_a_new_term() -> None:
+    server, clock, log = LeaseServer(), Clock(), []
+    a, b = candidate(server, clock, "a", log), candidate(server, clock, "b", log)
+    assert a.step() and not b.step()
+    clock.now += 20  # a starved; b takes over, then stops and releases
+    assert b.step()
+    b.stop(release=True)
+    assert a.step()  # a sees the Lease released by b: its term ended; it takes it anew
+    assert log == ["a starts", "b starts", "b stops", "a stops", "a starts"]
+
+
+def test_a_renewal_past_the_deadline_goes_on_fenced_meanwhile_and_is_counted() -> None:
+    """Woken 12 s after its last renewal (deadline 10, lease 15): writes were refused; its
+    guarded PUT shows no one took over, so the term goes on without a stop and a restart."""
+    server, clock, log = LeaseServer(), Clock(), []
+    a = candidate(server, clock, "a", log)
+    assert a.step()
+    clock.now += 12
+    assert not a.fence.holds()
+    assert a.step() and a.fence.holds() and a.lost_terms == 1
+    assert log == ["a starts"] and a.fence.term == 1

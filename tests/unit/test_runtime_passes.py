@@ -18,6 +18,8 @@ import pytest
 import urllib3
 from kubernetes.client.exceptions import ApiException
 
+from trainium_operator.api import naming
+from trainium_operator.build.builders import ANNOTATION_OWNER_UID
 from trainium_operator.cluster import k8s, reconcile
 from trainium_operator.cluster.eventlooks import EventLook
 from trainium_operator.cluster.memory import Memory
@@ -27,8 +29,9 @@ from trainium_operator.cluster.reconcile import Outcome, Transition
 from trainium_operator.domain.lifecycle import Action
 from trainium_operator.domain.model import Rejection
 from trainium_operator.runtime import handlers
-from trainium_operator.runtime.passes import RESYNC, Passes, backoff, next_look
-from trainium_operator.runtime.queue import FIRST
+from trainium_operator.runtime.leadership import NotLeader
+from trainium_operator.runtime.passes import RESYNC, VOLUME_KEY, Passes, backoff, next_look
+from trainium_operator.runtime.queue import FIRST, Item
 
 KEY = "uid-1"
 WHERE = ("ns", "job")
@@ -307,59 +310,80 @@ def test_bug6_a_pass_in_flight_when_the_job_goes_leaves_nothing_behind() -> None
     assert passes.queue.pending_after(KEY) is None and not step(passes)
 
 
-# ---- bug 2: on_delete holds the job ------------------------------------------------------------
+# ---- bug 2, issue 32 item 4: the FSx PV of a deleted job goes by a sweep, in a term ---------
 
 
-def test_bug2_cleanup_waits_for_a_running_pass_and_later_passes_create_nothing() -> None:
-    """A pass that read the job before deletion creates the PV: the cleanup must delete it."""
-    volumes: set[str] = set()
-    inside, release = threading.Event(), threading.Event()
+def sweeping(sweep: Any) -> Passes:
+    """A runtime without workers whose PV sweep is `sweep`."""
+    passes = Passes(Script(), lambda *_: None, workers=0, clock=lambda: 1000.0, sweep=sweep)
+    passes.records.named(KEY, *WHERE)
+    return passes
 
-    def creates(ns: str, name: str, emit: Any, views: Views) -> Outcome:
-        inside.set()
-        assert release.wait(10)
-        volumes.add(name)  # the pass's create, after it read the job (not yet deleting)
-        return Outcome("Pending")
 
-    passes = runtime(creates)
-    passes.job_event(KEY, WHERE, "1", first=True)
-    worker = threading.Thread(target=step, args=(passes,))
-    worker.start()
-    assert inside.wait(10)
+def fsx_job(type: str) -> dict[str, Any]:
+    """A watch event's keyword arguments for an FSx job of KEY."""
+    body = kopf.Body({"metadata": {"name": "job", "namespace": "ns", "uid": KEY},
+                      "spec": {"storage": {"fsx": {"fileSystemId": "fs-1"}}}})  # fmt: skip
+    return {"type": type, "body": body, "namespace": "ns", "name": "job"}
 
-    def on_delete() -> None:
-        with passes.finalize(KEY):
-            volumes.discard(WHERE[1])  # the PV delete (404 if it came first)
 
-    cleanup = threading.Thread(target=on_delete)
-    cleanup.start()
-    cleanup.join(0.05)
-    assert cleanup.is_alive()  # held: the pass still runs
-    release.set()
-    worker.join(10)
-    cleanup.join(10)
-    assert volumes == set()
-    inside.clear()
-    passes.wake(KEY)  # a pass queued for the finalizing job
-    passes.queue.add_after(KEY, 0)
+def test_a_deleted_fsx_job_sweeps_its_volume_in_a_term_only() -> None:
+    """No finalizer: the DELETED event queues the sweep, and a paused (standby) queue keeps it."""
+    swept: list[str] = []
+    passes = sweeping(lambda name: swept.append(name) or True)
+    passes.queue.pause()  # a standby: outside a term nothing runs, nothing is lost
+    memo = type("Memo", (), {"passes": passes})()
+    asyncio.run(handlers.on_job(memo=memo, tj_wakers={}, **fsx_job("DELETED")))
+    assert passes.records.get(KEY) is None and not step(passes) and swept == []
+    passes.start_term()
     while step(passes):
         pass
-    assert not inside.is_set() and volumes == set()
+    assert swept == [naming.volume_name("ns", "job")]
 
 
-def test_on_delete_holds_the_key_through_the_runtime(monkeypatch: pytest.MonkeyPatch) -> None:
-    deleted: list[str] = []
-    passes = runtime(Script())
-    monkeypatch.setattr(k8s, "delete_volume", lambda name: deleted.append(name))
+def test_a_sweep_outside_the_term_is_retried_not_lost() -> None:
+    calls: list[str] = []
 
-    class Memo:
+    def refused(name: str) -> bool:
+        calls.append(name)
+        raise NotLeader("term over")
+
+    passes = sweeping(refused)
+    passes.sweep_volume("pv-1")
+    assert step(passes) and calls == ["pv-1"]
+    assert passes.queue.pending_after(VOLUME_KEY + "pv-1:") is not None  # backed off, kept
+
+
+def test_a_sweep_of_a_pv_whose_job_is_known_by_then_sends_nothing() -> None:
+    """A PV listed before its job: by its sweep, the job's record exists (it lives)."""
+    passes = sweeping(lambda name: pytest.fail("a request for a live job's PV"))
+    passes.sweep_volume("pv-1", KEY)
+    assert step(passes) and len(passes.queue) == 0
+
+
+def test_a_volume_of_an_unknown_job_is_swept_a_known_jobs_wakes_it() -> None:
+    """A PV a pass made while its job was being deleted (bug 2) outlives the job's record."""
+    swept: list[str] = []
+    passes = sweeping(lambda name: swept.append(name) or True)
+    memo = type("Memo", (), {"passes": passes})()
+    ours = {"annotations": {ANNOTATION_OWNER_UID: KEY}}
+    asyncio.run(handlers.on_volume(type="MODIFIED", name="pv-a", meta=ours, memo=memo))
+    assert passes.queue.get(timeout=0) == Item(KEY)  # a wake of the job, no sweep
+    passes.queue.done(KEY)
+    passes.gone(KEY)
+    asyncio.run(handlers.on_volume(type="ADDED", name="pv-a", meta=ours, memo=memo))
+    asyncio.run(handlers.on_volume(type="DELETED", name="pv-b", meta=ours, memo=memo))
+    while step(passes):
         pass
+    assert swept == ["pv-a"]
 
-    memo = Memo()
-    memo.passes = passes  # type: ignore[attr-defined]
-    handlers.on_delete(namespace="ns", name="job", meta={"uid": KEY}, memo=memo)
-    record = passes.records.get(KEY)
-    assert deleted and record is not None and record.finalizing
+
+def test_no_changing_handler_so_kopf_writes_nothing_of_its_own() -> None:
+    """An on.create/update/delete/resume handler makes kopf, in every replica, patch a diff-base
+    annotation (and a finalizer, progress) on every job it matches: a standby would write."""
+    registry = kopf.get_default_registry()
+    changing = [h for h in registry._changing._handlers if h.fn.__module__ == handlers.__name__]
+    assert changing == []
 
 
 # ---- bug 4: the parse caches under other workers -----------------------------------------------
@@ -698,16 +722,60 @@ def test_an_error_after_reconcile_still_sets_the_next_look(
     assert step(passes) and passes.queue.pending_after(KEY) is not None
 
 
-def test_a_new_term_looks_at_every_job_with_gets_and_ends_paused() -> None:
-    script = Script()
-    passes = runtime(script)
-    passes.job_event("uid-2", ("ns", "other"), "3", first=False)
+def paced(script: Script, now: list[float], jobs: int) -> Passes:
+    """A runtime on a clock the test moves, that has seen `jobs` jobs, outside a term."""
+    passes = Passes(script, lambda *_: None, workers=0, clock=lambda: now[0],
+                    term_reads_per_second=10)  # fmt: skip
+    passes.reads.indices.update({kind: {} for kind in Kind})  # the watches run
+    for i in range(jobs):
+        passes.job_event(f"uid-{i}", ("ns", f"job-{i}"), "1", first=False)
+    while step(passes):  # their first passes, in an earlier term
+        pass
+    script.views.clear()
     passes.end_term()
+    passes.wake("uid-0")
     assert not step(passes)  # paused: nothing runs outside a term
+    return passes
+
+
+def test_a_new_term_looks_at_every_job_with_gets_paced() -> None:
+    """A takeover re-reads every job (2 GETs each), spread at the pace, not all at once."""
+    script, now = Script(), [1000.0]
+    passes = paced(script, now, 30)
     passes.start_term()
     while step(passes):
         pass
-    assert sorted(v.uid for v in script.views) == ["uid-1", "uid-2"]
+    assert len(script.views) == 1  # the first at once, the others at 10 a second
+    now[0] += 1.0
+    while step(passes):
+        pass
+    assert len(script.views) == 11 and all(v.fresh for v in script.views)
+    now[0] += 2.0
+    while step(passes):
+        pass
+    assert sorted(v.uid for v in script.views) == sorted(f"uid-{i}" for i in range(30))
+
+
+def test_a_job_with_an_event_reads_with_gets_at_once_in_a_new_term_and_once_only() -> None:
+    script, now = Script(), [1000.0]
+    passes = paced(script, now, 30)
+    passes.start_term()
+    passes.wake("uid-29")  # its paced look is 2.9 s away: the event's pass reads with GETs
+    while step(passes):
+        pass
+    assert [(v.uid, v.fresh) for v in script.views] == [("uid-0", True), ("uid-29", True)]
+    passes.wake("uid-29")
+    assert step(passes) and not script.views[-1].fresh  # read once this term: the watches do
+
+
+def test_a_continued_term_re_reads_nothing() -> None:
+    """Our own Lease back, held by no one since: no one else wrote, queued work goes on."""
+    script, now = Script(), [1000.0]
+    passes = paced(script, now, 30)
+    passes.start_term(continued=True)
+    while step(passes):
+        pass
+    assert [(v.uid, v.fresh) for v in script.views] == [("uid-0", False)]  # the lapse's event
 
 
 def test_a_finished_objects_stale_read_creates_nothing() -> None:

@@ -146,28 +146,6 @@ def test_pause_then_wait_idle_returns_once_running_passes_end() -> None:
     assert q.wait_idle(timeout=0)
 
 
-def test_hold_waits_for_the_running_pass_and_keeps_workers_out() -> None:
-    """on_delete's cleanup takes the key like a worker: never beside a pass of the job."""
-    q: WorkQueue[tuple[str, str]] = WorkQueue()
-    q.add(A)
-    assert ready(q) is not None
-    entered = threading.Event()
-
-    def cleanup() -> None:
-        with q.hold(A):
-            entered.set()
-            q.add(A)  # a trigger during the cleanup: queued after it
-            assert ready(q) is None
-
-    thread = threading.Thread(target=cleanup)
-    thread.start()
-    assert not entered.wait(0.05)  # the pass still runs
-    q.done(A)
-    thread.join(10)
-    assert entered.is_set()
-    assert ready(q) == Item(A)
-
-
 def test_shutdown_drops_waiting_work_and_drains_the_running() -> None:
     q: WorkQueue[tuple[str, str]] = WorkQueue()
     q.add(A)

@@ -10,7 +10,7 @@ from support import job
 
 from trainium_operator.api.spec import parse
 from trainium_operator.build.builders import Owner
-from trainium_operator.cluster import k8s, observe, scrape
+from trainium_operator.cluster import gangpods, k8s, scrape
 from trainium_operator.domain.lifecycle import Child
 from trainium_trainer import contract
 from trainium_trainer.live import LiveMetrics
@@ -48,7 +48,7 @@ def with_pods(monkeypatch: pytest.MonkeyPatch, pods: list[Any]) -> list[int]:
         calls.append(1)
         return pods
 
-    monkeypatch.setattr(observe, "gang_pods", gang_pods)
+    monkeypatch.setattr(gangpods, "gang_pods", gang_pods)
     return calls
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -21,15 +22,11 @@ FAILED = decide(Observed(storage_ready=True, training=Child.FAILED, cache_record
 
 def render(decision: Decision, previous: dict[str, Any], now: str, gen: int = 1) -> dict[str, Any]:
     return status.render(
-        decision,
-        previous,
-        generation=gen,
-        now=now,
-        cache_key="k" * 32,
-        cache_name="bert-large",
-        precompile_job="bert-compile",
-        training_job="bert-train",
-    )
+        status.Frame(
+            decision, previous, gen, now, cache_key="k" * 32, cache_name="bert-large",
+            precompile_job="bert-compile", training_job="bert-train",
+        )
+    )  # fmt: skip
 
 
 def by_type(st: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -115,13 +112,10 @@ def test_restarts_are_reported() -> None:
 
 def test_huge_messages_are_clipped_on_status() -> None:
     from trainium_operator.domain.lifecycle import invalid
-    from trainium_operator.domain.status import MAX_MESSAGE, render
+    from trainium_operator.domain.status import MAX_MESSAGE, Frame, render
 
     problems = [f"spec.env[{i}].value: {'x' * 40000} is too long" for i in range(30)]
-    new = render(
-        invalid(problems), {}, generation=1, now="2026-11-22T00:00:00Z",
-        cache_key=None, cache_name=None, precompile_job=None, training_job=None,
-    )  # fmt: skip
+    new = render(Frame(invalid(problems), {}, 1, "2026-11-22T00:00:00Z"))
     assert len(new["message"]) == MAX_MESSAGE and new["message"].endswith("more characters)")
     assert all(len(c["message"]) <= MAX_MESSAGE for c in new["conditions"])
     assert len(str(new)) < 4 * MAX_MESSAGE
@@ -138,10 +132,7 @@ def test_huge_messages_are_clipped_on_status() -> None:
 )
 def test_the_cache_column_says_dash_until_a_stage_decides(obs: Observed) -> None:
     """`kubectl get tj` must not say `miss` for a job that may still hit."""
-    st = status.render(
-        decide(obs), {}, generation=1, now=T0, cache_key="k" * 32, cache_name="c",
-        precompile_job=None, training_job=None,
-    )  # fmt: skip
+    st = status.render(status.Frame(decide(obs), {}, 1, T0, cache_key="k" * 32, cache_name="c"))
     assert st["cache"]["outcome"] == "-" and "hit" not in st["cache"]
 
 
@@ -171,14 +162,46 @@ def test_a_refused_edit_keeps_the_cache_of_what_runs() -> None:
     """After ImmutableFieldChanged the edited spec's key was never compiled (issue 21)."""
     first = render(PRECOMPILING, {}, T0)
     first["cache"]["entry"] = "entry-of-what-runs"
-    edited = status.render(
+    edited = status.render(status.Frame(
         PRECOMPILING, first, generation=2, now=T1, cache_key="e" * 32, cache_name="edited",
-        precompile_job="bert-compile", training_job=None, cache_extra={"entry": "edited-entry"},
-        held=True,
-    )  # fmt: skip
+        precompile_job="bert-compile", cache_extra={"entry": "edited-entry"}, held=True,
+    ))  # fmt: skip
     assert edited["cache"] == first["cache"]
-    followed = status.render(
+    followed = status.render(status.Frame(
         PRECOMPILING, first, generation=2, now=T1, cache_key="e" * 32, cache_name="edited",
-        precompile_job="bert-compile", training_job=None,
-    )  # fmt: skip
+        precompile_job="bert-compile",
+    ))  # fmt: skip
     assert followed["cache"]["key"] == "e" * 32
+
+
+def merged(target: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
+    """RFC 7386 merge patch, as the API server applies a status patch."""
+    out = dict(target)
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        elif isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merged(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def test_a_finished_job_drops_the_live_gangs_bookkeeping() -> None:
+    """describe showed `Restart Cursor` and `Progress.Gang` uids on every failed job (issue 34)."""
+    from trainium_operator.domain import budget
+
+    live = render(TRAINING, {}, T0)
+    live["restartCursor"] = {"uid": "u-1", "retryCount": 1, "pendingFailure": ""}
+    live["progress"] = {"gang": "u-1", "step": 10, "totalSteps": 100, "display": "10/100 (10%)"}
+    inputs = status.Inputs(
+        live, FAILED, None, Observed(), budget.Accounted(budget.read(live)), name="bert",
+        generation=1, digests={}, now=T1,
+    )  # fmt: skip
+    new = status.compose(inputs)
+    stored = merged(live, status.patch_body(live, new))
+    assert "restartCursor" not in stored
+    assert stored["progress"] == {"step": 10, "totalSteps": 100, "display": "10/100 (10%)"}
+    assert stored["phase"] == "Failed" and stored["restarts"] == 0  # the count stays
+    again = status.compose(replace(inputs, previous=stored))
+    assert again is stored  # settled: no write each pass after

@@ -2,7 +2,9 @@
 
 Volcano says it cannot create a gang's pods (a missing PriorityClass, a quota) only in Events on
 its job; a pass lists them at each look (15 s, 1, 5, 15 min, then every 15 min) and the job's
-record keeps what the look found, so the passes between looks list nothing.
+record keeps what the look found, so the passes between looks list nothing. A DRA job's look
+also reads its pods: a ResourceClaim nothing can allocate (no DRA driver, Volcano's DRA off)
+leaves them Pending, and only the scheduler's PodScheduled message or the kubelet says why.
 """
 
 from __future__ import annotations
@@ -10,9 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from trainium_operator.build import cache
+from trainium_operator.api import naming
+from trainium_operator.build import cache, dra
 from trainium_operator.cluster import k8s
-from trainium_operator.domain import lifecycle
+from trainium_operator.domain import lifecycle, unschedulable
 from trainium_operator.domain.lifecycle import Blocker, Child
 
 Json = dict[str, Any]
@@ -36,6 +39,16 @@ class EventLook:
     job: str = ""
     at: str = ""
     message: str = ""
+    #: A DRA gang's ResourceClaim nothing allocates: what the job's condition says ("" if none).
+    claim: str = ""
+
+
+#: The condition reason of a gang held by a ResourceClaim that cannot be allocated.
+CLAIM_NOT_ALLOCATED = "ClaimNotAllocated"
+#: The kubelet's Event on a pod whose claims it cannot prepare (pkg/kubelet/events).
+KUBELET_DRA = "FailedPrepareDynamicResources"
+#: The label Volcano's job controller puts on its pods (volcano.sh/job-name).
+VOLCANO_JOB_LABEL = "volcano.sh/job-name"
 
 
 def look_number(age: float) -> int:
@@ -46,12 +59,13 @@ def look_number(age: float) -> int:
 
 
 def look_at_events(
-    namespace: str, job: Json | None, now: str, last: EventLook | None = None
+    namespace: str, job: Json | None, now: str, last: EventLook | None = None, owner: str = ""
 ) -> EventLook | None:
     """The pending gang's newest FailedCreate Event as of its latest look (None: no look due).
 
     Listed once per look, not per pass: every pass of a gang pending past its first look had
     listed Events (4.5 lists per job at 1000 jobs). A young gang is Volcano still at work.
+    owner: the TrainiumJob of a DRA job (spec.devices dra), whose pods each look reads too.
     """
     if job is None or _state(job) is not Child.PENDING or not now:
         return None
@@ -64,14 +78,61 @@ def look_at_events(
         return last
     events = [e for e in k8s.list_events(namespace, md["name"], "FailedCreate") if _about(e, job)]
     newest = max(events, key=_event_time, default=None)
+    claim = claim_look(namespace, job, owner) if owner else ""
     if newest is None:
-        return EventLook(gang, number, md["name"])
+        return EventLook(gang, number, md["name"], claim=claim)
     said = " ".join(str(newest.get("message") or "no message").split())
-    return EventLook(gang, number, md["name"], _event_time(newest), said)
+    return EventLook(gang, number, md["name"], _event_time(newest), said, claim)
+
+
+def claim_look(namespace: str, job: Json, owner: str) -> str:
+    """Why a DRA gang's pods wait on their ResourceClaim, for the job's condition ("": they don't).
+
+    The scheduler says it in the pod's PodScheduled message; a Volcano without DRA binds the pod
+    anyway and only the kubelet's Event on the pod says the claim was never allocated.
+    """
+    md = job["metadata"]
+    listed = k8s.list_pods(namespace, f"{VOLCANO_JOB_LABEL}={md['name']}")
+    pods = [p for p in listed if _of_job(p, md.get("uid"))]
+    stuck = unschedulable.unallocated_claim(pods) or _unprepared(namespace, pods)
+    if stuck is None:
+        return ""
+    return unschedulable.claim_message(stuck, dra.DEVICE_CLASS, naming.claim_template_name(owner))
+
+
+def _unprepared(namespace: str, pods: list[Json]) -> unschedulable.ClaimStuck | None:
+    """A pod bound with its claim unallocated: the kubelet's FailedPrepareDynamicResources."""
+    for pod in pods:
+        node = (pod.get("spec") or {}).get("nodeName")
+        if not node or (pod.get("status") or {}).get("phase", "Pending") != "Pending":
+            continue
+        name = pod["metadata"]["name"]
+        events = [e for e in k8s.list_events(namespace, name, KUBELET_DRA) if _on_pod(e, pod)]
+        newest = max(events, key=_event_time, default=None)
+        if newest is not None:
+            said = " ".join(str(newest.get("message") or "no message").split())
+            return unschedulable.ClaimStuck(name, unschedulable.pod_claim(pod), said, node)
+        return None  # one bound pod tells for the gang: the rest wait on the same scheduler
+    return None
+
+
+def _of_job(pod: Json, uid: str | None) -> bool:
+    """The pod is of this Volcano job instance (a replaced one's pods share its name)."""
+    owners = pod["metadata"].get("ownerReferences") or []
+    return uid is None or not owners or any(o.get("uid") == uid for o in owners)
+
+
+def _on_pod(event: Json, pod: Json) -> bool:
+    """The Event is about this pod (kind and, when both say, uid)."""
+    ref = event.get("involvedObject") or {}
+    return ref.get("kind") == "Pod" and ref.get("uid") in (None, pod["metadata"].get("uid"))
 
 
 def failed_create(looked: EventLook | None, now: str) -> Blocker | None:
-    """Why Volcano cannot create a pending gang's pods: its newest FailedCreate, while recent."""
+    """Why Volcano cannot create or place a pending gang's pods: a claim nothing allocates (as
+    of the latest look), or its newest FailedCreate while recent."""
+    if looked is not None and looked.claim:
+        return Blocker(CLAIM_NOT_ALLOCATED, looked.claim)
     if looked is None or not looked.at or not now:
         return None
     if cache.seconds_between(looked.at, now) > RECENT_SECONDS:

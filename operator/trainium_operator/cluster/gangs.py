@@ -5,6 +5,11 @@ with the replaced gang's (and a resize's size), before the old gang is deleted: 
 the two leaves the new name written and the old gang named as replaced, so the next pass deletes
 it (again) and waits for it, then creates the new one once, at the saved size; never two gangs,
 never the old name, never the old size.
+
+A gang is the job's only if its controller reference names the job's uid (reads.ours): a job
+deleted and re-applied while the garbage collector lags (or with `--cascade=orphan`) finds the
+old object's gang under its first name; it takes a fresh name at once and waits, bounded, for the
+old gang to go (`taken`), never reading it as its own.
 """
 
 from __future__ import annotations
@@ -72,6 +77,9 @@ def read_train(owner: Owner, read: Reader) -> Train:
     """The current gang (None while it or the one it replaces still stops)."""
     ns, name = owner.namespace, train_name(owner)
     job, taken = reads.ours(read.get(Kind.VCJOB, ns, name), owner)
+    first = naming.vcjob_name(owner.name, "train")
+    if taken is None and name != first:  # renamed for it: still waited for while it stays
+        taken = reads.ours(read.get(Kind.VCJOB, ns, first), owner)[1]
     if job is not None and _going(job):
         return Train(None, True)  # a replaced gang still stopping
     old_name = owner.replaced_gang
@@ -135,7 +143,7 @@ NAME_WAIT_SECONDS = 120.0
 
 
 def name_wait_left(holder: Json, waited: float | None) -> float:
-    """Seconds still to wait for holder to go (0: take a fresh name now).
+    """Seconds still to wait for holder to go (0: start beside it now).
 
     An object with no controller (left by `kubectl delete --cascade=orphan`, or made by hand)
     is never collected: waiting gains nothing. One being deleted is waited for to the end.
@@ -151,12 +159,12 @@ def name_wait_left(holder: Json, waited: float | None) -> float:
 
 
 def name_taken(what: str, holder: Json, left: float = 0.0) -> Blocker:
-    """The job waits for an object it does not control to free the name its child needs."""
+    """The job waits for an object it does not control to leave the name its child needs."""
     meta = holder["metadata"]
     name, boss = meta.get("name", ""), controller_uid(meta)
     held = f"controlled by uid {boss}" if boss else "controlled by nothing"
     going = " and being deleted" if meta.get("deletionTimestamp") else ""
-    then = f"; a fresh name is taken in {left:.0f} s if it stays" if boss and left else ""
+    then = f"; starting without it in {left:.0f} s if it stays" if boss and left else ""
     msg = (
         f"Volcano job {name!r} (the {what}) exists but is not this job's ({held}{going}: "
         f"left by an earlier job of this name); waiting for it to be deleted{then}"
@@ -166,21 +174,32 @@ def name_taken(what: str, holder: Json, left: float = 0.0) -> Blocker:
 
 @dataclass(frozen=True)
 class Taken:
-    """The training gang's name is held by an object this job does not control."""
+    """An object this job does not control holds the training gang's first name."""
 
     holder: Json
-    blocker: Blocker
-    #: Seconds until the job stops waiting for it and takes a fresh name (0: now).
+    #: The job waits for it to go (None: it starts beside it: an orphan, or waited long enough).
+    blocker: Blocker | None
+    #: It holds the name the job's next gang would take: the job takes a fresh one first.
+    rename: bool
+    #: Seconds until the job stops waiting for it (0: it does not wait).
     left: float
 
 
 def taken(owner: Owner, gang: Train, now: str) -> Taken | None:
-    """The name the next training gang needs, held by another owner's object, if it is."""
+    """The training gang's first name held by another owner's object, if it is.
+
+    The job's gang never takes that name even once it is freed: Volcano 1.16 loses a job
+    created under the name of one it is still cleaning up (volcano-sh/volcano#3968; seen on
+    the tier with the collector deleting the old gang just before), so it renames at once and
+    waits, bounded, for the old one to go (its pods hold the nodes the new gang needs).
+    """
     if gang.taken is None:
         return None
     waited = cache.seconds_between(owner.created, now) if owner.created and now else None
     left = name_wait_left(gang.taken, waited)
-    return Taken(gang.taken, name_taken("training gang", gang.taken, left), left)
+    blocker = name_taken("training gang", gang.taken, left) if left > 0 else None
+    rename = gang.taken["metadata"].get("name") == train_name(owner)
+    return Taken(gang.taken, blocker, rename, left)
 
 
 def take_fresh_name(body: Json, holder: Json, read: Reader, emit: Emit) -> Json:
@@ -189,10 +208,10 @@ def take_fresh_name(body: Json, holder: Json, read: Reader, emit: Emit) -> Json:
     new = naming.successor(owner.name, str(meta.get("uid") or ""))
     patched = _annotate(body, owner, {ANNOTATION_TRAIN_GANG: new}, read)
     boss = controller_uid(meta)
-    why = f"still controlled by uid {boss}" if boss else "left without an owner"
+    why = f"controlled by uid {boss}" if boss else "left without an owner"
     msg = (
         f"Volcano job {meta.get('name')!r} is not this job's ({why}); the training gang "
-        f"takes the fresh name {new!r}"
+        f"takes the fresh name {new!r} (a name Volcano may still be cleaning up is never reused)"
     )
     emit(body, "Normal", "GangRenamed", msg, "Renaming")
     return patched

@@ -277,9 +277,10 @@ def create_volume(body: Json) -> Json | None:
     return exists_is_ok(core().create_persistent_volume, body)
 
 
-def delete_volume(name: str) -> None:
-    """Delete a PersistentVolume if it exists."""
-    missing_is_none(core().delete_persistent_volume, name)
+def delete_volume(name: str, uid: str | None = None) -> None:
+    """Delete a PersistentVolume if it exists; with `uid`, only that object (else 409, raised)."""
+    body = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid)) if uid else None
+    missing_is_none(core().delete_persistent_volume, name, body=body, guarded=bool(uid))
 
 
 def release_claim_ref(volume: Json) -> Json:

@@ -12,7 +12,7 @@ from typing import Any
 
 from trainium_operator.api import naming
 from trainium_operator.api.spec import TrainiumJobSpec
-from trainium_operator.build import builders, cache
+from trainium_operator.build import builders, cache, dra
 from trainium_operator.build.builders import Owner
 from trainium_operator.cluster import fsx, gangs, k8s, reads
 from trainium_operator.cluster.eventlooks import (
@@ -21,6 +21,7 @@ from trainium_operator.cluster.eventlooks import (
     look_at_events,
     next_event_look,
 )
+from trainium_operator.cluster.gangpods import gang_failure, gang_pods, of_instance
 from trainium_operator.cluster.memory import Memory
 from trainium_operator.cluster.reads import ApiReader, Kind, Reader, lookup
 from trainium_operator.cluster.storage import storage_of
@@ -147,7 +148,8 @@ def observe(
     )
     reported = [checkpoints.from_pod(p) for p in pods] if stage == "train" else []
     admission = None if train is not None else queue_blocker(spec.scheduling.queue, views)
-    looked = look_at_events(owner.namespace, job, views.now, views.memory.events_looked)
+    dra_job = owner.name if dra.uses_dra(spec) else ""  # its looks read the pods' claims too
+    looked = look_at_events(owner.namespace, job, views.now, views.memory.events_looked, dra_job)
     if stopping and admission is None:
         admission = gangs.gang_stopping(owner)
     taken = gangs.taken(owner, gang, views.now) if train is None else None
@@ -173,7 +175,7 @@ def observe(
         placement=placement_note(spec.scheduling.placement, spec.nodes),
         gang_retries=_retries(job),
         precompile_blocker=pre_held,
-        training_blocker=taken.blocker if taken is not None else None,
+        training_blocker=None if taken is None else taken.blocker,
     )
     checkpoint = checkpoints.newest([views.checkpoint, *reported])
     look = next_event_look(job, views.now) if observed.gang_blocker is None else None
@@ -271,16 +273,7 @@ def _alive(namespace: str, name: str, uid: str, read: Reader) -> bool:
     return phase not in {p.value for p in TERMINAL}
 
 
-#: Pods whose logs a pass reads at most (the first to fail tells; the rest say "peer gone").
-MAX_LOGS = 4
 _READ_PODS = (Child.FAILED, Child.RESTARTING)
-
-
-def gang_pods(owner: Owner, stage: str) -> list[Json]:
-    """The pods of one stage's gang, by our labels (Volcano copies them from the template)."""
-    mine = builders.labels(owner, stage)
-    selector = ",".join(f"{k}={mine[k]}" for k in (builders.LABEL_JOB, builders.LABEL_STAGE))
-    return k8s.list_pods(owner.namespace, selector)
 
 
 def stage_pods(owner: Owner, stage: str, child: Child, views: Views) -> list[Json]:
@@ -305,46 +298,6 @@ def with_shown(pods: list[Json], views: Views, stage: str) -> list[Json]:
         and not listed_failed.get(p["metadata"]["name"], False)
     ]  # fmt: skip
     return pods + shown
-
-
-def of_instance(pods: list[Json], job: Json | None) -> list[Json]:
-    """The pods of this Volcano job instance (a replaced gang's ended pods are not its failures).
-
-    A gang the operator replaces (a hang, a bad node) ends its pods with exit 137 under the
-    names the next instance's pods take; the pod watch still shows them.
-    """
-    meta = (job or {}).get("metadata") or {}
-    if meta.get("deletionTimestamp"):
-        return []  # being replaced: its pods end because the operator ends them
-    uid = meta.get("uid")
-    if not uid:
-        return pods
-    return [p for p in pods if _owned_by(p, str(uid))]
-
-
-def _owned_by(pod: Json, uid: str) -> bool:
-    """Whether the pod belongs to the job instance uid (a pod that names no owner is kept)."""
-    owners = (pod.get("metadata") or {}).get("ownerReferences") or []
-    return not owners or any(o.get("uid") == uid for o in owners)
-
-
-def gang_failure(
-    owner: Owner, pods: list[Json], known: Mapping[str, Sequence[str]] | None = None
-) -> failures.Failure | None:
-    """Why the gang failed, from its pods and their log tails, if it did.
-
-    `known`: tails read when the pod watch showed the failure (pod uid -> lines); only the
-    others are read now (Volcano deletes a failed pod, and its log, within ~60 ms).
-    """
-    logs: dict[str, Sequence[str]] = {}
-    for pod in pods:
-        container = failures.failed_container(pod)
-        name = pod["metadata"]["name"]
-        if container and len(logs) < MAX_LOGS and name not in logs:
-            read = (known or {}).get(pod["metadata"].get("uid") or "")
-            tail = failures.LOG_TAIL_LINES
-            logs[name] = read or k8s.pod_log_tail(owner.namespace, name, container, tail)
-    return failures.classify_gang(pods, logs)
 
 
 def startup_left(job: Json | None, deadline: int | None, now: str) -> float | None:

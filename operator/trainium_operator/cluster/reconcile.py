@@ -103,7 +103,7 @@ def _run(
     orphans.reap(body, views.orphans, emit, read)  # a Node deleted: pods go now, not PodGC's 40 s
     full, spec = spec, elasticio.stage_spec(spec, owner, previous, read, named)  # its size now
     seen = observe(spec, owner, views, lookup)
-    if seen.name_taken is not None and seen.name_taken.left <= 0:  # never freed: a fresh name
+    if seen.name_taken is not None and seen.name_taken.rename:  # never that name: a fresh one
         body = gangs.take_fresh_name(body, seen.name_taken.holder, read, emit)
         owner = gangs.owner_of(body["metadata"])
         seen = observe(spec, owner, views, lookup)
@@ -128,7 +128,7 @@ def _run(
         seen.events_look,
         seen.progress_in,
         shrink_in,
-        seen.name_taken.left if seen.name_taken is not None else None,
+        _name_wait_left(seen),
     )
     if rejections:  # what the API server refused is observed, and decided on, in this pass
         decision = lifecycle.decide(replace(observed, rejections=rejections))
@@ -150,6 +150,12 @@ def _run(
         deadline_in=soonest,
     )
     return _kept(outcome, _learnt(views, seen), rv)
+
+
+def _name_wait_left(seen: Seen) -> float | None:
+    """Seconds until the job stops waiting for an earlier object's gang (a look is due then)."""
+    taken = seen.name_taken
+    return taken.left if taken is not None and taken.blocker is not None else None
 
 
 def _replacing(observed: Observed) -> bool:

@@ -20,7 +20,7 @@ from trainium_operator.api import naming
 from trainium_operator.api.spec import TrainiumJobSpec
 from trainium_operator.build import builders
 from trainium_operator.build.builders import Owner
-from trainium_operator.cluster import k8s, observe
+from trainium_operator.cluster import gangpods, k8s
 from trainium_operator.domain import failures, progress
 from trainium_operator.domain.lifecycle import Child
 from trainium_trainer import contract
@@ -179,7 +179,7 @@ def slim_rank0(pod: Mapping[str, Any]) -> Json | None:
 
 def _rank0_pod(owner: Owner) -> Json | None:
     """Pod 0 of the training gang (every node's local rank 0 serves the same figures)."""
-    pods = observe.gang_pods(owner, contract.STAGE_TRAIN)
+    pods = gangpods.gang_pods(owner, contract.STAGE_TRAIN)
     first = naming.pod_name(naming.stage_job(owner.name, "train", None, owner.train_gang), 0)
     running = [p for p in pods if (p.get("status") or {}).get("podIP")]
     return next((p for p in running if p["metadata"]["name"] == first), None) or next(

@@ -1,6 +1,8 @@
 """The job's storage as the cluster shows it: the user's claim, or our static FSx PV and claim.
 
-Reads only (through the pass's Reader; FSx names looked up with boto3 when the spec lacks them).
+Reads (through the pass's Reader; FSx names looked up with boto3 when the spec lacks them), and
+one write: the leader's sweep deletes our cluster-scoped PV once the job that made it is gone
+(no ownerReference can do it: a cluster-scoped object cannot be owned by a namespaced one).
 """
 
 from __future__ import annotations
@@ -10,8 +12,8 @@ from typing import Any
 
 from trainium_operator.api import naming
 from trainium_operator.api.spec import TrainiumJobSpec
-from trainium_operator.build.builders import Owner, controller_uid
-from trainium_operator.cluster import fsx
+from trainium_operator.build.builders import ANNOTATION_OWNER, Owner, controller_uid, owner_uid
+from trainium_operator.cluster import fsx, k8s
 from trainium_operator.cluster.reads import Kind, Reader, ours
 from trainium_operator.domain.lifecycle import Blocker
 
@@ -100,3 +102,39 @@ def _fsx_names(spec: TrainiumJobSpec, lookup: fsx.FsxLookup) -> dict[str, Any]:
     except fsx.FsxLookupError as exc:
         return {"blocker": Blocker(exc.reason, str(exc))}
     return {"names": fsx.FsxNames(fs.dnsName or found.dns_name, fs.mountName or found.mount_name)}
+
+
+def orphaned(volume: Json, job: Json | None) -> bool:
+    """Whether our PV outlived its job: the job is gone, being deleted, or another object now.
+
+    A PV from before the owner-uid annotation is judged by its job's name alone.
+    """
+    meta = volume["metadata"]
+    if meta.get("deletionTimestamp"):
+        return False  # already going (held by pv-protection until its claim is gone)
+    if job is None:
+        return True
+    job_meta, uid = job.get("metadata") or {}, owner_uid(meta)
+    if job_meta.get("deletionTimestamp"):
+        return True
+    return uid is not None and job_meta.get("uid") != uid
+
+
+def sweep_volume(name: str) -> bool:
+    """Delete our FSx PV `name` if its job is gone; whether it was deleted.
+
+    Both reads are GETs (a watch may lag a re-created job), and the delete carries the PV's
+    uid: a PV a new job of the name made meanwhile is not touched. Writes go through the fence.
+    """
+    volume = k8s.get_volume(name)
+    if volume is None:
+        return False
+    meta = volume["metadata"]
+    owner = (meta.get("annotations") or {}).get(ANNOTATION_OWNER) or ""
+    namespace, _sep, job_name = owner.partition("/")
+    if not namespace or not job_name:
+        return False  # not a job's PV: never ours to delete
+    if not orphaned(volume, k8s.get_trainiumjob(namespace, job_name)):
+        return False
+    k8s.delete_volume(name, uid=meta.get("uid"))
+    return True

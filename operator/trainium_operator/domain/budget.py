@@ -119,6 +119,12 @@ def fragment(tally: Tally) -> Json:
     return out
 
 
+def settled(previous: Mapping[str, Any]) -> Json:
+    """The status fields a finished job drops: the cursor only counts a live gang's restarts
+    (`kubectl describe` showed its uid on every finished job). A merge-patch null removes it."""
+    return {"restartCursor": None} if "restartCursor" in previous else {}
+
+
 def legacy(status: Mapping[str, Any]) -> bool:
     """Status written before the operator kept the budget: restarts mirrored retryCount."""
     return bool(status) and "restarts" in status and "disruptions" not in status

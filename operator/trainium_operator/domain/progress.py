@@ -136,6 +136,14 @@ def finished(previous: Mapping[str, Any] | None) -> Json | None:
     return done
 
 
+def settled(progress: Mapping[str, Any] | None) -> Json | None:
+    """The progress a finished job keeps: its figures without the gang's uid, which only told
+    a live gang's readings from its predecessor's (None: nothing to change)."""
+    if not isinstance(progress, Mapping) or progress.get("gang") is None:
+        return None
+    return {**progress, "gang": None}  # a merge-patch null removes it
+
+
 def display(progress: Mapping[str, Any]) -> str:
     """`step/total (percent%)` for kubectl get; `starting` before the first reading."""
     if "step" not in progress:

@@ -9,7 +9,16 @@ from typing import Any
 
 from trainium_operator.api import naming
 from trainium_operator.api.spec import TrainiumJobSpec
-from trainium_operator.domain import budget, checkpoints, cost, elastic, history, nodes, specdigest
+from trainium_operator.domain import (
+    budget,
+    checkpoints,
+    cost,
+    elastic,
+    history,
+    nodes,
+    progress,
+    specdigest,
+)
 from trainium_operator.domain.cachekey import cache_key, cache_name, identity
 from trainium_operator.domain.checkpoints import Checkpoint
 from trainium_operator.domain.lifecycle import TERMINAL, Condition, Decision
@@ -82,24 +91,32 @@ UNDECIDED = "-"
 _KEPT_CACHE_FIELDS = ("compileSeconds", "savedSeconds")
 
 
-def render(
-    decision: Decision,
-    previous: Json,
-    *,
-    generation: int,
-    now: str,
-    cache_key: str | None,
-    cache_name: str | None,
-    precompile_job: str | None,
-    training_job: str | None,
-    cache_extra: Json | None = None,
-    held: bool = False,
-) -> Json:
-    """The full status for this decision, keeping start/completion times once set.
+@dataclass(frozen=True)
+class Frame:
+    """What the status's core is rendered from: the decision, the status before, and the names
+    of the cache entry and stage jobs (both backends build one: compose from its Inputs, the
+    local runner from its run)."""
 
-    held: a graph-defining edit was refused; the cache fields keep describing what runs, not
-    the edited spec's key, which nothing compiled.
-    """
+    decision: Decision
+    previous: Json
+    generation: int
+    now: str
+    cache_key: str | None = None
+    cache_name: str | None = None
+    precompile_job: str | None = None
+    training_job: str | None = None
+    #: Figures about the cache entry this pass learned (compileSeconds, savedSeconds, entry).
+    cache_extra: Json | None = None
+    #: A graph-defining edit was refused: the cache fields keep describing what runs, not the
+    #: edited spec's key, which nothing compiled.
+    held: bool = False
+
+
+def render(frame: Frame) -> Json:
+    """The core status for this decision, keeping start/completion times once set."""
+    decision, previous, now = frame.decision, frame.previous, frame.now
+    generation, cache_key, held = frame.generation, frame.cache_key, frame.held
+    precompile_job, training_job = frame.precompile_job, frame.training_job
     status: Json = {
         "phase": decision.phase.value,
         "message": clip(one_line(decision.message)),
@@ -111,7 +128,7 @@ def render(
     if held and previous.get("cache"):
         status["cache"] = dict(previous["cache"])
     elif cache_key:
-        cache: Json = {"key": cache_key, "name": cache_name}
+        cache: Json = {"key": cache_key, "name": frame.cache_name}
         before = previous.get("cache") or {}
         decided = precompile_job or training_job or before.get("outcome") in OUTCOMES
         if decision.cache_hit is not None and decided:
@@ -120,7 +137,7 @@ def render(
         elif decision.cache_hit is not None:  # no stage yet: it may still hit (the CACHE column)
             cache["outcome"] = UNDECIDED
         cache.update({k: before[k] for k in _KEPT_CACHE_FIELDS if k in before})
-        cache.update(cache_extra or {})
+        cache.update(frame.cache_extra or {})
         status["cache"] = cache
     if precompile_job:
         status["precompileJob"] = precompile_job
@@ -197,6 +214,8 @@ def compose(inputs: Inputs) -> Json:
     _add_evidence(new, inputs)
     if inputs.elastic is not None:
         new["elastic"] = inputs.elastic
+    if decision.phase in TERMINAL:
+        _settle(new, previous)
     pending = _gang_pending(decision, inputs.observed)
     new["history"] = history.advance(previous, new, inputs.now, gang_pending=pending)
     if not changed(previous, new):
@@ -209,18 +228,26 @@ def _rendered(inputs: Inputs) -> Json:
     spec, obs, acts = inputs.spec, inputs.observed, inputs.decision.actions
     key = cache_key(spec) if spec else None
     return render(
-        inputs.decision,
-        inputs.previous,
-        generation=inputs.generation,
-        now=inputs.now,
-        cache_key=key,
-        cache_name=cache_name(spec, key) if spec and key else None,
-        precompile_job=_job_name(
-            inputs.name, "precompile", obs.precompile, acts, spec.precompile_size if spec else None
-        ),
-        training_job=_job_name(inputs.name, "train", obs.training, acts, None, inputs.train_gang),
-        cache_extra=_cache_figures(spec, inputs.decision, obs) if spec else None,
-        held=bool(obs.changed_fields),
+        Frame(
+            inputs.decision,
+            inputs.previous,
+            inputs.generation,
+            inputs.now,
+            cache_key=key,
+            cache_name=cache_name(spec, key) if spec and key else None,
+            precompile_job=_job_name(
+                inputs.name,
+                "precompile",
+                obs.precompile,
+                acts,
+                spec.precompile_size if spec else None,
+            ),
+            training_job=_job_name(
+                inputs.name, "train", obs.training, acts, None, inputs.train_gang
+            ),
+            cache_extra=_cache_figures(spec, inputs.decision, obs) if spec else None,
+            held=bool(obs.changed_fields),
+        )
     )
 
 
@@ -237,6 +264,16 @@ def _add_evidence(new: Json, inputs: Inputs) -> None:
         new["lastCheckpoint"] = kept.to_status()
     if inputs.progress is not None:
         new["progress"] = inputs.progress or None
+
+
+def _settle(new: Json, previous: Json) -> None:
+    """A finished job's status keeps what a person reads, not the live gang's bookkeeping."""
+    new.pop("restartCursor", None)
+    new.update(budget.settled(previous))
+    shown = new["progress"] if "progress" in new else previous.get("progress")
+    kept = progress.settled(shown)
+    if kept is not None:
+        new["progress"] = kept
 
 
 def _add_cost(new: Json, inputs: Inputs) -> None:

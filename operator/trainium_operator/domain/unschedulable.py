@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from trainium_operator.domain import failures
@@ -47,7 +48,7 @@ def short_resource(message: str) -> str | None:
             return (
                 f"free nodes for the whole gang ({gang['stuck']} of {gang['size']} pods fit none)"
             )
-        return next((label for rx, label in _WHOLE if rx.search(head)), None)
+        return _whole(head)
     short = [
         m.group(1) for _, t in sorted(items, key=lambda i: -i[0]) if (m := _INSUFFICIENT.match(t))
     ]
@@ -72,14 +73,21 @@ _LABELS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"volume node affinity conflict"), "node in the volume's zone"),
     (re.compile(r"Too many pods|pod number exceeded"), "pods"),
     (re.compile(r"were unschedulable"), "schedulable (uncordoned) nodes"),
+    (re.compile(r"cannot allocate all claims"), "devices for the pod's ResourceClaim (DRA)"),
 )
 #: Volcano's gang summary (every pod of a gang that does not fit at once carries it):
 #: "pod group is not ready, 5 Pending, 5 minAvailable; Pending: 1 Unschedulable, 4 Schedulable".
 _GANG = re.compile(r"(?P<size>\d+) minAvailable; Pending: (?P<stuck>\d+) Unschedulable")
 _WHOLE: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"unbound immediate PersistentVolumeClaims"), "bound PersistentVolumeClaim"),
+    (re.compile(r"device class (\S+?) does not exist"), r"DeviceClass \1 (a DRA driver)"),
     (re.compile(r"no nodes available"), "nodes"),
 )
+
+
+def _whole(head: str) -> str | None:
+    """A short name for a reason about the whole cluster, not per node (None: none known)."""
+    return next((m.expand(label) for rx, label in _WHOLE if (m := rx.search(head))), None)
 
 
 def _label(text: str) -> str:
@@ -88,7 +96,7 @@ def _label(text: str) -> str:
         m = rx.search(text)
         if m:
             return m.expand(label)
-    return text
+    return _whole(text) or text
 
 
 _STUCK = ("PodScheduled", "False", "Unschedulable")
@@ -103,3 +111,81 @@ def _unschedulable_message(pod: Json) -> str | None:
         if (cond.get("type"), cond.get("status"), cond.get("reason")) == _STUCK:
             return str(cond.get("message") or "")
     return None
+
+
+# ---- DRA: a pod's ResourceClaim that nothing allocates ------------------------------------------
+
+#: kube-scheduler's DynamicResources plugin, which Volcano's predicates plugin runs when its
+#: predicate.DynamicResourceAllocationEnable argument is on (pkg/scheduler/framework/plugins/
+#: dynamicresources): what it says of a claim it cannot allocate, in a PodScheduled message.
+NO_CLASS = re.compile(r"device class (?P<cls>\S+?) does not exist")
+CANNOT_ALLOCATE = "cannot allocate all claims"
+_CLAIM_SAID = (
+    NO_CLASS,
+    re.compile(CANNOT_ALLOCATE),
+    re.compile(r"resourceclaim not available on the node"),
+    re.compile(r"resourceclaim in use"),
+    re.compile(r"ResourceClaim not created yet"),  # resourceclaim.Name: nothing made it yet
+    re.compile(r"resourceclaim \S+ is being deleted"),
+)
+#: Where Volcano's DRA switch is (its scheduler conf): off by default, and then it binds a pod
+#: without allocating its claim, which the kubelet then refuses to prepare.
+VOLCANO_DRA = (
+    "Volcano's scheduler allocates claims only with DRA on: set predicate."
+    "DynamicResourceAllocationEnable: true on the predicates plugin in volcano-scheduler.conf"
+)
+
+
+@dataclass(frozen=True)
+class ClaimStuck:
+    """A gang pod whose ResourceClaim is not allocated, and who says so in what words."""
+
+    pod: str
+    #: The pod's ResourceClaim ("" before the claim controller made one from the template).
+    claim: str
+    said: str
+    #: The node Volcano bound the pod to anyway (its DRA off: the kubelet's words), else "".
+    node: str = ""
+
+
+def unallocated_claim(pods: Sequence[Json]) -> ClaimStuck | None:
+    """The first Pending pod the scheduler cannot place because of its ResourceClaim."""
+    for pod in pods:
+        msg = _unschedulable_message(pod)
+        if msg and any(rx.search(msg) for rx in _CLAIM_SAID):
+            return ClaimStuck(failures.pod_name(pod), pod_claim(pod), " ".join(msg.split()))
+    return None
+
+
+def pod_claim(pod: Json) -> str:
+    """The name of the ResourceClaim generated for the pod ("" while there is none)."""
+    for status in (pod.get("status") or {}).get("resourceClaimStatuses") or ():
+        if status.get("resourceClaimName"):
+            return str(status["resourceClaimName"])
+    return ""
+
+
+def claim_message(stuck: ClaimStuck, device_class: str, template: str) -> str:
+    """What a person reads on the job: which claim, why, and what to check."""
+    claim = f"ResourceClaim {stuck.claim}" if stuck.claim else f"the ResourceClaim from {template}"
+    head = f"{claim} of pod {stuck.pod} cannot be allocated"
+    if stuck.node:
+        return f"{head}: Volcano bound it to {stuck.node} unallocated (kubelet: {stuck.said}); " + (
+            VOLCANO_DRA
+        )
+    said = f"(scheduler: {stuck.said})"
+    if m := NO_CLASS.search(stuck.said):
+        return (
+            f"{head}: DeviceClass {m['cls']} does not exist {said}; install the Neuron DRA driver, "
+            "which creates it and publishes each node's Neuron devices as ResourceSlices"
+        )
+    if "not created yet" in stuck.said:
+        return (
+            f"{head}: no ResourceClaim was made from ResourceClaimTemplate {template} {said}; "
+            "is kube-controller-manager's resource-claim controller running (resource.k8s.io/v1)?"
+        )
+    return (
+        f"{head} on any node {said}; check that the Neuron DRA driver runs on the nodes and "
+        f"publishes their devices for DeviceClass {device_class} (kubectl get resourceslices), "
+        "and that no other claim holds them"
+    )

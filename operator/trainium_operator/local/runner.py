@@ -278,16 +278,13 @@ def report(run: LocalRun, decision: Decision) -> None:
     """Write status.json like the status subresource and print phase transitions."""
     previous = run.status
     now = time.monotonic()
-    new = status.render(
-        decision,
-        previous,
-        generation=1,
-        now=now_iso(),
-        cache_key=run.key,
+    frame = status.Frame(
+        decision, previous, generation=1, now=now_iso(), cache_key=run.key,
         cache_name=cache_name(run.spec, run.key),
         precompile_job=f"{run.name}-compile" if "precompile" in run.apps else None,
         training_job=f"{run.name}-train" if "train" in run.apps else None,
-    )
+    )  # fmt: skip
+    new = status.render(frame)
     if (kept := checkpoints.carried(previous, reported_checkpoint(run))) is not None:
         new["lastCheckpoint"] = kept.to_status()
     old_phase = previous.get("phase")

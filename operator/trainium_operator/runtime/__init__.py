@@ -1,1 +1,1 @@
-"""How passes run: one per-key work queue, its workers, the per-job records, kopf's pause."""
+"""How passes run: one per-key work queue, its workers, the per-job records, the Lease election."""

@@ -1,11 +1,11 @@
 """What kopf diffs on each watch event: only what our changing handlers can use.
 
 For every event of every watched kind, kopf builds the object's "essence" (to diff it against
-the last handled one) by deep-copying the whole body, then drops status and metadata. Only
-TrainiumJobs have a changing handler here (the FSx on.delete); for every other kind the essence
-is never read. Deep-copying Volcano jobs (a pod template each) and job statuses made this a
-third of the event loop's CPU; the essences kopf stores and compares are unchanged. A shortcut
-(`shortcuts.py`, "essence"): it overrides the storage's `build`, which kopf calls per event.
+the last handled one) by deep-copying the whole body, then drops status and metadata. No kind
+has a changing handler here any more (so kopf never stores one); for kinds other than
+TrainiumJobs it is not even built. Deep-copying Volcano jobs (a pod template each) and job
+statuses made this a third of the event loop's CPU. A shortcut (`shortcuts.py`, "essence"): it
+overrides the storage's `build`, which kopf calls per event.
 """
 
 from __future__ import annotations

@@ -5,8 +5,9 @@ work queue, its workers and the per-job records, kept in kopf's memo), keyed by 
 passes read what the watches stream (reads.py) and write nothing of kopf's own (no progress
 annotations), so an unsettled job costs no requests between events; a timed look re-checks it
 rarely. Every replica watches; only the one holding the Lease runs passes and writes
-(runtime/leadership.py). The only finalizer is on jobs with an FSx file system: their
-cluster-scoped PV must really be deleted with them.
+(runtime/leadership.py). No handler here is a changing one (on.create/update/delete/resume):
+kopf then writes nothing of its own (no diff-base annotation, no progress, no finalizer), so a
+standby sends no write at all. The FSx PV of a deleted job goes by a sweep in the passes' queue.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from trainium_operator.build.builders import (
     LABEL_JOB,
     LABEL_MANAGED_BY,
     MANAGED_BY,
+    owner_uid,
 )
 from trainium_operator.build.cache import LABEL_CACHE_ENTRY
 from trainium_operator.cluster import election as lease_io
@@ -65,6 +67,7 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any) -
     """Our annotations, our Event source, retries that cover resets; start the passes."""
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=PREFIX)
     settings.persistence.diffbase_storage = essence.diffbase(PREFIX, "last-handled-configuration")
+    # No handler adds it any more; kopf removes it from jobs an older operator gave it.
     settings.persistence.finalizer = f"{PREFIX}/finalizer"
     settings.posting.level = logging.WARNING
     settings.posting.reporting_component = "trainium-operator"
@@ -84,15 +87,23 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any) -
     passes.start(paused=bool(lease))
     memo.passes = passes
     if lease:
-        memo.election = _elect(lease, passes)
+        settings.posting.enabled = False  # kopf's own Events (a handler's error): in a term only
+        memo.election = _elect(lease, passes, settings)
 
 
-def _elect(lease: str, passes: Passes) -> leadership.Election:
+def _elect(lease: str, passes: Passes, settings: kopf.OperatorSettings) -> leadership.Election:
     """Stand for the Lease: passes run inside our terms; every write asks the fence first."""
     namespace = os.environ.get("POD_NAMESPACE") or lease_io.current_namespace()
-    candidate = leadership.Candidate(
-        leadership.identity(), lease, namespace, passes.start_term, passes.end_term
-    )
+
+    def start(continued: bool) -> None:
+        settings.posting.enabled = True
+        passes.start_term(continued=continued)
+
+    def stop() -> None:
+        settings.posting.enabled = False
+        passes.end_term()
+
+    candidate = leadership.Candidate(leadership.identity(), lease, namespace, start, stop)
     api = lease_io.ElectionLease(namespace, lease)
     election = leadership.Election(api, candidate, leadership.timing_from())
     k8s.fence = election.fence.check
@@ -192,6 +203,8 @@ async def on_job(
     if type == "DELETED":
         passes.gone(uid)
         _wake_cache_users(namespace, body, kwargs)  # a writer gone mid-compile frees its entry
+        if _field(body, "storage", "fsx"):  # its PV is cluster-scoped: no owner deletes it
+            passes.sweep_volume(naming.volume_name(namespace, name), uid)
         return
     version = body.metadata.get("resourceVersion")
     context = contextvars.copy_context()
@@ -272,11 +285,17 @@ async def on_claim(type: str, namespace: str | None, name: str, **kwargs: Any) -
 
 
 @kopf.on.event("", "v1", "persistentvolumes", labels={LABEL_MANAGED_BY: MANAGED_BY})
-async def on_volume(type: str, meta: kopf.Meta, memo: Any, **_: Any) -> None:
-    """Our static PV changed (bound, released, gone): wake the job that wants it."""
-    key = pods.owner_key(meta, _passes(memo))
-    if type is not None and key is not None:
-        _wake(memo, key)
+async def on_volume(type: str, name: str, meta: kopf.Meta, memo: Any, **_: Any) -> None:
+    """Our static PV changed (bound, released, gone): wake the job that wants it; one whose job
+    this replica does not know (listed at start, or made by a pass racing the job's deletion)
+    gets a sweep, which deletes it if the job is really gone."""
+    passes = _passes(memo)
+    key = pods.owner_key(meta, passes)
+    if key is not None and passes.records.get(key) is not None:
+        if type is not None:
+            _wake(memo, key)
+    elif type != "DELETED" and not meta.get("deletionTimestamp"):
+        passes.sweep_volume(name, owner_uid(meta))
 
 
 @kopf.on.event("scheduling.volcano.sh", "v1beta1", "queues")
@@ -308,28 +327,6 @@ def _field(body: kopf.Body, *path: str) -> Any:
     for part in path:
         value = value.get(part) if isinstance(value, Mapping) else None
     return value
-
-
-def _uses_fsx(body: kopf.Body, **_: Any) -> bool:
-    return bool(_field(body, "storage", "fsx"))
-
-
-@kopf.on.delete(GROUP, VERSION, PLURAL, when=_uses_fsx)
-def on_delete(namespace: str | None, name: str, meta: kopf.Meta, memo: Any, **_: Any) -> None:
-    """FSx jobs only (a finalizer holds them): delete the cluster-scoped PV we created.
-
-    It holds the job's key as a pass would: a pass that read the job before its deletion ends
-    first (its PV is deleted here), and no later pass creates anything (issue 18, bug 2).
-    The PV's protection finalizer keeps it until its claim (owned by the job) is gone, so the
-    data is never cut off from running pods; the FSx file system itself is never touched.
-    """
-    if namespace is None:
-        return
-    try:
-        with _passes(memo).finalize(meta.get("uid") or ""):
-            k8s.delete_volume(naming.volume_name(namespace, name))
-    except leadership.NotLeader as exc:  # the leader's own kopf deletes it
-        raise kopf.TemporaryError(str(exc), delay=5) from exc
 
 
 # ---- Per-job state metrics (issue 11): a kopf index of statuses, read at scrape time ----------

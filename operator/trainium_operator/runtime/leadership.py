@@ -9,9 +9,16 @@ write the operator sends asks the fence first (cluster/k8s.py): after a SIGSTOP,
 frozen VM, the woken holder's clock shows its term over and the write is refused, before any
 request leaves. The clock is CLOCK_BOOTTIME where there is one: it counts a suspended VM too.
 
+Renewals must not starve behind the replica's own work (issue 32 item 5): they run in their own
+thread with their own HTTP client (cluster/election.py), a holder renews with one PUT of the
+Lease it last wrote (client-go's optimistic renewal; a GET only when that fails), and the
+defaults are client-go's (15 s / 10 s / 2 s). A holder that lost its term only to a late renewal
+and takes its own Lease back (no one held it meanwhile) continues: nothing was written by anyone
+else in between, so its passes need not re-read every job (`on_start(continued=True)`).
+
 Why not a library's: kopf's peering is presence, not a fence (a paused replica still writes
-from its view); the kubernetes client's `leaderelection` uses the wall clock, a ConfigMap lock
-in its releases pinned here, and has no fence a write can ask. Both were read, neither fits.
+from its view); the kubernetes client's `leaderelection` (37.0.1 ships a Lease lock too) uses
+the wall clock and has no fence a write can ask. Both were read, neither fits.
 """
 
 from __future__ import annotations
@@ -34,7 +41,8 @@ LEASE_ENV = "TRAINIUM_LEASE_NAME"
 #: The three durations (seconds), for the chart: duration, renew deadline, retry period.
 DURATION_ENV = "TRAINIUM_LEASE_DURATION_SECONDS"
 #: The chart's `peering.lifetimeSeconds` (its name from kopf peering's days): the duration, when
-#: DURATION_ENV is unset; the renew deadline and retry period then follow from it (0.7, 0.2).
+#: DURATION_ENV is unset; the renew deadline and retry period then follow from it in client-go's
+#: proportions (10/15 and 2/15 of it).
 LIFETIME_ENV = "TRAINIUM_PEERING_LIFETIME_SECONDS"
 DEADLINE_ENV = "TRAINIUM_LEASE_RENEW_DEADLINE_SECONDS"
 RETRY_ENV = "TRAINIUM_LEASE_RETRY_SECONDS"
@@ -54,10 +62,10 @@ class NotLeader(RuntimeError):
 
 @dataclass(frozen=True)
 class Timing:
-    """client-go's three durations (seconds): duration > deadline > retry."""
+    """client-go's three durations (seconds), and its defaults: duration > deadline > retry."""
 
-    duration: float = 10.0
-    deadline: float = 7.0
+    duration: float = 15.0
+    deadline: float = 10.0
     retry: float = 2.0
 
     def __post_init__(self) -> None:
@@ -66,7 +74,7 @@ class Timing:
 
 
 def timing_from(environ: Mapping[str, str] = os.environ) -> Timing:
-    """The chart's durations, else the defaults (a standby takes over within ~12 s)."""
+    """The chart's durations, else client-go's (a standby takes over within ~17 s)."""
 
     def read(name: str, fallback: float) -> float:
         text = environ.get(name, "").strip()
@@ -75,8 +83,8 @@ def timing_from(environ: Mapping[str, str] = os.environ) -> Timing:
     duration = read(DURATION_ENV, read(LIFETIME_ENV, Timing.duration))
     return Timing(
         duration,
-        read(DEADLINE_ENV, round(duration * 0.7, 3)),
-        read(RETRY_ENV, round(duration * 0.2, 3)),
+        read(DEADLINE_ENV, round(duration * 2 / 3, 3)),
+        read(RETRY_ENV, round(duration * 2 / 15, 3)),
     )
 
 
@@ -140,12 +148,16 @@ class _Seen:
 
 @dataclass(frozen=True)
 class Candidate:
-    """Who stands for which Lease, and what starts and stops with a term."""
+    """Who stands for which Lease, and what starts and stops with a term.
+
+    `on_start(continued)`: continued is True when this replica takes back its own Lease that no
+    one else held since its last term (a late renewal, not a takeover).
+    """
 
     identity: str
     name: str
     namespace: str
-    on_start: Callable[[], None] = lambda: None
+    on_start: Callable[[bool], None] = lambda continued: None
     on_stop: Callable[[], None] = lambda: None
 
 
@@ -166,6 +178,15 @@ class Election:
         self.fence = Fence(clock)
         self._seen = _Seen()
         self.leading = False
+        #: The Lease as our last write left it: the next renewal is one PUT of it.
+        self._held: Json | None = None
+        #: leaseTransitions as our last write left it: the same, with us holding, means no one
+        #: else held the Lease since (a takeover counts one).
+        self._transitions: int | None = None
+        self._continued = False
+        #: Renewals that missed the renew deadline (a lost term, or a late renewal: the fence
+        #: was closed meanwhile); the benchmark counts them from the log.
+        self.lost_terms = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -181,15 +202,23 @@ class Election:
             renewed = False
         if renewed:
             first = not self.leading
+            if not first and not self.fence.holds():  # a renewal that came late (starved, or
+                self.lost_terms += 1  # a pause): no one else wrote (its PUT was guarded)
+                log.warning("lease %s/%s renewed past the renew deadline by %s: writes were "
+                            "refused meanwhile; the term goes on",
+                            self.namespace, self.name, self.identity)  # fmt: skip
             self.fence.open_until(sent + self.timing.deadline, new_term=first)
             if first:
                 self.leading = True
                 # INFO: a replica taking over is the election working (a start-up, a rollout);
                 # losing a term stops a working leader, and says so as a WARNING (_lose).
-                log.info("lease %s/%s acquired by %s: this replica acts",
-                         self.namespace, self.name, self.identity)  # fmt: skip
-                self.candidate.on_start()
+                log.info("lease %s/%s acquired by %s: this replica acts%s",
+                         self.namespace, self.name, self.identity,
+                         " (its own, held by no one since: continued)" if self._continued else "",
+                         )  # fmt: skip
+                self.candidate.on_start(self._continued)
         elif self.leading and not self.fence.holds():
+            self.lost_terms += 1
             self._lose(f"could not renew within {self.timing.deadline:.0f} s")
         return self.leading
 
@@ -201,10 +230,17 @@ class Election:
         self.candidate.on_stop()
 
     def _try_acquire_or_renew(self, now: float) -> bool:
+        if self.leading and self._held is not None and self.fence.holds():
+            try:  # client-go's optimistic renewal: one PUT; a 409 means someone wrote it
+                return self._wrote(self.api.replace(self._body(self._held, now)))
+            except Exception as exc:
+                log.info("lease %s/%s: renewal without a read failed (%s); reading it",
+                         self.namespace, self.name, exc)  # fmt: skip
+                self._held = None
         current = self.api.get()
         if current is None:
-            self.api.create(self._body(None, now))
-            return True
+            self._continued = False
+            return self._wrote(self.api.create(self._body(None, now)))
         spec = current.get("spec") or {}
         record = (spec.get("holderIdentity"), spec.get("renewTime"),
                   current["metadata"].get("resourceVersion"))  # fmt: skip
@@ -216,7 +252,17 @@ class Election:
                 self._lose(f"now held by {holder}")
             if holder and now < self._seen.at + self.timing.duration:
                 return False
-        self.api.replace(self._body(current, now))
+        transitions = int(spec.get("leaseTransitions") or 0)
+        self._continued = holder == self.identity and transitions == self._transitions
+        return self._wrote(self.api.replace(self._body(current, now)))
+
+    def _wrote(self, lease: Json) -> bool:
+        """Keep the Lease our write left (a renewal PUTs it next time); the write succeeded."""
+        spec = lease.get("spec") or {}
+        written = bool(spec) and "resourceVersion" in (lease.get("metadata") or {})
+        self._held = lease if written and spec.get("holderIdentity") == self.identity else None
+        if self._held is not None:
+            self._transitions = int(spec.get("leaseTransitions") or 0)
         return True
 
     def _body(self, current: Json | None, now: float) -> Json:

@@ -1,27 +1,27 @@
 """The operator's passes: every trigger goes through one work queue; what they remember, records.
 
-A kopf handler only calls `wake` (or `job_event`, `pod_event`, `finalize`, `gone`) and returns.
+A kopf handler only calls `wake` (or `job_event`, `pod_event`, `sweep_volume`, `gone`) and returns.
 Every key is a job's uid. A worker takes it, reconciles the object once (reconcile.py), and sets
 the next look without an event: soon after an API error (rate-limited backoff), a backoff while
 a refusal may lift, the TTL or the deadline exactly, else a rare backstop. Those timed looks read
 with GETs (`fresh`) and heal what a watch missed. The queue keeps one pass per job at a time,
-merges triggers, runs only inside a leadership term (leadership.py: `start_term`/`end_term`),
-and lets `on_delete` hold the job: a finalizing job's passes create nothing.
+merges triggers and runs only inside a leadership term (leadership.py: `start_term`/`end_term`).
+The FSx PV of a job that is gone is deleted by a sweep in the same queue (storage.sweep_volume):
+behind the fence, so a standby writes nothing, and with no finalizer for kopf to write.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from trainium_operator.cluster import k8s
+from trainium_operator.cluster import k8s, storage
 from trainium_operator.cluster.observe import Views
 from trainium_operator.cluster.reads import Indices, Kind, Overlay, Reader, WatchReader
 from trainium_operator.cluster.reconcile import Emit, Outcome, StaleRead
@@ -40,6 +40,12 @@ Json = dict[str, Any]
 RESYNC = 1800.0
 #: Threads for passes: enough that passes waiting on throttled requests block no others.
 WORKERS = 16
+#: A new term's re-reads (2 GETs each) are spread at this many jobs a second: a takeover at
+#: 1,000 jobs costs 2,000 GETs over 50 s, not at once (a job with an event reads at once).
+TERM_READS_PER_SECOND = 20.0
+#: Queue keys of PV sweeps: this, the PV's name, ":" and its owner's uid as the PV showed it
+#: (a uid and a PV name have no colon).
+VOLUME_KEY = "volume:"
 _TERMINAL = {p.value for p in TERMINAL}
 log = logging.getLogger(__name__)
 
@@ -112,8 +118,11 @@ class Passes:
         clock: Callable[[], float] = time.monotonic,
         on_idle: Callable[[], None] | None = None,
         backoff: tuple[float, float] = (1.0, 60.0),
+        sweep: Callable[[str], bool] = storage.sweep_volume,
+        term_reads_per_second: float = TERM_READS_PER_SECOND,
     ) -> None:
-        self._reconcile, self._emit = reconcile, emit
+        self._reconcile, self._emit, self._sweep = reconcile, emit, sweep
+        self._term_pace = term_reads_per_second
         first, cap = backoff  # an API error: retry soon, backing off (not kopf's 60 s)
         self.queue: WorkQueue[Key] = WorkQueue(clock=clock, base_delay=first, max_delay=cap)
         self.records = Records()
@@ -132,12 +141,15 @@ class Passes:
 
     # ---- leadership -------------------------------------------------------------------------
 
-    def start_term(self) -> None:
-        """This replica leads now: every known job gets a pass that reads with GETs (the
-        watches may still show the world from before a pause), then passes run."""
-        self.records.new_term()
-        for key in self.records.uids():
-            self.queue.add(key, rank=FIRST, fresh=True)
+    def start_term(self, *, continued: bool = False) -> None:
+        """This replica leads now, and passes run. After a takeover each job's next pass reads
+        with GETs (the watches may still show the world from before a pause) and every job gets
+        one, paced; `continued` (our own Lease back, no one held it since): no one else wrote
+        meanwhile, so what we knew holds and queued work just goes on."""
+        if not continued:
+            self.records.new_term()
+            for i, key in enumerate(self.records.uids()):
+                self.queue.add_after(key, i / self._term_pace, fresh=True)
         self.queue.resume()
 
     def end_term(self) -> None:
@@ -174,12 +186,13 @@ class Passes:
         self.records.pod_event(key, pod, log)
         self.wake(key, context=context)
 
-    @contextlib.contextmanager
-    def finalize(self, key: Key) -> Iterator[None]:
-        """Hold the job for its cleanup: no pass beside it, and none after creates anything."""
-        with self.queue.hold(key):
-            self.records.finalizing(key)
-            yield
+    def sweep_volume(self, volume: str, owner: Key | None = None) -> None:
+        """Delete our FSx PV if its job is gone, in the next term of ours (its own queue key).
+
+        `owner`: the job's uid as the PV shows it; if a record of it exists by the sweep (a PV
+        listed before its job), the job lives and the sweep costs no request.
+        """
+        self.queue.add(f"{VOLUME_KEY}{volume}:{owner or ''}")
 
     def gone(self, key: Key) -> None:
         """The object is gone: its record, queued work, timers and metrics go, in this one place."""
@@ -191,11 +204,14 @@ class Passes:
 
     def run(self, item: Item[Key]) -> None:
         """One reconcile of one job (a worker holds its key); any error backs off, never lost."""
+        if item.key.startswith(VOLUME_KEY):
+            self._sweep_volume(item.key)
+            return
         record = self.records.get(item.key)
-        if record is None or not record.name or record.finalizing:
-            return  # forgotten, not yet seen by its own watch, or being cleaned up
+        if record is None or not record.name:
+            return  # forgotten, or not yet seen by its own watch
         try:
-            self._pass(record, fresh=item.fresh)
+            self._pass(record, fresh=item.fresh or record.stale)
         except Exception as exc:  # never crash a worker: count, log, back off, retry
             self._failed(item.key, record, exc)
 
@@ -210,6 +226,9 @@ class Passes:
         with metrics.reconcile_timer():
             outcome = self._reconcile(record.namespace, record.name, self._emit, views)
         self.queue.forget(key)
+        if fresh:  # this term's read with GETs is done
+            with self.records.lock:
+                record.stale = False
         self._keep(record, outcome, seen, shown)
         if outcome.phase is None:
             self.gone(key)
@@ -220,6 +239,21 @@ class Passes:
                 look = self._next(record, outcome)
                 if look is not None:
                     self.queue.add_after(key, look[0], fresh=look[1])
+
+    def _sweep_volume(self, key: Key) -> None:
+        """One sweep; an error (NotLeader too) retries later, in a term of ours."""
+        name, _sep, owner = key.removeprefix(VOLUME_KEY).partition(":")
+        try:
+            if owner and self.records.get(owner) is not None:
+                pass  # its job is known and not deleted: nothing to read
+            elif self._sweep(name):
+                log.info("deleted PersistentVolume %s: its job is gone", name)
+            self.queue.forget(key)
+        except Exception as exc:
+            quiet = isinstance(exc, NotLeader) or k8s.conflict(exc)  # outside a term; a new PV
+            level = logging.INFO if quiet else logging.WARNING
+            log.log(level, "sweep of PersistentVolume %s: %s", name, exc)
+            self.queue.add_rate_limited(key)
 
     def _keep(
         self, record: JobRecord, outcome: Outcome, seen: int, shown: tuple[Json, ...]

@@ -74,7 +74,7 @@ def as_shown(pod: Json, labels: Mapping[str, str]) -> Json:
     meta, spec = pod["metadata"], pod.get("spec") or {}
     kept = ("name", "namespace", "uid", "deletionTimestamp", "deletionGracePeriodSeconds")
     metadata = {k: meta.get(k) for k in kept if meta.get(k) is not None}
-    # ownerReferences: which Volcano job instance the pod was of (observe.of_instance).
+    # ownerReferences: which Volcano job instance the pod was of (gangpods.of_instance).
     owners = list(meta.get("ownerReferences") or [])
     return {
         "metadata": {**metadata, "labels": dict(labels), "ownerReferences": owners},

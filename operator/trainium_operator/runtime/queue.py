@@ -8,8 +8,6 @@ Guarantees (k8s.io/client-go/util/workqueue, the queue every Go controller runs 
 - `add_after()` queues a key later (the earliest pending time wins); a key handed out drops its
   pending time: the pass about to run decides the next one;
 - `add_rate_limited()` backs a key off exponentially until `forget()`;
-- `hold()` takes a key as a worker would (waits for its running pass), for cleanup that must not
-  interleave with a pass;
 - `pause()` stops handing keys out (what is queued waits); `resume()` goes on;
 - `shut_down()` takes no more work, drops what waits and returns when running passes are done.
 
@@ -19,12 +17,11 @@ started) and `fresh` (a timer's pass reads with GETs; merged by "or"). The clock
 
 from __future__ import annotations
 
-import contextlib
 import heapq
 import itertools
 import threading
 import time
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -61,7 +58,7 @@ class WorkQueue(Generic[K]):
         self._clock, self._base, self._max = clock, base_delay, max_delay
         lock = threading.Lock()
         self._cv = threading.Condition(lock)  # workers wait on it for keys
-        self._freed = threading.Condition(lock)  # hold() and wait_idle() wait on it
+        self._freed = threading.Condition(lock)  # wait_idle() waits on it
         self._seq = itertools.count()
         self._ready: list[tuple[int, int, K]] = []  # (rank, seq, key); stale entries skipped
         self._dirty: dict[K, _Queued] = {}
@@ -200,19 +197,7 @@ class WorkQueue(Generic[K]):
             queued = self._dirty.get(key)
             if queued is not None and not self._closed:
                 self._push(key, queued)  # wakes one worker, not all of them
-            self._freed.notify_all()  # hold() and wait_idle() (rarely anyone)
-
-    @contextlib.contextmanager
-    def hold(self, key: K) -> Iterator[None]:
-        """Process key here, as a worker would: wait for its running pass, keep others out."""
-        with self._cv:
-            while key in self._processing:
-                self._freed.wait()
-            self._processing.add(key)
-        try:
-            yield
-        finally:
-            self.done(key)
+            self._freed.notify_all()  # wait_idle() (rarely anyone)
 
     # ---- pause and shutdown -------------------------------------------------------------------
 

@@ -39,6 +39,8 @@ class JobRecord:
     name: str = ""
     #: What the job's passes carry from one to the next (cluster/memory.py), kept whole.
     memory: Memory = field(default_factory=Memory)
+    #: A new term began and no pass of the job has read with GETs since (the watches may lag).
+    stale: bool = False
     #: Pod events that asked for a pod read; `pods_read` of them a pass read successfully.
     pods_seen: int = 0
     pods_read: int = 0
@@ -51,8 +53,6 @@ class JobRecord:
     rank0_pod: Json | None = None
     #: Consecutive passes that waited on something that may heal (their backoff).
     waits: int = 0
-    #: The job is being deleted (on_delete holds it): its passes create nothing.
-    finalizing: bool = False
     #: Troubled pods as their watch event showed them (name -> {metadata, status}): Volcano
     #: deletes a failed pod ~60 ms after it fails, before a pass can read it (issue 17, bug 5).
     failed_pods: dict[str, Json] = field(default_factory=dict)
@@ -119,10 +119,10 @@ class Records:
             return record
 
     def live_job(self, key: Key) -> bool:
-        """Whether the job is there and not being deleted (its pods' ends then tell nothing)."""
+        """Whether the job is there (once it is deleted, its pods' ends tell nothing)."""
         with self.lock:
             record = self._by_key.get(key)
-            return record is not None and not record.finalizing
+            return record is not None
 
     def known(self, key: Key) -> bool:
         """Whether events about this uid may start a record (it is not a forgotten object)."""
@@ -133,7 +133,7 @@ class Records:
     def live(self, key: Key, record: JobRecord) -> Iterator[bool]:
         """Whether record is still the job's, held so it cannot be dropped meanwhile."""
         with self.lock:
-            yield self._by_key.get(key) is record and not record.finalizing
+            yield self._by_key.get(key) is record
 
     def pod_event(self, key: Key, pod: Json | None = None, log: tuple[str, ...] = ()) -> None:
         """A troubled pod: the next pass reads the pods, and this pod as its event showed it."""
@@ -226,12 +226,9 @@ class Records:
             record.waits = before + 1 if waiting else 0
             return before
 
-    def finalizing(self, key: Key) -> None:
-        with self.lock:
-            self.ensure(key).finalizing = True
-
     def new_term(self) -> None:
         """A new leadership term: what our earlier writes told is not to be trusted to echo."""
         with self.lock:
             for record in self._by_key.values():
                 record.memory = record.memory.for_a_new_term()
+                record.stale = True
