@@ -168,3 +168,96 @@ def scenario(cluster: Cluster, kubelet: FakeKubelet, ns: str) -> str:
     header = cluster.kubectl("get", "tj", "elastic", "-n", ns).stdout.splitlines()[0]
     assert "SIZE" in header
     return lost
+
+
+def freeze(cluster: Cluster, namespace: str, on: bool) -> None:
+    """An admission policy that refuses, in `namespace`, every delete of a Volcano job and every
+    TrainiumJob status write (or not): a leader's pass then writes only its annotations."""
+    name = f"freeze-{namespace}"[:63]
+    if not on:
+        cluster.kubectl("delete", "validatingadmissionpolicybinding,validatingadmissionpolicy",
+                        name, "--ignore-not-found", check=False)  # fmt: skip
+        return
+    rules = [{"apiGroups": ["batch.volcano.sh"], "apiVersions": ["*"], "resources": ["jobs"],
+              "operations": ["DELETE"]},
+             {"apiGroups": ["trainium.dev"], "apiVersions": ["*"],
+              "resources": ["trainiumjobs/status"], "operations": ["UPDATE"]}]  # fmt: skip
+    docs = [
+        {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+         "metadata": {"name": name},
+         "spec": {"failurePolicy": "Fail", "matchConstraints": {"resourceRules": rules},
+                  "validations": [{"expression": "false", "message": "the test freezes the job"}]}},
+        {"apiVersion": "admissionregistration.k8s.io/v1",
+         "kind": "ValidatingAdmissionPolicyBinding", "metadata": {"name": name},
+         "spec": {"policyName": name, "validationActions": ["Deny"],
+                  "matchResources": {"namespaceSelector": {"matchLabels": {
+                      "kubernetes.io/metadata.name": namespace}}}}},
+    ]  # fmt: skip
+    cluster.kubectl("apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List",
+                                                          "items": docs}))  # fmt: skip
+
+
+def test_a_leader_killed_between_naming_a_shrinks_successor_and_the_delete_builds_it_smaller(
+    cluster: Cluster, kubelet: FakeKubelet, running_operator: OperatorProcess, ns: str
+) -> None:
+    """Issue 34 5(a): the successor's name and size are on the job; the old gang still exists
+    (its delete refused) when the leader dies; the next one creates one gang, at 2 nodes."""
+    fsx_claim(cluster, ns)
+    for node in NODES:
+        label(cluster, node, ns)
+    lost = ""
+    try:
+        kubelet.plan(TRAINING, TRAINS, namespace=ns)
+        elastic = {"minNodes": 2, "globalBatchSize": 192, "batchSizePerProcess": 1,
+                   "shrinkAfterSeconds": 10}  # fmt: skip
+        scheduling = {"queue": "test", "nodeSelector": {POOL: ns}}
+        create(cluster, small_job("crash", ns, nodes=3, precompile={"policy": "Never"},
+                                  elastic=elastic, scheduling=scheduling))  # fmt: skip
+
+        def running_at_3() -> bool:
+            status = status_of(cluster, "crash", ns)
+            return status.get("phase") == "Training" and len(training_pods(cluster, ns)) == 3
+
+        wait_until(running_at_3, 240, "training at 3 nodes", every=1)
+        lost = sorted(training_pods(cluster, ns).values())[-1]
+        kubelet.lose_node(lost)
+
+        def waiting() -> bool:  # shrinkAfterSeconds counts from here, on status
+            return "notFormedSince" in (status_of(cluster, "crash", ns).get("elastic") or {})
+
+        wait_until(waiting, 120, "the gang seen not formed", every=0.5)
+        freeze(cluster, ns, True)  # the shrink's pass can write its annotations, nothing else
+
+        def named() -> Obj | None:
+            notes = (get(cluster, TJ, "crash", ns) or {})["metadata"].get("annotations") or {}
+            return notes if notes.get("trainium.dev/train-gang") else None
+
+        notes = wait_until(named, 300, "the shrink's successor named on the job", every=0.5)
+        successor = notes["trainium.dev/train-gang"]
+        assert [j["metadata"]["name"] for j in vcjobs(cluster, ns)] == ["crash-train"]
+        running_operator.kill()  # the leader dies with the old gang not yet deleted
+        before = status_of(cluster, "crash", ns).get("elastic") or {}
+        assert (before.get("currentNodes"), before.get("resizes")) == (3, 0), before
+        freeze(cluster, ns, False)
+        running_operator.start(timeout=60)
+
+        def trains_at_2() -> Obj | None:
+            status = status_of(cluster, "crash", ns)
+            pods = training_pods(cluster, ns)
+            return status if status.get("trainingJob") == successor and len(pods) == 2 else None
+
+        status = wait_until(trains_at_2, 300, "the successor training at 2 nodes", every=1)
+        gangs = [j for j in vcjobs(cluster, ns) if not j["metadata"].get("deletionTimestamp")]
+        assert [(j["metadata"]["name"], j["spec"]["minAvailable"]) for j in gangs] == [
+            (successor, 2)
+        ], gangs
+        assert status["elastic"]["currentNodes"] == 2 and status["elastic"]["resizes"] == 1
+        assert status["elastic"]["lastResize"]["kind"] == "Shrink"
+        assert [s["nodes"] for s in status["elastic"]["sizes"]] == [3, 2]
+        assert json.loads(notes["trainium.dev/train-gang-size"]) == {"nodes": 2, "resize": 1}
+    finally:
+        freeze(cluster, ns, False)
+        if lost and lost not in kubelet.nodes:
+            kubelet.add_node(lost, TRN1_32XLARGE)
+        for node in NODES:
+            label(cluster, node, None)

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from support import job
 
 from trainium_operator.api import spec
+from trainium_operator.cluster import elasticio, k8s
 from trainium_operator.domain import capacity, cost, elastic, lifecycle, status
 from trainium_operator.domain.lifecycle import Action, Child, Observed
 from trainium_operator.domain.model import Phase
@@ -185,3 +187,43 @@ def test_the_patch_names_nothing_new_when_nothing_was_dropped() -> None:
     assert status.patch_body(previous, {"elastic": {"a": 2}}) == {"elastic": {"a": 2}}
     assert status.patch_body(previous, {"elastic": {}}) == {"elastic": {"a": None}}
     assert status.patch_body({}, {"elastic": {"a": 1}}) == {"elastic": {"a": 1}}
+
+
+def test_it_grows_at_the_first_checkpoint_read_not_the_first_one_written(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 34 5(b): rank 0 is read every 10 s, status.progress written every 60 s; the grow
+    follows the reading that shows a checkpoint after capacity came back."""
+    nodes = [node(n) for n in "abc"]
+    monkeypatch.setattr(k8s, "list_nodes", lambda selector: nodes)  # capacity for 3 is back
+    previous: Json = {"elastic": {"currentNodes": 2, "resizes": 1},
+                      "progress": {"checkpointStep": 100, "observedAt": at(0)}}  # fmt: skip
+    running = Observed(training=Child.RUNNING)
+    grown_at = None
+    for t, served in ((5, 100), (15, 100), (25, 110), (35, 120)):  # readings, none written
+        reading = {"checkpointStep": served, "observedAt": at(t)}
+        sight = elasticio.Sighting(running, None, at(t), progress=reading)
+        observed, new, _ = elasticio.look(SPEC, previous, sight)
+        previous = {**previous, "elastic": new}
+        if observed.resize is not None:
+            grown_at = t
+            break
+    assert grown_at == 25, "the grow waited for status.progress"
+    assert previous["elastic"]["currentNodes"] == 3
+
+
+def test_the_newest_step_is_the_highest_of_those_seen() -> None:
+    assert elastic.newest_step(None, 110, 100) == 110
+    assert elastic.newest_step(None, None) is None
+
+
+def test_sizes_list_the_training_gang_only_not_the_precompile_stages() -> None:
+    """Issue 34 5(d): the precompile stage compiles at 3 then 2; training starts at 3."""
+    previous: Json = {}
+    for t, training in ((0, Child.ABSENT), (30, Child.ABSENT), (60, Child.ABSENT),
+                        (90, Child.PENDING), (120, Child.RUNNING)):  # fmt: skip
+        sight = elasticio.Sighting(Observed(training=training), None, at(t))
+        _, new, _ = elasticio.look(SPEC, previous, sight)
+        previous = {"elastic": new}
+    assert previous["elastic"]["sizes"] == [{"nodes": 3, "since": at(90)}]
+    assert previous["elastic"]["resizes"] == 0

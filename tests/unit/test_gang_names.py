@@ -14,10 +14,10 @@ import pytest
 from test_reads import NS, Job
 
 from trainium_operator.api import naming
-from trainium_operator.cluster import k8s, reconcile
+from trainium_operator.cluster import gangs, k8s, reconcile
 from trainium_operator.cluster.gangs import ANNOTATION_REPLACED_GANG, ANNOTATION_TRAIN_GANG
 from trainium_operator.cluster.reads import Kind, Overlay
-from trainium_operator.domain import failures
+from trainium_operator.domain import elastic, failures
 
 Json = dict[str, Any]
 FIRST = naming.vcjob_name("j", "train")
@@ -157,3 +157,89 @@ def test_a_crash_before_the_delete_deletes_the_old_gang_before_its_successor_sta
     j.one_pass()
     assert train_gangs(j) == [naming.successor("j", f"uid-{FIRST}")]
     assert j.api.objects[(Kind.TRAINIUMJOB, "j")]["metadata"]["namespace"] == NS
+
+
+# ---- a resize's size goes with its successor's name (issue 34, 5a) -----------------------------
+
+ELASTIC = {"minNodes": 2, "globalBatchSize": 192, "batchSizePerProcess": 1,
+           "shrinkAfterSeconds": 60}  # fmt: skip
+
+
+def elastic_training(monkeypatch: pytest.MonkeyPatch, clock: list[str]) -> Job:
+    """A 3-node elastic job (minNodes 2) whose first gang trains; 2 nodes are schedulable."""
+    monkeypatch.setattr(reconcile, "now_iso", lambda: clock[0])
+    j = Job(monkeypatch)
+    j.body["spec"].update(nodes=3, elastic=ELASTIC, precompile={"policy": "Never"})
+    j.body["metadata"]["generation"] = 2  # parsed specs are kept by (uid, generation)
+    j.api.deliver(j.idx)
+    monkeypatch.setattr(k8s, "annotate_trainiumjob", lambda _ns, _n, notes, **_: annotate(j, notes))
+    monkeypatch.setattr(k8s, "delete_vcjob", lambda ns, name, *_, **__: going(j, name))
+    monkeypatch.setattr(k8s, "list_pods", lambda ns, selector: [])
+    ready = {"conditions": [{"type": "Ready", "status": "True"}]}
+    itype = {"node.kubernetes.io/instance-type": "trn1.32xlarge"}
+    nodes = [{"metadata": {"name": f"n{i}", "labels": itype}, "spec": {}, "status": ready}
+             for i in range(2)]  # fmt: skip
+    monkeypatch.setattr(k8s, "list_nodes", lambda selector: nodes)
+    j.one_pass()  # precompile.policy Never: the gang first
+    assert j.api.creates == [f"vcjobs/{FIRST}"]
+    running(j, FIRST)
+    return j
+
+
+def replicas(j: Job, name: str) -> int:
+    return sum(t["replicas"] for t in j.api.objects[(Kind.VCJOB, name)]["spec"]["tasks"])
+
+
+def test_a_crash_between_naming_a_shrinks_successor_and_the_delete_builds_it_at_the_new_size(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = ["2026-11-27T10:00:00Z"]
+    j = elastic_training(monkeypatch, clock)
+    assert replicas(j, FIRST) == 3
+    j.api.objects[(Kind.VCJOB, FIRST)]["status"] = {"state": {"phase": "Pending"}}  # a node lost
+    j.api.deliver(j.idx)
+    j.one_pass()  # the gang has not formed since now
+    clock[0] = "2026-11-27T10:01:01Z"  # shrinkAfterSeconds later: a shrink to 2 is due
+
+    def dies(ns: str, name: str, uid: str = "", foreground: bool = False) -> None:
+        raise Crash
+
+    monkeypatch.setattr(k8s, "delete_vcjob", dies)
+    with pytest.raises(Crash):
+        j.one_pass()  # the successor named on the job; the leader dies before the delete
+    successor = naming.successor("j", f"uid-{FIRST}")
+    notes = j.api.objects[(Kind.TRAINIUMJOB, "j")]["metadata"]["annotations"]
+    assert notes[ANNOTATION_TRAIN_GANG] == successor
+    assert j.status()["elastic"]["currentNodes"] == 3, "the status write was never made"
+    monkeypatch.setattr(k8s, "delete_vcjob", lambda ns, name, *_, **__: going(j, name))
+    restart(j)
+    clock[0] = "2026-11-27T10:01:02Z"
+    j.one_pass()  # the next leader deletes the old gang; its successor waits for it
+    gone(j, FIRST)
+    j.one_pass()
+    assert train_gangs(j) == [successor]
+    assert replicas(j, successor) == 2, "the successor was built at the old size"
+    elastic = j.status()["elastic"]
+    assert (elastic["currentNodes"], elastic["resizes"]) == (2, 1)
+    assert elastic["lastResize"]["kind"] == "Shrink" and elastic["lastResize"]["to"] == 2
+
+
+def test_a_resize_saves_its_size_with_the_name_and_nothing_else_does(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = ["2026-11-27T10:00:00Z"]
+    j = elastic_training(monkeypatch, clock)
+    j.api.objects[(Kind.VCJOB, FIRST)]["status"] = {"state": {"phase": "Pending"}}
+    j.api.deliver(j.idx)
+    j.one_pass()
+    clock[0] = "2026-11-27T10:01:01Z"
+    j.one_pass()  # no crash: named, deleted, recorded
+    meta = j.api.objects[(Kind.TRAINIUMJOB, "j")]["metadata"]
+    assert gangs.named_size(meta) == elastic.Named(2, 1)
+    assert j.status()["elastic"]["resizes"] == 1
+    j.api.deliver(j.idx)
+    gone(j, FIRST)
+    j.one_pass()
+    successor = naming.successor("j", f"uid-{FIRST}")
+    assert train_gangs(j) == [successor] and replicas(j, successor) == 2
+    assert j.status()["elastic"]["resizes"] == 1, "the saved size was counted twice"

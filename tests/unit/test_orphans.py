@@ -8,6 +8,7 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from trainium_operator.cluster import k8s, orphans
+from trainium_operator.cluster.reads import Kind
 from trainium_operator.domain import failures
 from trainium_operator.domain import orphans as decide
 from trainium_operator.domain.orphans import Orphan
@@ -17,14 +18,42 @@ JOB = {"apiVersion": "trainium.dev/v1alpha1", "kind": "TrainiumJob",
        "metadata": {"name": "j", "namespace": "ns", "uid": "job-1"}}  # fmt: skip
 
 
-def pod(name: str, node: str, phase: str = "Running") -> dict[str, Any]:
-    return {"namespace": "ns", "name": name, "uid": f"uid-{name}", "node": node, "phase": phase}
+def pod(name: str, node: str, phase: str = "Running", gang: str = "j-train") -> dict[str, Any]:
+    """The pod index's entry of replica `name` ("p1": the pod j-train-node-1-0) of a gang."""
+    full = f"{gang}-node-{name[1:]}-0" if name.startswith("p") else name
+    return {"namespace": "ns", "name": full, "uid": f"uid-{name}", "node": node, "phase": phase}
+
+
+def vcjob(name: str, phase: str, owner: str = "job-1", **meta: Any) -> dict[str, Any]:
+    ref = {"uid": owner, "controller": True, "kind": "TrainiumJob", "name": "j"}
+    return {"metadata": {"name": name, "namespace": "ns", "ownerReferences": [ref], **meta},
+            "status": {"state": {"phase": phase}}}  # fmt: skip
+
+
+class Gangs:
+    """The Volcano jobs as a pass reads them (by name)."""
+
+    def __init__(self, *jobs: dict[str, Any]) -> None:
+        self.jobs = {j["metadata"]["name"]: j for j in jobs}
+
+    def get(self, kind: Kind, namespace: str, name: str) -> dict[str, Any] | None:
+        assert kind is Kind.VCJOB and namespace == "ns"
+        return self.jobs.get(name)
+
+    def wrote(self, *_: Any) -> None: ...
+
+    def deleted(self, *_: Any) -> None: ...
+
+
+P1 = "j-train-node-1-0"
+#: The training gang runs.
+LIVE = Gangs(vcjob("j-train", "Running"))
 
 
 def test_only_pods_bound_to_a_missing_node_are_orphaned() -> None:
     bound = [decide.from_index(pod("p1", "gone")), decide.from_index(pod("p0", "here"))]
     found = decide.orphaned([p for p in bound if p], lambda node: node == "here")
-    assert [p.name for p in found] == ["p1"]
+    assert [p.name for p in found] == [P1]
 
 
 def test_an_unbound_or_partial_index_entry_is_not_an_orphan() -> None:
@@ -78,10 +107,12 @@ def indices(*pods: dict[str, Any], nodes: tuple[str, ...] = ("here",)) -> Any:
     return ({n: [True] for n in nodes}, {("job", "job-1"): list(pods)})
 
 
-def run(monkeypatch: pytest.MonkeyPatch, api: Api, index: Any) -> tuple[int, list[Any]]:
+def run(
+    monkeypatch: pytest.MonkeyPatch, api: Api, index: Any, gangs: Gangs = LIVE
+) -> tuple[int, list[Any]]:
     emitted: list[Any] = []
     monkeypatch.setattr(k8s, "core", lambda: api)
-    count = orphans.reap(JOB, index, lambda *a: emitted.append(a))
+    count = orphans.reap(JOB, index, lambda *a: emitted.append(a), gangs)
     return count, emitted
 
 
@@ -93,11 +124,11 @@ def test_a_pod_of_a_deleted_node_is_marked_then_force_deleted_with_its_uid(
     assert count == 1
     (read, patched, deleted) = api.calls
     assert read == ("read_node", "gone")  # confirmed with the API server, as PodGC does
-    assert patched[1] == "p1" and patched[3] == orphans.STRATEGIC_MERGE
+    assert patched[1] == P1 and patched[3] == orphans.STRATEGIC_MERGE
     assert patched[2]["status"]["conditions"][0]["reason"] == "DeletionByPodGC"
     options = deleted[2]
     assert (deleted[1], options.grace_period_seconds, options.preconditions.uid) == (
-        "p1", 0, "uid-p1")  # fmt: skip
+        P1, 0, "uid-p1")  # fmt: skip
     ((body, kind, reason, message, _action),) = emitted
     assert (body, kind, reason) == (JOB, "Warning", "NodeGone") and "gone" in message
 
@@ -111,7 +142,7 @@ def test_a_node_the_index_lags_is_asked_for_and_left_alone(
 
 
 def test_a_pod_already_gone_is_neither_deleted_nor_told(monkeypatch: pytest.MonkeyPatch) -> None:
-    api = Api(nodes=set(), missing={"p1"})
+    api = Api(nodes=set(), missing={P1})
     count, emitted = run(monkeypatch, api, indices(pod("p1", "gone")))
     assert (count, emitted) == (0, [])
     assert [c[0] for c in api.calls] == ["read_node", "patch_status"]
@@ -133,3 +164,42 @@ def test_a_standby_writes_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(NotLeader):
         run(monkeypatch, api, indices(pod("p1", "gone")))
     assert api.calls == [("read_node", "gone")]  # a read only
+
+
+def test_a_finished_precompile_jobs_succeeded_pod_is_left_with_its_log(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 34 5(c): the lost node held a precompile pod that finished; nothing restarts."""
+    done = Gangs(vcjob("j-train", "Running"), vcjob("j-compile-n2", "Completed"))
+    compiled = pod("p0", "gone", "Succeeded", gang="j-compile-n2")
+    api = Api(nodes={"here"})
+    assert run(monkeypatch, api, indices(compiled), done) == (0, [])
+    assert api.calls == []  # not even the node is asked for
+
+
+def test_only_a_live_gangs_pods_go_and_the_event_says_what_follows(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    gangs = Gangs(
+        vcjob("j-train-1", "Running"),
+        vcjob("j-train", "Running", deletionTimestamp="2026-11-27T05:00:00Z"),  # replaced
+        vcjob("j-compile", "Failed"),
+        vcjob("other-train", "Running", owner="job-2"),  # a name this job does not control
+    )
+    bound = (
+        pod("p0", "gone", gang="j-train-1"), pod("p1", "gone", "Succeeded", gang="j-train-1"),
+        pod("p2", "gone", gang="j-train"), pod("p3", "gone", "Failed", gang="j-compile"),
+        pod("p4", "gone", gang="other-train"), pod("p5", "gone", gang="j-vanished"),
+    )  # fmt: skip
+    count, emitted = run(monkeypatch, Api(nodes=set()), indices(*bound), gangs)
+    told = {m.split(" removed so ")[0].split()[-1]: (m.split(" removed so ")[1], a)
+            for (_b, _k, _r, m, a) in emitted}  # fmt: skip
+    assert count == 2 and told == {
+        "j-train-1-node-0-0": ("the gang restarts", "Restart"),
+        "j-train-node-2-0": ("its gang j-train can stop", "Stop"),
+    }, told
+
+
+def test_a_pod_is_ours_by_its_gangs_name() -> None:
+    assert decide.gang_of(Orphan("ns", "j-train-1a2b-node-3-0", "u", "n")) == "j-train-1a2b"
+    assert decide.gang_of(Orphan("ns", "someone-else", "u", "n")) == ""

@@ -8,7 +8,7 @@ training starts), and counts the schedulable nodes only when a shrink or a grow 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from trainium_operator.api import naming
@@ -33,13 +33,14 @@ def state_of(previous: Mapping[str, Any]) -> Json:
 
 
 def stage_spec(spec: TrainiumJobSpec, owner: Owner, previous: Mapping[str, Any],
-               read: Reader) -> TrainiumJobSpec:  # fmt: skip
+               read: Reader, named: elastic.Named | None = None) -> TrainiumJobSpec:  # fmt: skip
     """The spec this pass observes and builds: the next precompile size still to compile
-    before training starts, else the gang's current size."""
+    before training starts, else the gang's current size (named: a resize's, gangs.py)."""
     if spec.elastic is None:
         return spec
     todo = to_compile(spec, owner, previous, read)
-    return elastic.at_size(spec, todo[0] if todo else elastic.current(spec, state_of(previous)))
+    size = todo[0] if todo else elastic.current(spec, state_of(previous), named)
+    return elastic.at_size(spec, size)
 
 
 def to_compile(spec: TrainiumJobSpec, owner: Owner, previous: Mapping[str, Any],
@@ -54,11 +55,12 @@ def to_compile(spec: TrainiumJobSpec, owner: Owner, previous: Mapping[str, Any],
 
 
 def hold_training(spec: TrainiumJobSpec, stage: TrainiumJobSpec, owner: Owner,
-                  previous: Mapping[str, Any], read: Reader) -> bool:  # fmt: skip
+                  previous: Mapping[str, Any], read: Reader,
+                  named: elastic.Named | None = None) -> bool:  # fmt: skip
     """Another precompile size is still to compile, or this one is not the size training starts
     at: training waits (the pass after the last record builds it at the current size)."""
     todo = to_compile(spec, owner, previous, read)
-    current = elastic.current(spec, state_of(previous))
+    current = elastic.current(spec, state_of(previous), named)
     return bool(todo) and (any(n != stage.nodes for n in todo) or stage.nodes != current)
 
 
@@ -77,20 +79,37 @@ def _own_compile_done(spec: TrainiumJobSpec, owner: Owner, read: Reader) -> bool
     return read.get(Kind.VCJOB, owner.namespace, name) is not None
 
 
+@dataclass(frozen=True)
+class Sighting:
+    """What a pass saw that the elastic decision reads besides status."""
+
+    observed: Observed
+    #: The newest checkpoint the training pods reported (the pod watch, or read in this pass).
+    checkpoint: checkpoints.Checkpoint | None
+    now: str
+    #: The progress of rank 0's latest reading, written to status or not (it is every
+    #: progressWriteSeconds; a reading is every progressIntervalSeconds).
+    progress: Mapping[str, Any] | None = None
+    #: A resize's size saved with the training gang's name (gangs.named_size).
+    named: elastic.Named | None = None
+
+
 def look(
-    spec: TrainiumJobSpec, stage: TrainiumJobSpec, previous: Mapping[str, Any],
-    observed: Observed, checkpoint: checkpoints.Checkpoint | None, now: str,
-) -> tuple[Observed, Json | None, float | None]:  # fmt: skip
+    spec: TrainiumJobSpec, previous: Mapping[str, Any], sight: Sighting
+) -> tuple[Observed, Json | None, float | None]:
     """(the observation with any resize, status.elastic to write, seconds until a shrink is due)."""
+    observed, now = sight.observed, sight.now
     if spec.elastic is None:
         return observed, None, None
-    state = note_stage(state_of(previous), stage, now)
-    progress = previous.get("progress") or {}
-    step = progress.get("checkpointStep")
+    state = elastic.caught_up(spec, state_of(previous), sight.named, now)
+    checkpoint = sight.checkpoint
     seen = elastic.Look(
         observed.training, now,
         checkpoint_time=checkpoint.time if checkpoint else None,
-        checkpoint_step=step if isinstance(step, int) else None,
+        checkpoint_step=elastic.newest_step(
+            _checkpoint_step(previous.get("progress")), _checkpoint_step(sight.progress),
+            checkpoint.step if checkpoint else None,
+        ),
     )  # fmt: skip
     if elastic.needs_count(spec, state, seen):
         selector = f"{INSTANCE_TYPE_LABEL}={spec.instanceType}"
@@ -102,10 +121,7 @@ def look(
     return observed, new, elastic.shrink_in(spec, new, now)
 
 
-def note_stage(state: Json, stage: TrainiumJobSpec, now: str) -> Json:
-    """status.elastic with the size of the gang that exists now (a precompile size too)."""
-    sizes = list(state.get("sizes") or [])
-    if sizes and sizes[-1].get("nodes") != stage.nodes:
-        sizes = [*sizes, {"nodes": stage.nodes, "since": now}][-elastic.MAX_SIZES :]
-        return {**state, "sizes": sizes}
-    return state
+def _checkpoint_step(progress: Any) -> int | None:
+    """The checkpoint step rank 0 served, as a progress (status.progress, a reading) holds it."""
+    step = progress.get("checkpointStep") if isinstance(progress, Mapping) else None
+    return step if isinstance(step, int) and not isinstance(step, bool) else None

@@ -1,9 +1,10 @@
 """Which Volcano job is the training gang: the TrainiumJob's annotations name it.
 
 A replacement never reuses a name (naming.successor says why). Its name goes on the TrainiumJob,
-with the replaced gang's, before the old gang is deleted: a crash between the two leaves the new
-name written and the old gang named as replaced, so the next pass deletes it (again) and waits
-for it, then creates the new one once; never two gangs, never the old name.
+with the replaced gang's (and a resize's size), before the old gang is deleted: a crash between
+the two leaves the new name written and the old gang named as replaced, so the next pass deletes
+it (again) and waits for it, then creates the new one once, at the saved size; never two gangs,
+never the old name, never the old size.
 
 A gang is the job's only if its controller reference names the job's uid (reads.ours): a job
 deleted and re-applied while the garbage collector lags (or with `--cascade=orphan`) finds the
@@ -13,6 +14,7 @@ old gang to go (`taken`), never reading it as its own.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -28,6 +30,7 @@ from trainium_operator.build.builders import (
 )
 from trainium_operator.cluster import k8s, reads
 from trainium_operator.cluster.reads import Kind, Reader
+from trainium_operator.domain import elastic
 from trainium_operator.domain.lifecycle import Blocker
 
 Json = dict[str, Any]
@@ -37,6 +40,8 @@ Emit = Callable[[Json, str, str, str, str], None]
 ANNOTATION_TRAIN_GANG = f"{GROUP}/train-gang"
 #: The gang it replaced: waited for (and deleted, if a crash left it) before the new one starts.
 ANNOTATION_REPLACED_GANG = f"{GROUP}/replaced-gang"
+#: A resize's size, written with the successor's name (elastic.Named): {"nodes": 2, "resize": 1}.
+ANNOTATION_TRAIN_GANG_SIZE = f"{GROUP}/train-gang-size"
 
 
 def owner_of(meta: Mapping[str, Any]) -> Owner:
@@ -92,14 +97,36 @@ def _going(job: Json) -> bool:
     return bool(job["metadata"].get("deletionTimestamp"))
 
 
-def name_successor(body: Json, owner: Owner, train_uid: str, read: Reader) -> tuple[Json, Owner]:
-    """Before a gang of uid train_uid is deleted: name its successor on the TrainiumJob."""
+def name_successor(
+    body: Json, owner: Owner, train_uid: str, read: Reader, size: elastic.Named | None = None
+) -> tuple[Json, Owner]:
+    """Before a gang of uid train_uid is deleted: name its successor on the TrainiumJob, and
+    the size a resize builds it at (one guarded patch: the name never goes without it)."""
     new, old = naming.successor(owner.name, train_uid), train_name(owner)
     if new == owner.train_gang:
         return body, owner
     notes = {ANNOTATION_TRAIN_GANG: new, ANNOTATION_REPLACED_GANG: old}
+    if size is not None:
+        notes[ANNOTATION_TRAIN_GANG_SIZE] = json.dumps(
+            {"nodes": size.nodes, "resize": size.resize}, separators=(",", ":")
+        )
     patched = _annotate(body, owner, notes, read)
     return patched, replace(owner, train_gang=new, replaced_gang=old)
+
+
+def named_size(meta: Mapping[str, Any]) -> elastic.Named | None:
+    """The size a resize saved with the training gang's name (None: none, or malformed)."""
+    raw = (meta.get("annotations") or {}).get(ANNOTATION_TRAIN_GANG_SIZE)
+    try:
+        found = json.loads(raw) if isinstance(raw, str) else None
+    except ValueError:
+        return None
+    if not isinstance(found, dict):
+        return None
+    nodes, resize = found.get("nodes"), found.get("resize")
+    if not (isinstance(nodes, int) and isinstance(resize, int) and nodes > 0):
+        return None
+    return elastic.Named(nodes, resize)
 
 
 def _annotate(body: Json, owner: Owner, notes: Json, read: Reader) -> Json:

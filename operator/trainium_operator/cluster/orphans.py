@@ -3,7 +3,8 @@
 The pod index (watches.gang_pods) says which of the job's pods are bound where; the node index
 (watches.node_names) which nodes exist. A node missing from the index is confirmed with a GET
 first, as PodGC does (checkIfNodeExists): a brand-new node's watch event may lag a pod bound to
-it. Writes go through k8s.request, so a replica outside its leadership term writes nothing.
+it. A pod is removed only when its gang still runs or stops (domain/orphans.py: fate). Writes go
+through k8s.request, so a replica outside its leadership term writes nothing.
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from trainium_operator.cluster import k8s
+from trainium_operator.build.builders import Owner
+from trainium_operator.cluster import k8s, reads
+from trainium_operator.cluster.reads import Kind, Reader
 from trainium_operator.domain import events, orphans
 from trainium_operator.domain.orphans import Orphan
 from trainium_operator.domain.status import now_iso
@@ -28,24 +31,34 @@ STRATEGIC_MERGE = "application/strategic-merge-patch+json"
 log = logging.getLogger(__name__)
 
 
-def reap(body: Json, indices: tuple[Index, Index] | None, emit: Emit) -> int:
-    """Remove the job's pods bound to a deleted Node; how many went (0 outside the operator).
+def reap(body: Json, indices: tuple[Index, Index] | None, emit: Emit, read: Reader) -> int:
+    """Remove the job's pods bound to a deleted Node whose gang still runs or stops; how many
+    went (0 outside the operator).
 
     `indices`: (node names, our bound pods), kopf's indices (watches.py); None: no watches.
     """
     if indices is None:
         return 0
     nodes, pods = indices
-    uid = str(body["metadata"].get("uid") or "")
-    bound = [o for e in _values(pods, ("job", uid)) if (o := orphans.from_index(e)) is not None]
+    meta = body["metadata"]
+    owner = Owner(meta["name"], meta["namespace"], str(meta.get("uid") or ""))
+    bound = [o for e in _values(pods, ("job", owner.uid)) if (o := orphans.from_index(e))]
     removed = 0
     for pod in orphans.orphaned(bound, lambda node: bool(_values(nodes, node))):
-        if _node_exists(pod.node) or not _remove(pod):
+        outcome = orphans.fate(pod, _gang(pod, owner, read))
+        if outcome is None or _node_exists(pod.node) or not _remove(pod):
             continue
         log.info("node %s is gone: pod %s/%s removed", pod.node, pod.namespace, pod.name)
-        emit(body, "Warning", orphans.EVENT_REASON, orphans.event_message(pod), events.RESTART)
+        action = events.RESTART if outcome == orphans.RESTARTS else "Stop"
+        emit(body, "Warning", orphans.EVENT_REASON, orphans.event_message(pod, outcome), action)
         removed += 1
     return removed
+
+
+def _gang(pod: Orphan, owner: Owner, read: Reader) -> Json | None:
+    """The pod's Volcano job, if this job controls it (None: gone, or not this job's)."""
+    name = orphans.gang_of(pod)
+    return reads.ours(read.get(Kind.VCJOB, pod.namespace, name), owner)[0] if name else None
 
 
 def _values(index: Index, key: Any) -> list[Any]:

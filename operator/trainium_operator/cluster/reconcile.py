@@ -22,6 +22,7 @@ from trainium_operator.cluster.reads import ApiReader, Kind, Reader
 from trainium_operator.cluster.report import Emit, Transition
 from trainium_operator.domain import (
     budget,
+    elastic,
     lifecycle,
     specdigest,
     status,
@@ -97,28 +98,28 @@ def _run(
 ) -> Outcome:
     """A valid, unfinished job: observe, decide, act; report unless a created child will."""
     md, read = body["metadata"], views.reader
-    owner = gangs.owner_of(md)
+    owner, named = gangs.owner_of(md), gangs.named_size(md)
     previous = report.status_of(body)
-    orphans.reap(body, views.orphans, emit)  # a Node deleted: its pods go now, not PodGC's 40 s
-    full, spec = spec, elasticio.stage_spec(spec, owner, previous, read)  # its size now
+    orphans.reap(body, views.orphans, emit, read)  # a Node deleted: pods go now, not PodGC's 40 s
+    full, spec = spec, elasticio.stage_spec(spec, owner, previous, read, named)  # its size now
     seen = observe(spec, owner, views, lookup)
     if seen.name_taken is not None and seen.name_taken.rename:  # never that name: a fresh one
         body = gangs.take_fresh_name(body, seen.name_taken.holder, read, emit)
         owner = gangs.owner_of(body["metadata"])
         seen = observe(spec, owner, views, lookup)
     seen, observed, counted = _judge(body, spec, seen, views)
-    observed, sized, shrink_in = elasticio.look(
-        full, spec, previous, observed, seen.checkpoint, views.now
-    )
+    sight = elasticio.Sighting(observed, seen.checkpoint, views.now, seen.progress_read, named)
+    observed, sized, shrink_in = elasticio.look(full, previous, sight)
     decision = lifecycle.decide(observed)
     if Action.CREATE_TRAINING in decision.actions and elasticio.hold_training(
-        full, spec, owner, previous, read
+        full, spec, owner, previous, read, named
     ):  # the next precompile size goes first: its pass starts when this record is written
         acts = _without(decision.actions, Action.CREATE_TRAINING)
         msg = "filling the Neuron compile cache: the next elastic size (spec.elastic)"
         decision = replace(decision, phase=Phase.PRECOMPILING, message=msg, actions=acts)
     if Action.STOP_TRAINING in decision.actions and _replacing(observed) and seen.train_uid:
-        body, _ = gangs.name_successor(body, owner, seen.train_uid, read)  # before the delete
+        size = elastic.named(sized or {}, observed.resize) if observed.resize else None
+        body, _ = gangs.name_successor(body, owner, seen.train_uid, read, size)  # before the delete
     gangs.finish_replacing(owner, seen.train)
     rejections = actions.perform(decision.actions, spec, owner, seen, read)
     soonest = _soonest(

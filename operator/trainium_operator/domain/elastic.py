@@ -72,11 +72,49 @@ def fitting(spec: TrainiumJobSpec, schedulable: int) -> int:
     return next((n for n in sizes if n <= schedulable), sizes[-1])
 
 
-def current(spec: TrainiumJobSpec, state: Mapping[str, Any]) -> int:
-    """The size of the job's gang now (or next): status.elastic.currentNodes, else spec.nodes."""
-    size = state.get("currentNodes")
+def current(spec: TrainiumJobSpec, state: Mapping[str, Any], named: Named | None = None) -> int:
+    """The size of the job's gang now (or next): the size of a resize named but not yet
+    recorded, else status.elastic.currentNodes, else spec.nodes."""
     allowed = allowed_sizes(spec)
+    if named is not None and unrecorded(state, named) and named.nodes in allowed:
+        return named.nodes
+    size = state.get("currentNodes")
     return size if isinstance(size, int) and size in allowed else spec.nodes
+
+
+@dataclass(frozen=True)
+class Named:
+    """A resize's size, saved with its successor gang's name before the old gang is deleted.
+
+    A leader that stops between that and its status write leaves status.elastic at the old
+    size: the next pass builds the successor at this one, and records the resize then.
+    """
+
+    nodes: int
+    #: Which resize it is: status.elastic.resizes once recorded.
+    resize: int
+
+
+def unrecorded(state: Mapping[str, Any], named: Named) -> bool:
+    """Whether status.elastic has not yet recorded the named resize (its write was lost)."""
+    return named.resize > int(state.get("resizes") or 0)
+
+
+def named(state: Mapping[str, Any], resize: Resize) -> Named:
+    """What to save with the successor's name: the resize made, state being after it."""
+    return Named(resize.new, int(state.get("resizes") or 0))
+
+
+def caught_up(spec: TrainiumJobSpec, state: Json, saved: Named | None, now: str) -> Json:
+    """status.elastic with a resize whose successor was named but whose record was lost."""
+    old, new = current(spec, state), current(spec, state, saved)
+    if new == old:
+        return state
+    message = (
+        f"from {old} to {new} nodes, as decided by a pass that named the successor gang at "
+        "that size and stopped before recording it"
+    )
+    return resized(spec, state, Resize(old, new, SHRINK if new < old else GROW, message), now)
 
 
 @dataclass(frozen=True)
@@ -100,6 +138,12 @@ class Resize:
     new: int
     kind: str
     message: str
+
+
+def newest_step(*steps: int | None) -> int | None:
+    """The newest checkpoint step of those seen (status, the latest reading, the pod watch)."""
+    known = [s for s in steps if s is not None]
+    return max(known) if known else None
 
 
 def needs_count(spec: TrainiumJobSpec, state: Mapping[str, Any], look: Look) -> bool:
@@ -136,7 +180,8 @@ def step(spec: TrainiumJobSpec, state: Mapping[str, Any], look: Look) -> tuple[J
     new: Json = {k: v for k, v in state.items() if k in _KEPT}
     new.update(currentNodes=size, wantedNodes=spec.nodes, display=f"{size}/{spec.nodes}")
     new.setdefault("resizes", 0)
-    new.setdefault("sizes", [{"nodes": size, "since": look.now}])
+    if look.training is not Child.ABSENT:  # the training gang's sizes, not a precompile stage's
+        new.setdefault("sizes", [{"nodes": size, "since": look.now}])
     _track_formation(new, look)
     resize = _shrink(spec, new, look, size) or _grow(spec, new, look, size)
     if resize is None:

@@ -6,7 +6,9 @@ every 20 s (kubernetes pkg/controller/podgc/gc_controller.go: quarantineTime, gc
 gcOrphaned). The operator does for its own gang pods what PodGC would do then: a pod not yet
 terminal is marked Failed with the DisruptionTarget condition PodGC sets (reason
 DeletionByPodGC: a disruption, failures.py, which spends no maxRetries), then force-deleted.
-Only a deletion counts: a NotReady node may come back.
+Only a deletion counts: a NotReady node may come back. Only pods of a gang that still runs are
+removed (a finished precompile job's Succeeded pods keep their logs), and the Event says what
+follows: Volcano restarts a live gang; a gang being deleted finishes stopping.
 """
 
 from __future__ import annotations
@@ -15,12 +17,18 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from trainium_operator.api import naming
+from trainium_operator.domain.model import Child, from_volcano
+
 Json = dict[str, Any]
 #: The DisruptionTarget reason PodGC sets on a pod whose node is gone (k8s.io/api core/v1).
 REASON = "DeletionByPodGC"
 #: The Event reason on the TrainiumJob.
 EVENT_REASON = "NodeGone"
 _TERMINAL = frozenset({"Succeeded", "Failed"})
+#: What removing a pod does for its gang: Volcano restarts a live one (RestartJob on a failed or
+#: evicted pod); one being deleted or suspended stops without waiting for PodGC.
+RESTARTS, STOPS = "restarts", "stops"
 
 
 @dataclass(frozen=True)
@@ -49,6 +57,30 @@ def orphaned(pods: Iterable[Orphan], exists: Callable[[str], bool]) -> list[Orph
     return sorted((p for p in pods if not exists(p.node)), key=lambda p: (p.namespace, p.name))
 
 
+def gang_of(pod: Orphan) -> str:
+    """The Volcano job a gang pod belongs to ("": not one of ours): Volcano names pods
+    <job>-<task>-<index>, and our tasks are <ROLE>-<replica>."""
+    job, sep, _ = pod.name.rpartition(f"-{naming.ROLE}-")
+    return job if sep else ""
+
+
+def fate(pod: Orphan, gang: Mapping[str, Any] | None) -> str | None:
+    """What removing the pod does (RESTARTS, STOPS); None: leave it, nothing would follow.
+
+    A Succeeded pod is left whatever its gang does (it holds a finished rank's log and blocks
+    nothing), and so is any pod of a gang that finished or is gone.
+    """
+    if gang is None or pod.phase == "Succeeded":
+        return None
+    state = from_volcano(((gang.get("status") or {}).get("state") or {}).get("phase"))
+    if state in (Child.SUCCEEDED, Child.FAILED):
+        return None
+    stopping = (gang.get("metadata") or {}).get("deletionTimestamp")
+    if stopping or state in (Child.ABORTED, Child.TERMINATING):
+        return STOPS
+    return RESTARTS
+
+
 def status_patch(pod: Orphan, now: str) -> Json | None:
     """What PodGC writes before it deletes: Failed with DisruptionTarget; None when terminal.
 
@@ -69,6 +101,7 @@ def status_patch(pod: Orphan, now: str) -> Json | None:
     }
 
 
-def event_message(pod: Orphan) -> str:
+def event_message(pod: Orphan, outcome: str = RESTARTS) -> str:
     """The Event on the job: which node went, which pod goes, what follows."""
-    return f"node {pod.node} was deleted: its pod {pod.name} removed so the gang restarts"
+    then = "the gang restarts" if outcome == RESTARTS else f"its gang {gang_of(pod)} can stop"
+    return f"node {pod.node} was deleted: its pod {pod.name} removed so {then}"
