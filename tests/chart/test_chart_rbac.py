@@ -23,6 +23,9 @@ CLUSTER_SCOPED = {
     ("scheduling.k8s.io", "priorityclasses"): {"get", "list", "watch"},
     # spec.elastic counts the nodes that could hold the gang; a deleted Node's gang pods go at once
     ("", "nodes"): {"get", "list", "watch"},
+    # Kueue jobs: the admitted flavor's labels; the priority-class label's value
+    ("kueue.x-k8s.io", "resourceflavors"): {"get", "list", "watch"},
+    ("kueue.x-k8s.io", "workloadpriorityclasses"): {"get"},
 }
 NAMESPACED = {
     ("trainium.dev", "trainiumjobs"): {"get", "list", "watch", "patch", "delete"},
@@ -36,6 +39,10 @@ NAMESPACED = {
     ("", "events"): {"list"},
     ("coordination.k8s.io", "leases"): {"get", "list", "watch", "create", "patch", "delete"},
     ("resource.k8s.io", "resourceclaimtemplates"): {"create"},
+    # Kueue jobs own a Workload per stage (watched), mark it Finished, name a missing LocalQueue
+    ("kueue.x-k8s.io", "workloads"): {"get", "list", "watch", "create"},
+    ("kueue.x-k8s.io", "workloads/status"): {"patch"},
+    ("kueue.x-k8s.io", "localqueues"): {"get"},
 }
 
 

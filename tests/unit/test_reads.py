@@ -197,13 +197,14 @@ def test_every_index_function_tells_the_overlay_what_the_watch_showed() -> None:
         Kind.CLAIM: watches.read_claims, Kind.VOLUME: watches.read_volumes,
         Kind.RECORD: watches.read_records, Kind.LEASE: watches.read_leases,
         Kind.QUEUE: watches.read_queues, Kind.PRIORITY: watches.read_priorityclasses,
+        Kind.WORKLOAD: watches.read_workloads, Kind.FLAVOR: watches.read_flavors,
     }  # fmt: skip
     assert set(functions) == set(Kind)
     passes = Passes(lambda *_: Outcome(None), lambda *_: None, workers=0)
     memo = types.SimpleNamespace(passes=passes)
     overlay = passes.reads.overlay
     for kind, function in functions.items():
-        scoped = kind not in (Kind.VOLUME, Kind.QUEUE, Kind.PRIORITY)
+        scoped = kind not in (Kind.VOLUME, Kind.QUEUE, Kind.PRIORITY, Kind.FLAVOR)
         ns = NS if scoped else ""
         reader = WatchReader(indices(**{kind.name.lower(): [obj("x", "4")]}), overlay)
         reader.get(kind, ns, "x")

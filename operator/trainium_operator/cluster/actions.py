@@ -16,7 +16,7 @@ from trainium_operator.api import naming
 from trainium_operator.api.spec import TrainiumJobSpec
 from trainium_operator.build import builders, cache, dra
 from trainium_operator.build.builders import Owner
-from trainium_operator.cluster import cacheio, k8s
+from trainium_operator.cluster import cacheio, k8s, workloads
 from trainium_operator.cluster.observe import Seen
 from trainium_operator.cluster.reads import ApiReader, Kind, Reader
 from trainium_operator.domain.lifecycle import Action, Rejection
@@ -60,7 +60,12 @@ def _one(action: Action, spec: TrainiumJobSpec, owner: Owner, seen: Seen, read: 
         if dra.uses_dra(spec):  # the pods' claims come from it: it goes first (409 = there)
             k8s.create_claim_template(builders.build_claim_template(spec, owner))
         job = builders.build_vcjob(spec, owner, stage, seen.excluded_nodes)
+        job = workloads.admitted(job, seen.kueue, stage)  # Kueue's flavor: its node labels
         read.wrote(Kind.VCJOB, ns, job["metadata"]["name"], k8s.create_vcjob(job))
+    elif action in workloads.ACTIONS:
+        assert seen.kueue is not None
+        held, excluded = seen.kueue, seen.excluded_nodes
+        workloads.act(action, spec, owner, held, seen.observed, excluded, read)
     elif action in _CACHE_ACTIONS:
         _cache_action(action, spec, owner, seen, read)
     elif action in (Action.STOP_TRAINING, Action.STOP_PRECOMPILE):

@@ -7,14 +7,15 @@ what its watches already stream; GETs elsewhere. The queue hierarchy comes in th
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from trainium_operator.api import naming
 from trainium_operator.api.spec import TrainiumJobSpec
 from trainium_operator.build import builders, cache, dra
 from trainium_operator.build.builders import Owner
-from trainium_operator.cluster import fsx, gangs, k8s, reads
+from trainium_operator.build.workload import Kueue
+from trainium_operator.cluster import fsx, gangs, k8s, reads, workloads
 from trainium_operator.cluster.eventlooks import (
     EventLook,
     failed_create,
@@ -67,6 +68,8 @@ class Views:
     #: What this job's earlier passes left for this one (its record keeps it).
     memory: Memory = field(default_factory=Memory)
     orphans: tuple[Any, Any] | None = None  #: kopf's node names, our bound pods (orphans.py)
+    #: The job's Kueue opt-in (its labels, build/workload.opt_in); None: Kueue plays no part.
+    kueue: Kueue | None = None
 
     def has_children(self, queue: str) -> bool:
         """Whether any listed queue names this one as its parent (a non-leaf queue)."""
@@ -118,6 +121,8 @@ class Seen:
     pre_uid: str = ""
     #: An object of another owner holds the training gang's name (None: free, or ours).
     name_taken: gangs.Taken | None = None
+    #: The job's Kueue Workloads and admitted flavors (None: not a Kueue workload).
+    kueue: workloads.Held | None = None
 
 
 def observe(
@@ -177,12 +182,16 @@ def observe(
         precompile_blocker=pre_held,
         training_blocker=None if taken is None else taken.blocker,
     )
+    held = None
+    if views.kueue is not None:
+        quota, held = workloads.observe(spec, owner, views.kueue, read, starting=train is None)
+        observed = replace(observed, quota=quota)
     checkpoint = checkpoints.newest([views.checkpoint, *reported])
     look = next_event_look(job, views.now) if observed.gang_blocker is None else None
     return Seen(
         observed, storage.names, storage.volume, lease, entry, left, _gang(job), checkpoint, look,
         events_looked=looked, train_uid=_uid(train), train=gang, pre_uid=_uid(pre),
-        name_taken=taken,
+        name_taken=taken, kueue=held,
     )  # fmt: skip
 
 

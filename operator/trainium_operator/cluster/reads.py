@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from trainium_operator.build.builders import Owner, controlled_by
-from trainium_operator.cluster import cacheio, k8s
+from trainium_operator.cluster import cacheio, k8s, kueueio
 
 Json = dict[str, Any]
 
@@ -56,6 +56,8 @@ class Kind(enum.Enum):
     LEASE = "leases"  # compile-cache writer leases
     QUEUE = "queues"
     PRIORITY = "priorityclasses"  # spec.scheduling.priorityClassName must exist
+    WORKLOAD = "workloads"  # Kueue Workloads of our stages (build/workload.py)
+    FLAVOR = "resourceflavors"  # Kueue ResourceFlavors: an admission's node labels
 
 
 #: (kind, namespace, name); namespace "" for cluster-scoped kinds.
@@ -80,6 +82,10 @@ def api_get(kind: Kind, namespace: str, name: str) -> Json | None:
         return cacheio.get_lease(namespace, name)
     if kind is Kind.PRIORITY:
         return k8s.get_priority_class(name)
+    if kind is Kind.WORKLOAD:
+        return kueueio.get_workload(namespace, name)
+    if kind is Kind.FLAVOR:
+        return kueueio.get_flavor(name)
     return k8s.get_queue(name)
 
 
@@ -275,6 +281,8 @@ _KEEP: dict[Kind, tuple[tuple[str, tuple[str, ...] | None], ...]] = {
     Kind.LEASE: (("spec", None),),
     Kind.QUEUE: (("spec", ("parent",)), ("status", ("state",))),
     Kind.PRIORITY: (),  # that it exists
+    Kind.WORKLOAD: (("status", ("conditions", "admission")),),
+    Kind.FLAVOR: (("spec", ("nodeLabels", "tolerations")),),
 }
 
 

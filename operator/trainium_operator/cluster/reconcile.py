@@ -13,7 +13,7 @@ from typing import Any
 
 from trainium_operator.api import parsed
 from trainium_operator.api.spec import SpecError, TrainiumJobSpec
-from trainium_operator.build import cache
+from trainium_operator.build import cache, workload
 from trainium_operator.build.builders import Owner
 from trainium_operator.cluster import actions, elasticio, fsx, gangs, k8s, orphans, report, scrape
 from trainium_operator.cluster.memory import Memory
@@ -37,7 +37,8 @@ Json = dict[str, Any]
 #: Waits whose end arrives as a watch event (the claim, the queue, our PV): no polling for them.
 WATCHED = frozenset(
     {"ClaimNotFound", "ClaimPending", "ClaimLost", "QueueNotFound", "QueueNotOpen",
-     "QueueNotLeaf", "VolumeTerminating", "GangStopping", "PriorityClassNotFound"}
+     "QueueNotLeaf", "VolumeTerminating", "GangStopping", "PriorityClassNotFound",
+     "WaitingForQuota"}
 )  # fmt: skip
 
 
@@ -90,7 +91,8 @@ def reconcile(
         inputs = report.inputs(body, lifecycle.invalid(exc.problems), None)
         new, transition, rv = report.write(body, inputs, emit, read)
         return _kept(Outcome(new.get("phase"), transition), memory, rv)
-    return _run(body, spec, emit, replace(views, now=now_iso()), lookup)
+    kueue = workload.opt_in(body["metadata"].get("labels"))  # None: no Kueue, nothing changes
+    return _run(body, spec, emit, replace(views, now=now_iso(), kueue=kueue), lookup)
 
 
 def _run(

@@ -26,6 +26,8 @@ from trainium_operator.build.builders import (
     owner_uid,
 )
 from trainium_operator.build.cache import LABEL_CACHE_ENTRY
+from trainium_operator.build.workload import GROUP as KUEUE_GROUP
+from trainium_operator.build.workload import VERSION as KUEUE_VERSION
 from trainium_operator.cluster.reads import Kind, Overlay, slim
 from trainium_trainer.contract import STAGE_PRECOMPILE as PRECOMPILE
 
@@ -105,6 +107,21 @@ async def read_priorityclasses(
     return _entry(Kind.PRIORITY, None, name, body, memo)
 
 
+@kopf.index(KUEUE_GROUP, KUEUE_VERSION, "workloads", labels={LABEL_MANAGED_BY: MANAGED_BY})
+async def read_workloads(
+    namespace: str | None, name: str, body: kopf.Body, memo: Any = None, **_: Any
+) -> dict[Any, Any]:
+    """Our Kueue Workloads (a Kueue job's stages). Without Kueue's CRDs kopf only warns and
+    serves it once they appear: the index stays empty meanwhile."""
+    return _entry(Kind.WORKLOAD, namespace, name, body, memo)
+
+
+@kopf.index(KUEUE_GROUP, KUEUE_VERSION, "resourceflavors")
+async def read_flavors(name: str, body: kopf.Body, memo: Any = None, **_: Any) -> dict[Any, Any]:
+    """Kueue ResourceFlavors (cluster-scoped): an admission's node labels and tolerations."""
+    return _entry(Kind.FLAVOR, None, name, body, memo)
+
+
 @kopf.index(
     "batch.volcano.sh",
     "v1alpha1",
@@ -167,6 +184,8 @@ _BY_KIND = {
     Kind.LEASE: "read_leases",
     Kind.QUEUE: "read_queues",
     Kind.PRIORITY: "read_priorityclasses",
+    Kind.WORKLOAD: "read_workloads",
+    Kind.FLAVOR: "read_flavors",
 }
 
 

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from trainium_operator.domain.budget import Exhausted
     from trainium_operator.domain.elastic import Resize
     from trainium_operator.domain.failures import Failure
+    from trainium_operator.domain.quota import Quota
 
 
 class Phase(str, enum.Enum):
@@ -91,6 +92,12 @@ class Action(str, enum.Enum):
     STOP_PRECOMPILE = "StopPrecompile"
     STOP_TRAINING = "StopTraining"
     CREATE_TRAINING = "CreateTraining"
+    #: Kueue (domain/quota.py): a stage's Workload, created before its gang and marked
+    #: Finished when the stage ends (its quota is released at once).
+    CREATE_PRECOMPILE_WORKLOAD = "CreatePrecompileWorkload"
+    CREATE_TRAINING_WORKLOAD = "CreateTrainingWorkload"
+    FINISH_PRECOMPILE_WORKLOAD = "FinishPrecompileWorkload"
+    FINISH_TRAINING_WORKLOAD = "FinishTrainingWorkload"
 
 
 @dataclass(frozen=True)
@@ -210,6 +217,8 @@ class Observed:
     #: An elastic job's gang changes size (elastic.py): the live gang stops now and the next
     #: pass creates it at the new size; it spends no retries.
     resize: Resize | None = None
+    #: The job's Kueue Workloads (None: no kueue.x-k8s.io/queue-name label, no Kueue).
+    quota: Quota | None = None
 
     def rejected(self, action: Action) -> Rejection | None:
         """The refusal of one action in this pass, if any."""
@@ -251,6 +260,8 @@ _REJECTED = {
     Action.CREATE_PRECOMPILE: "PrecompileRejected",
     Action.RECORD_CACHE: "CacheRecordRejected",
     Action.CREATE_TRAINING: "TrainingRejected",
+    Action.CREATE_PRECOMPILE_WORKLOAD: "WorkloadRejected",
+    Action.CREATE_TRAINING_WORKLOAD: "WorkloadRejected",
 }
 #: Every reason a job fails with (its Failed condition's reason): metrics export each at 0.
 FAILURE_REASONS = (
@@ -270,4 +281,6 @@ _WHAT = {
     Action.CREATE_PRECOMPILE: "the precompile Volcano job",
     Action.RECORD_CACHE: "the compile-cache record",
     Action.CREATE_TRAINING: "the training Volcano job",
+    Action.CREATE_PRECOMPILE_WORKLOAD: "the precompile Kueue Workload",
+    Action.CREATE_TRAINING_WORKLOAD: "the training Kueue Workload",
 }

@@ -30,6 +30,8 @@ from trainium_operator.build.builders import (
     owner_uid,
 )
 from trainium_operator.build.cache import LABEL_CACHE_ENTRY
+from trainium_operator.build.workload import GROUP as KUEUE_GROUP
+from trainium_operator.build.workload import VERSION as KUEUE_VERSION
 from trainium_operator.cluster import election as lease_io
 from trainium_operator.cluster import k8s, watches
 from trainium_operator.cluster.reconcile import reconcile
@@ -310,6 +312,14 @@ async def on_queue(type: str, name: str, body: kopf.Body, **kwargs: Any) -> None
     for queue in {name, _field(body, "parent")} - {None}:
         for key in _waiting_on(kwargs, "queue", queue):
             _wake(kwargs["memo"], key)
+
+
+@kopf.on.event(KUEUE_GROUP, KUEUE_VERSION, "workloads", labels={LABEL_MANAGED_BY: MANAGED_BY})
+async def on_workload(type: str, meta: kopf.Meta, memo: Any, **_: Any) -> None:
+    """A Workload of ours changed (Kueue admitted or evicted it): wake the job that owns it."""
+    key = pods.owner_key(meta, _passes(memo))
+    if type is not None and key is not None:
+        _wake(memo, key)
 
 
 @kopf.on.event("scheduling.k8s.io", "v1", "priorityclasses")

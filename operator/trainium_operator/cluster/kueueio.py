@@ -1,0 +1,63 @@
+"""Thin I/O on Kueue's objects: Workloads (create, mark Finished), flavors, queues, classes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trainium_operator.build.workload import GROUP, VERSION
+from trainium_operator.cluster import k8s
+
+Json = dict[str, Any]
+WORKLOADS = "workloads"
+
+
+def get_workload(namespace: str, name: str) -> Json | None:
+    """A Workload, or None (also when Kueue's API is not served)."""
+    args = (GROUP, VERSION, namespace, WORKLOADS, name)
+    return k8s.missing_is_none(k8s.custom().get_namespaced_custom_object, *args)  # type: ignore[no-any-return]
+
+
+def create_workload(body: Json) -> Json | None:
+    """Create a Workload; the created object, None when it existed (409). A 404 (Kueue's API
+    not served) is raised: the lifecycle reports it."""
+    args = (GROUP, VERSION, body["metadata"]["namespace"], WORKLOADS, body)
+    return k8s.exists_is_ok(k8s.custom().create_namespaced_custom_object, *args)
+
+
+def finish_workload(workload: Json, condition: Json) -> Json:
+    """Add the Finished condition to the Workload's status, guarded by the version read: Kueue
+    writes the same list (a lost race is a 409, retried after reading again)."""
+    md = workload["metadata"]
+    conds = [
+        c
+        for c in ((workload.get("status") or {}).get("conditions") or ())
+        if c.get("type") != condition["type"]
+    ]
+    body: Json = {
+        "metadata": {"resourceVersion": md["resourceVersion"]},
+        "status": {"conditions": [*conds, condition]},
+    }
+    out = k8s.request(
+        k8s.custom().patch_namespaced_custom_object_status,
+        GROUP, VERSION, md["namespace"], WORKLOADS, md["name"], body,
+        _content_type=k8s.MERGE_PATCH, guarded=True,
+    )  # fmt: skip
+    return out or {}  # type: ignore[no-any-return]
+
+
+def get_flavor(name: str) -> Json | None:
+    """A ResourceFlavor (cluster-scoped), or None."""
+    args = (GROUP, VERSION, "resourceflavors", name)
+    return k8s.missing_is_none(k8s.custom().get_cluster_custom_object, *args)  # type: ignore[no-any-return]
+
+
+def get_local_queue(namespace: str, name: str) -> Json | None:
+    """A LocalQueue, or None."""
+    args = (GROUP, VERSION, namespace, "localqueues", name)
+    return k8s.missing_is_none(k8s.custom().get_namespaced_custom_object, *args)  # type: ignore[no-any-return]
+
+
+def get_priority_class(name: str) -> Json | None:
+    """A WorkloadPriorityClass (cluster-scoped), or None."""
+    args = (GROUP, VERSION, "workloadpriorityclasses", name)
+    return k8s.missing_is_none(k8s.custom().get_cluster_custom_object, *args)  # type: ignore[no-any-return]

@@ -1,0 +1,124 @@
+"""A Kueue job's Workloads: read them (and what admits them), create them, mark them Finished.
+
+Only for jobs with the `kueue.x-k8s.io/queue-name` label (build/workload.opt_in); the
+decisions are domain/quota.py's. Workloads and ResourceFlavors are read from the watches;
+the LocalQueue and the WorkloadPriorityClass with a GET, and only while a stage waits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from trainium_operator.api.spec import TrainiumJobSpec
+from trainium_operator.build import builders, workload
+from trainium_operator.build.builders import Owner
+from trainium_operator.build.workload import Kueue
+from trainium_operator.cluster import kueueio, reads
+from trainium_operator.cluster.reads import Kind, Reader
+from trainium_operator.domain.model import Action, Blocker, Child, Observed
+from trainium_operator.domain.quota import FINISHES, Admission, Quota, workload_state
+from trainium_operator.domain.status import now_iso
+
+Json = dict[str, Any]
+STAGES = ("precompile", "train")
+
+
+@dataclass(frozen=True)
+class Held:
+    """What the actions need: the opt-in, each stage's Workload and admitted flavors."""
+
+    kueue: Kueue
+    workloads: Mapping[str, Json | None] = field(default_factory=dict)
+    flavors: Mapping[str, tuple[Json, ...]] = field(default_factory=dict)
+    #: The WorkloadPriorityClass's value (None: no class named, or not found).
+    priority: int | None = None
+
+
+def observe(
+    spec: TrainiumJobSpec, owner: Owner, kueue: Kueue, read: Reader, *, starting: bool
+) -> tuple[Quota, Held]:
+    """Each stage's Workload (ours only), its admitted flavors, and, while a stage may still
+    start (`starting`: no training gang yet), what blocks admission (GETs)."""
+    bodies: dict[str, Json | None] = {}
+    flavors: dict[str, tuple[Json, ...]] = {}
+    for stage in STAGES:
+        name = workload.workload_name(owner, spec, stage)
+        body, _other = reads.ours(read.get(Kind.WORKLOAD, owner.namespace, name), owner)
+        bodies[stage] = body
+        found = (read.get(Kind.FLAVOR, "", f) for f in workload.admitted_flavors(body))
+        flavors[stage] = tuple(f for f in found if f is not None)
+    states = {s: workload_state(workload.workload_name(owner, spec, s), bodies[s]) for s in STAGES}
+    blocker, priority = None, None
+    if not starting:
+        quiet = Quota(kueue.queue, states["precompile"], states["train"])
+        return quiet, Held(kueue, bodies, flavors)
+    if kueue.priority_class and any(w.state is Admission.ABSENT for w in states.values()):
+        wpc = kueueio.get_priority_class(kueue.priority_class)
+        priority = None if wpc is None else int(wpc.get("value") or 0)
+        if wpc is None:
+            blocker = Blocker(
+                "WorkloadPriorityClassNotFound",
+                f"WorkloadPriorityClass {kueue.priority_class!r} (label {workload.LABEL_PRIORITY})"
+                " does not exist (or Kueue is not installed): create it or remove the label",
+            )
+    waits = any(w.state is Admission.PENDING for w in states.values())
+    if blocker is None and waits and kueueio.get_local_queue(owner.namespace, kueue.queue) is None:
+        blocker = Blocker(
+            "LocalQueueNotFound",
+            f"LocalQueue {kueue.queue!r} (label {workload.LABEL_QUEUE}) does not exist in "
+            f"namespace {owner.namespace}: create it or name another; the job waits",
+        )
+    quota = Quota(kueue.queue, states["precompile"], states["train"], blocker)
+    return quota, Held(kueue, bodies, flavors, priority)
+
+
+_CREATE = {
+    Action.CREATE_PRECOMPILE_WORKLOAD: "precompile",
+    Action.CREATE_TRAINING_WORKLOAD: "train",
+}
+_FINISH = {action: stage for stage, action in FINISHES.items()}
+ACTIONS = frozenset({*_CREATE, *_FINISH})
+
+
+def act(
+    action: Action,
+    spec: TrainiumJobSpec,
+    owner: Owner,
+    held: Held,
+    observed: Observed,
+    excluded: tuple[str, ...],
+    read: Reader,
+) -> None:
+    """Create a stage's Workload (from its gang as built), or mark it Finished."""
+    ns = owner.namespace
+    if action in _CREATE:
+        stage = _CREATE[action]
+        vcjob = builders.build_vcjob(spec, owner, stage, excluded)
+        body = workload.build_workload(spec, owner, stage, held.kueue, vcjob, held.priority)
+        name = body["metadata"]["name"]
+        read.wrote(Kind.WORKLOAD, ns, name, kueueio.create_workload(body))
+        return
+    stage = _FINISH[action]
+    found = held.workloads.get(stage)
+    if found is None:
+        return
+    child = observed.precompile if stage == "precompile" else observed.training
+    ok = child is Child.SUCCEEDED
+    condition = {
+        "type": "Finished",
+        "status": "True",
+        "reason": "Succeeded" if ok else "Failed",
+        "message": f"the {stage} stage {'succeeded' if ok else 'ended without success'}",
+        "lastTransitionTime": now_iso(),
+    }
+    written = kueueio.finish_workload(found, condition)
+    read.wrote(Kind.WORKLOAD, ns, found["metadata"]["name"], written)
+
+
+def admitted(vcjob: Json, held: Held | None, stage: str) -> Json:
+    """The stage's Volcano job with its admission's flavors on its pods (as built: no Kueue)."""
+    if held is None or not held.flavors.get(stage):
+        return vcjob
+    return workload.with_flavors(vcjob, held.flavors[stage])

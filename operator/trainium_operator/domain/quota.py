@@ -1,0 +1,188 @@
+"""Quota through Kueue, pure: a stage's gang starts only once Kueue admitted its Workload.
+
+A job with the `kueue.x-k8s.io/queue-name` label owns one Workload per stage. The lifecycle
+decides as if Kueue were not there; `gate` then holds the stage's create until its Workload is
+Admitted (creating the Workload first), and adds the Finished marks that release the quota as
+soon as a stage ends. Without the label `Observed.quota` is None and nothing here applies.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from trainium_operator.domain import verdicts
+from trainium_operator.domain.model import (
+    TERMINAL,
+    Action,
+    Blocker,
+    Child,
+    Condition,
+    Decision,
+    Observed,
+    Phase,
+)
+
+
+class Admission(str, enum.Enum):
+    """Where a stage's Workload stands with Kueue."""
+
+    ABSENT = "Absent"
+    PENDING = "Pending"  #: created, no quota reserved (or admission checks still open)
+    ADMITTED = "Admitted"
+    FINISHED = "Finished"  #: its quota is released: the stage ended
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One stage's Workload as observed: its name, its state and Kueue's own words."""
+
+    name: str
+    state: Admission = Admission.ABSENT
+    reason: str = ""
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class Quota:
+    """A Kueue job's Workloads, and what stops any of them from being admitted at all."""
+
+    queue: str
+    precompile: Workload
+    train: Workload
+    #: Kueue not installed, its LocalQueue or WorkloadPriorityClass missing (None: nothing).
+    blocker: Blocker | None = None
+
+    def of(self, stage: str) -> Workload:
+        """The Workload of one stage ("precompile" or "train")."""
+        return self.precompile if stage == "precompile" else self.train
+
+
+def workload_state(name: str, body: Mapping[str, Any] | None) -> Workload:
+    """Read a Workload's conditions the way Kueue writes them (QuotaReserved, Admitted,
+    Finished)."""
+    if body is None:
+        return Workload(name)
+    conds = {
+        c.get("type"): c
+        for c in ((body.get("status") or {}).get("conditions") or ())
+        if isinstance(c, Mapping)
+    }
+
+    def true(kind: str) -> bool:
+        return (conds.get(kind) or {}).get("status") == "True"
+
+    if true("Finished"):
+        return Workload(name, Admission.FINISHED)
+    if true("Admitted"):
+        return Workload(name, Admission.ADMITTED)
+    reserved = conds.get("QuotaReserved")
+    if reserved is None:
+        return Workload(name, Admission.PENDING, "Pending", "Kueue has not considered it yet")
+    if reserved.get("status") == "True":
+        msg = "quota reserved; waiting for its admission checks"
+        return Workload(name, Admission.PENDING, "QuotaReserved", msg)
+    reason = str(reserved.get("reason") or "Pending")
+    return Workload(name, Admission.PENDING, reason, str(reserved.get("message") or ""))
+
+
+#: (the stage's create, its stage, the create of its Workload, the condition it holds)
+_CREATES = (
+    (Action.CREATE_PRECOMPILE, "precompile", Action.CREATE_PRECOMPILE_WORKLOAD, "Precompiled"),
+    (Action.CREATE_TRAINING, "train", Action.CREATE_TRAINING_WORKLOAD, "Running"),
+)
+FINISHES = {
+    "precompile": Action.FINISH_PRECOMPILE_WORKLOAD,
+    "train": Action.FINISH_TRAINING_WORKLOAD,
+}
+#: A Workload's create answered 404: the kueue.x-k8s.io API is not served.
+NOT_INSTALLED = "KueueNotInstalled"
+
+
+def gate(decision: Decision, obs: Observed) -> Decision:
+    """Hold a stage's create until its Workload is Admitted; finish the Workloads of ended
+    stages first (quota released at once)."""
+    quota = obs.quota
+    if quota is None:
+        return decision
+    for create, stage, admit, ctype in _CREATES:
+        if create in decision.actions and quota.of(stage).state is not Admission.ADMITTED:
+            decision = _wait(decision, obs, quota, stage, (create, admit, ctype))
+            break
+    done = _finishing(decision, obs, quota)
+    return replace(decision, actions=(*done, *decision.actions)) if done else decision
+
+
+def _finishing(decision: Decision, obs: Observed, quota: Quota) -> tuple[Action, ...]:
+    """The precompile's Workload once its gang succeeded; every Workload when the job ends."""
+    live = (Admission.PENDING, Admission.ADMITTED)
+    out = []
+    for stage in ("precompile", "train"):
+        ended = decision.phase in TERMINAL or (
+            stage == "precompile" and obs.precompile is Child.SUCCEEDED
+        )
+        if ended and quota.of(stage).state in live:
+            out.append(FINISHES[stage])
+    return tuple(out)
+
+
+def _wait(
+    decision: Decision,
+    obs: Observed,
+    quota: Quota,
+    stage: str,
+    acts: tuple[Action, Action, str],
+) -> Decision:
+    """The stage waits for Kueue: its Workload is created (once), or Kueue's reason is shown."""
+    create, admit, ctype = acts
+    wl = quota.of(stage)
+    actions = tuple(a for a in decision.actions if a is not create)
+    rejection = obs.rejected(admit)
+    where = f"LocalQueue {quota.queue!r} (label kueue.x-k8s.io/queue-name)"
+    if rejection is not None and rejection.code == 404:
+        msg = (
+            f"the Workload API (kueue.x-k8s.io/v1beta2) is not served: Kueue is not installed; "
+            f"install Kueue or remove the kueue.x-k8s.io/queue-name label: the {stage} gang is "
+            "not started outside the quota"
+        )
+        blocker = Blocker(NOT_INSTALLED, msg)
+        actions = tuple(a for a in actions if a is not admit)
+    elif rejection is not None:
+        msg = f"the API server refused the {stage} Workload ({rejection.code}): {rejection.message}"
+        reason = "WorkloadRejected"
+        if rejection.permanent:
+            conds = [c for c in decision.conditions if c.type not in (ctype, "Succeeded", "Failed")]
+            conds.append(Condition(ctype, "False", reason, msg))
+            failed = verdicts.failed(conds, reason, msg, decision.cache_hit, obs)
+            return replace(failed, actions=())
+        blocker = Blocker(reason, msg + "; retrying with backoff")
+    elif quota.blocker is not None:
+        blocker = quota.blocker
+    elif wl.state is Admission.ABSENT:
+        actions = (*actions, admit)
+        msg = f"creating Kueue Workload {wl.name} in {where}; the {stage} gang waits for admission"
+        blocker = Blocker("WaitingForQuota", msg, warn=False)
+    elif wl.state is Admission.FINISHED:
+        msg = (
+            f"Kueue Workload {wl.name} is Finished but the {stage} gang has not run: delete "
+            "the Workload to queue the stage again"
+        )
+        blocker = Blocker("WorkloadFinished", msg)
+    else:
+        msg = (
+            f"waiting for Kueue to admit Workload {wl.name} ({where}): "
+            f"{wl.reason}: {wl.message}".rstrip(": ")
+        )
+        blocker = Blocker("WaitingForQuota", msg, warn=False)
+    conds = [c for c in decision.conditions if c.type not in (ctype, "Succeeded", "Failed")]
+    conds.append(Condition(ctype, "False", blocker.reason, blocker.message))
+    return replace(
+        decision,
+        phase=Phase.PENDING,
+        message=blocker.message,
+        conditions=verdicts.close(conds, running=None),
+        actions=actions,
+        blocker=blocker,
+    )
