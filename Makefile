@@ -45,7 +45,7 @@ run: $(STAMP) ## Train examples/local-tiny-bert.yaml on this machine (TorchX loc
 
 run-native: $(STAMP) ## The same tiny BERT on the native backend (torch.compile, its compile cache)
 	@echo ">> trainium run -f examples/local-tiny-bert-native.yaml: a tiny BERT, 1 process on CPU," \
-	  "compiled (about 2 minutes the first time, mostly compiling); run it again for the cache hit" >&2
+	  "compiled (2-10 minutes the first time, mostly compiling: a line every 15 s); run it again for the cache hit" >&2
 	@$(BIN)/trainium run -f examples/local-tiny-bert-native.yaml
 
 render: $(STAMP) ## Print the manifests the operator would create for the BERT tutorial job
