@@ -59,7 +59,7 @@ def lease_writes(cluster: Cluster, since: float) -> list[float]:
     ]  # fmt: skip
 
 
-def cost(cluster: Cluster, start: float, seconds: float = WINDOW_S) -> dict[str, int]:
+def cost(cluster: Cluster, start: float, seconds: float) -> dict[str, int]:
     """The replica's requests in the window after `start` (no watches, no Lease requests)."""
     out = {"gets": 0, "lists": 0, "writes": 0}
     for r in list(cluster.emulator.api_requests):
@@ -145,8 +145,8 @@ def run(name: str, env: dict[str, str], args: argparse.Namespace, workdir: Path)
         pid = op.process.pid if op.process else 0
         # A forced flap of each kind, at the end, measured in a quiet minute each.
         quiet = time.monotonic()
-        time.sleep(WINDOW_S)  # the baseline: what a minute costs without a flap
-        baseline = cost(cluster, quiet)
+        time.sleep(args.window)  # the baseline: what a window costs without a flap
+        baseline = cost(cluster, quiet, args.window)
         before = len(op.log())
         os.kill(pid, signal.SIGSTOP)
         time.sleep(args.stop_seconds)
@@ -158,16 +158,16 @@ def run(name: str, env: dict[str, str], args: argparse.Namespace, workdir: Path)
             return next((x for x in lines if "acquired by" in x or LAPSES[1] in x), "")
 
         cluster.wait(lambda: bool(lease_writes(cluster, stopped_at)), 60, "a Lease write again")
-        time.sleep(WINDOW_S)
-        continued = cost(cluster, stopped_at)
+        time.sleep(args.window)
+        continued = cost(cluster, stopped_at, args.window)
         line = back_line()  # the code before issue 32 renewed silently, or lost and re-acquired
         resumed = "continued" in line or "goes on" in line or not line
         acquired = op.log().count("acquired by")
         taken = take_over(cluster)
         cluster.wait(lambda: op.log().count("acquired by") > acquired, 120, "the takeover back")
         back = time.monotonic()
-        time.sleep(WINDOW_S)
-        takeover = cost(cluster, taken, back - taken + WINDOW_S)
+        time.sleep(args.window)
+        takeover = cost(cluster, taken, back - taken + args.window)
     finally:
         for proc in busy:
             proc.kill()
@@ -182,14 +182,14 @@ def run(name: str, env: dict[str, str], args: argparse.Namespace, workdir: Path)
         "gap_p99_s": common.percentile(gaps, 99) if gaps else 0.0,
         "gap_max_s": max(gaps, default=0.0), "loaded_s": loaded_end - t0,
         "baseline": baseline, "stop_flap": continued, "stop_flap_continued": resumed,
-        "takeover_flap": takeover, "takeover_back_s": back - taken,
+        "takeover_flap": takeover, "takeover_back_s": back - taken, "window_s": args.window,
     }  # fmt: skip
 
 
 def report(results: list[dict[str, Any]]) -> str:
     header = ["variant", "jobs", "busy neighbours", "minutes", "bursts", "lost terms",
               "Lease writes", "gap p50 s", "gap p99 s", "gap max s",
-              "no flap: GET/LIST/writes (60 s)", "SIGSTOP flap (60 s)", "continued",
+              "no flap: GET/LIST/writes (window)", "SIGSTOP flap (window)", "continued",
               "takeover flap: GET/LIST/writes"]  # fmt: skip
 
     def triple(c: dict[str, int]) -> str:
@@ -200,7 +200,7 @@ def report(results: list[dict[str, Any]]) -> str:
          r["lease_writes"], f"{r['gap_p50_s']:.2f}", f"{r['gap_p99_s']:.2f}",
          f"{r['gap_max_s']:.2f}", triple(r["baseline"]), triple(r["stop_flap"]),
          r["stop_flap_continued"],
-         f"{triple(r['takeover_flap'])} over {r['takeover_back_s'] + WINDOW_S:.0f} s"]
+         f"{triple(r['takeover_flap'])} over {r['takeover_back_s'] + r['window_s']:.0f} s"]
         for r in results
     ]  # fmt: skip
     return common.table(header, rows)
@@ -224,7 +224,13 @@ def main(argv: list[str] | None = None) -> int:
         metavar="NAME [KEY=VALUE ...]",
         help="a named operator environment",
     )
-    args = p.parse_args(argv)
+    p.add_argument(
+        "--window",
+        type=float,
+        default=WINDOW_S,
+        help="seconds each flap's requests are counted over",
+    )
+    args = common.parse(p, argv, jobs=20, minutes=0.1, neighbours=1, burst_every=3.0, window=5.0)
     others = sorted(set(range(os.cpu_count() or 1)) - {args.core})
     if others:
         os.sched_setaffinity(0, others)  # the emulator and the driver: off the operator's core

@@ -47,6 +47,7 @@ BENCHES = (
     Bench("compile_cache.py"),
     Bench("trainer_loop.py"),
     Bench("native_compile.py"),
+    Bench("lease_pressure.py"),
     Bench("xla_graphs.py", "xla"),
     Bench("recovery.py", "cluster"),
     Bench("operator_scale.py", "cluster"),

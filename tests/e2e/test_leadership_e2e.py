@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_operator_e2e import TJ, job, prerequisites, queue, vcjob, vcjobs, wait_phase
+from test_operator_e2e import TJ, job, prerequisites, queue, vcjob, wait_phase
 
 from harness import (
     OPERATORS,
@@ -96,8 +96,8 @@ def test_the_standby_writes_nothing_while_fsx_jobs_come_and_go(
                "dnsName": "fs-0123456789abcdef0.fsx.us-west-2.amazonaws.com"}  # fmt: skip
         apply(job(ns, name, q, storage={"fsx": fsx}))
     volumes = [naming.volume_name(ns, name) for name in names]
-    wait_for(lambda: vcjobs(k8s, ns), what="a gang (the PVs came first)")
-    assert all(k8s.get("v1/persistentvolumes", None, v) for v in volumes)
+    wait_for(lambda: all(k8s.get("v1/persistentvolumes", None, v) for v in volumes),
+             what="both FSx PVs")  # fmt: skip
     for name in names:
         kubectl("delete", TJ, name, "-n", ns, "--wait=false")
     wait_for(

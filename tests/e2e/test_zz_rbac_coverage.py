@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import test_kueue_e2e as kueue
 from test_gang_failures import gang_pod, terminated
 from test_operator_e2e import claim
 
@@ -73,6 +74,64 @@ def tj(name: str, storage: Obj, **spec: Any) -> Obj:
 
 def phase(name: str) -> str | None:
     return ((get(TJ, name, NS) or {}).get("status") or {}).get("phase")
+
+
+def gets(api_requests: list[ApiRequest], resource: str, since: int = 0) -> bool:
+    """Whether the operator GET an object of resource (after request number `since`)."""
+    return any(r.verb == "get" and r.resource == resource and r.client == "trainium-operator"
+               for r in api_requests[since:])  # fmt: skip
+
+
+def queue_a_job_through_kueue(k8s: EmulatorServer, api_requests: list[ApiRequest]) -> None:
+    """A job with Kueue's labels: its Workload created, admitted on a flavor, Finished (issue 33);
+    backstop passes GET the Workload and the flavor while the gang runs."""
+    for plural in kueue.PLURALS:
+        apply(kueue.kueue_crd(plural))
+        kubectl("wait", "--for=condition=Established", f"crd/{plural}.kueue.x-k8s.io")
+    apply(
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "ResourceFlavor",
+            "metadata": {"name": f"{NS}-trn1"},
+            "spec": {"nodeLabels": {"pool": "a"}},
+        }
+    )
+    apply(
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "LocalQueue",
+            "metadata": {"name": "team", "namespace": NS},
+            "spec": {"clusterQueue": "cq"},
+        }
+    )
+    apply({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "WorkloadPriorityClass",
+           "metadata": {"name": f"{NS}-prod"}, "value": 10})  # fmt: skip
+    body = tj("queued", {"claimName": "shared"}, scheduling={"queue": NS},
+              precompile={"policy": "Never"})  # fmt: skip
+    body["metadata"]["labels"] = {kueue.Q_LABEL: "team", kueue.P_LABEL: f"{NS}-prod"}
+    apply(body)
+    name = "trainiumjob-queued-train"
+    wait_for(lambda: k8s.get(kueue.WORKLOADS, NS, name), timeout=20, what="its Workload")
+    wait_for(lambda: gets(api_requests, "localqueues"), timeout=20, what="a GET of its LocalQueue")
+    flavor = {"aws.amazon.com/neuron": f"{NS}-trn1"}
+    admitted = [kueue.cond("QuotaReserved", "True", "QuotaReserved"),
+                kueue.cond("Admitted", "True", "Admitted")]  # fmt: skip
+    kueue.kueue_says(NS, name, {"conditions": admitted, "admission": {
+        "clusterQueue": "cq", "podSetAssignments": [{"name": "train", "count": 2,
+                                                     "flavors": flavor}]}})  # fmt: skip
+    wait_for(lambda: k8s.get(VCJOBS, NS, "queued-train"), timeout=20, what="its gang, admitted")
+    simulate_vcjob_phase(NS, "queued-train", "Running")
+    seen = len(api_requests)
+    for resource in ("workloads", "resourceflavors"):
+        wait_for(lambda: gets(api_requests, resource, seen), timeout=20,  # noqa: B023
+                 what=f"a backstop's GET of {resource}")  # fmt: skip
+    simulate_vcjob_phase(NS, "queued-train", "Completed")
+    wait_for(lambda: phase("queued") == "Succeeded", timeout=20, what="queued Succeeded")
+    def finished() -> bool:
+        conds = ((k8s.get(kueue.WORKLOADS, NS, name) or {}).get("status") or {}).get("conditions")
+        return "Finished" in {c["type"] for c in conds or []}
+
+    wait_for(finished, timeout=20, what="its Workload Finished")
 
 
 def run_to_success(
@@ -139,6 +198,7 @@ def drive_operator(k8s: EmulatorServer, api_requests: list[ApiRequest]) -> None:
     share_one_cache_entry(k8s)
     stop_an_oom_killed_gang(k8s)
     shrink_an_elastic_gang(k8s, api_requests)
+    queue_a_job_through_kueue(k8s, api_requests)
     claim_devices_through_dra(k8s)
     # runPolicy.ttlSecondsAfterFinished: the operator deletes the finished job itself.
     apply(tj("ttl", {"claimName": "shared"}, runPolicy={"ttlSecondsAfterFinished": 0}))
