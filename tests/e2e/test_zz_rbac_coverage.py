@@ -127,6 +127,7 @@ def queue_a_job_through_kueue(k8s: EmulatorServer, api_requests: list[ApiRequest
                  what=f"a backstop's GET of {resource}")  # fmt: skip
     simulate_vcjob_phase(NS, "queued-train", "Completed")
     wait_for(lambda: phase("queued") == "Succeeded", timeout=20, what="queued Succeeded")
+
     def finished() -> bool:
         conds = ((k8s.get(kueue.WORKLOADS, NS, name) or {}).get("status") or {}).get("conditions")
         return "Finished" in {c["type"] for c in conds or []}
