@@ -44,7 +44,9 @@ TERMINAL = ("Succeeded", "Failed")
 #: status.phase in the order a job moves through it (model.Phase; Suspended stands aside).
 RANK = {"Pending": 0, "WaitingForCache": 1, "Precompiling": 1, "Training": 2, "Succeeded": 3,
         "Failed": 3}  # fmt: skip
-TAKEOVER_S = 15
+#: The chart's Lease is client-go's 15 s (issue 32 item 5: renewals that hold under CPU
+#: pressure): a standby takes over within the lease, one 2 s retry and its first pass.
+TAKEOVER_S = 20
 NRT = "2026-Nov-25 04:00:00.0000 1234:1234 ERROR   NRT:nrt_init  Failed to initialize devices"
 TRAINING = {"trainium.dev/stage": "train"}
 
@@ -370,10 +372,10 @@ def test_a_leader_woken_after_its_term_writes_nothing(
 # (c) the leader SIGKILLed mid-lifecycle.
 
 
-def test_a_sigkilled_leader_is_replaced_within_15s_with_no_duplicate_create(
+def test_a_sigkilled_leader_is_replaced_within_20s_with_no_duplicate_create(
     cluster: Cluster, kubelet: FakeKubelet, pair: Pair, ns: str
 ) -> None:
-    """Takeover (SIGKILL -> the standby's first write) <= 15 s; each child created once."""
+    """Takeover (SIGKILL -> the standby's first write) <= 20 s; each child created once."""
     fsx_claim(cluster, ns)
     kubelet.plan({"trainium.dev/job-name": "steady"}, Behavior(outcome="RunForever"), ns)
     with Recorder(cluster.api, VCJOB_PATH.format(ns=ns)) as vcjobs:
