@@ -25,13 +25,16 @@ from test_tier_ownership import (
     TERMINAL,
     TJ_PATH,
     VCJOB_PATH,
+    Pair,
     conditions,
     holds,
     moved_back,
     pair,  # noqa: F401 (the fixture)
     phase_trail,
     status_of,
+    work_writes,
 )
+from trainium_operator.api import naming
 
 #: The chart's two replicas run, one leading (the session's standalone operator stopped).
 pytestmark = pytest.mark.usefixtures("pair")
@@ -157,3 +160,36 @@ def test_an_orphaned_gang_gives_the_reapplied_job_a_fresh_name(
 def _uid(cluster: Cluster, ns: str) -> str:
     body = get(cluster, TJ, "again", ns)
     return str((body or {}).get("metadata", {}).get("uid", ""))
+
+
+def test_fsx_jobs_created_and_deleted_leave_no_write_by_the_standby(
+    cluster: Cluster,
+    kubelet: FakeKubelet,
+    ns: str,
+    request: pytest.FixtureRequest,
+) -> None:
+    """(d) The standby writes nothing (kopf's own annotations, finalizers and Events included):
+    the leader's pass deletes the FSx PV once its job is gone. From the audit log, by token."""
+    replicas: Pair = request.getfixturevalue("pair")
+    started = len(cluster.audit())
+    fsx = {"fileSystemId": "fs-0123456789abcdef0", "dnsName": "fs.example", "mountName": "abc"}
+    with Recorder(cluster.api, TJ_PATH.format(ns=ns)) as jobs:
+        for name in ("lustre-a", "lustre-b"):
+            create(cluster, small_job(name, ns, storage={"fsx": fsx}))
+        for name in ("lustre-a", "lustre-b"):
+            uid = wait_until(lambda: _uid_of(cluster, ns, name), 60, f"{name} created")  # noqa: B023
+            wait_until(lambda: finished(jobs, uid), 120, f"{name} finished")  # noqa: B023
+        volumes = [naming.volume_name(ns, n) for n in ("lustre-a", "lustre-b")]
+        for name in ("lustre-a", "lustre-b"):
+            cluster.kubectl("delete", TJ, name, "-n", ns, "--wait=false")
+        wait_until(lambda: not any(get(cluster, "pv", v, "default") for v in volumes), 90,
+                   "the FSx PVs deleted with their jobs")  # fmt: skip
+    audit = cluster.audit()[started:]
+    standby = [f"{e['verb']} {(e.get('objectRef') or {}).get('resource')}" for e in
+               work_writes(audit, replicas.standby)]  # fmt: skip
+    assert standby == [], f"{replicas.standby.name} wrote: {standby}"
+    assert work_writes(audit, replicas.leader), "the leader did the work"
+
+
+def _uid_of(cluster: Cluster, ns: str, name: str) -> str:
+    return str(((get(cluster, TJ, name, ns) or {}).get("metadata") or {}).get("uid") or "")
