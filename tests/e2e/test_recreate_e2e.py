@@ -10,7 +10,16 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from test_operator_e2e import TJ, condition, events, job, prerequisites, status, vcjob, wait_phase
+from test_operator_e2e import (
+    TJ,
+    condition,
+    events,
+    job,
+    start_training,
+    status,
+    vcjob,
+    wait_phase,
+)
 
 from harness import (
     EmulatorServer,
@@ -36,9 +45,7 @@ def collector_paused(k8s: EmulatorServer) -> Iterator[EmulatorServer]:
 
 def finished(k8s: EmulatorServer, ns: str, name: str) -> str:
     """A job that trained and Succeeded (no precompile); its queue."""
-    q = prerequisites(ns)
-    apply(job(ns, name, q, precompile={"policy": "Never"}))
-    vcjob(k8s, ns, f"{name}-train")
+    q = start_training(k8s, ns, name)
     simulate_vcjob_phase(ns, f"{name}-train", "Completed")
     wait_phase(ns, name, "Succeeded")
     return q
