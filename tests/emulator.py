@@ -319,8 +319,11 @@ class K8sEmulator(kmock.KubernetesEmulator):
 
     async def _update(self, key: Key, old: Obj, new: Obj, *, status_only: bool) -> Obj:
         info = self._info(key[0])
-        if status_only:  # /status changes only .status
-            new = {**old, "status": new.get("status")}
+        if status_only:  # /status changes only .status, and is refused on a stale resourceVersion
+            sent = (new.get("metadata") or {}).get("resourceVersion")
+            rv = sent or old["metadata"]["resourceVersion"]
+            new = {**old, "metadata": {**old["metadata"], "resourceVersion": rv},
+                   "status": new.get("status")}  # fmt: skip
         elif "status" in info.subresources:  # the main resource never changes .status
             new["status"] = old.get("status")
         new = {k: v for k, v in new.items() if v is not None}

@@ -201,6 +201,25 @@ def test_status_subresource_is_isolated(k8s: EmulatorServer, ns: str) -> None:
     assert job["status"]["state"]["phase"] == "Running"
 
 
+def test_a_status_patch_with_a_stale_resource_version_conflicts(
+    k8s: EmulatorServer, ns: str
+) -> None:
+    """As the API server: the /status subresource checks metadata.resourceVersion too (the
+    operator's status writes rely on it; the emulator once let a stale pass write twice)."""
+    apply(vcjob(ns, "j2"))
+    stale = get(VCJOB, "j2", ns)["metadata"]["resourceVersion"]
+    simulate_vcjob_phase(ns, "j2", "Pending")
+    path = f"/apis/batch.volcano.sh/v1alpha1/namespaces/{ns}/jobs/j2/status"
+    body = {"metadata": {"resourceVersion": stale}, "status": {"state": {"phase": "Running"}}}
+    code, status = raw(k8s, path, "PATCH", body, "application/merge-patch+json")
+    assert (code, status["reason"]) == (409, "Conflict")
+    assert get(VCJOB, "j2", ns)["status"]["state"]["phase"] == "Pending"
+    fresh = get(VCJOB, "j2", ns)["metadata"]["resourceVersion"]
+    body["metadata"]["resourceVersion"] = fresh
+    code, _ = raw(k8s, path, "PATCH", body, "application/merge-patch+json")
+    assert code == 200 and get(VCJOB, "j2", ns)["status"]["state"]["phase"] == "Running"
+
+
 def test_label_selectors(k8s: EmulatorServer, ns: str, client: kubernetes.client.ApiClient) -> None:
     for name, labels in {"a": {"app": "x", "tier": "1"}, "b": {"app": "y"}, "c": {}}.items():
         apply(configmap(ns, name, labels=labels))

@@ -17,9 +17,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if here in Path(item.path).parents:
             item.add_marker(pytest.mark.e2e)
-            # One xdist worker runs them all, in order: they share the session's emulator and
-            # test_zz_rbac_coverage reads every request the others made (`make test`: -n 2).
-            item.add_marker(pytest.mark.xdist_group("e2e"))
 
 
 @pytest.fixture(scope="session")
