@@ -25,6 +25,23 @@ def reason_is(ns: str, name: str, reason: str) -> dict[str, Any]:
     return running if running.get("reason") == reason else {}
 
 
+def failed_create(gang: dict[str, Any]) -> str:
+    """Volcano's FailedCreate Event on the gang (a pods quota refused its first pod); the words."""
+    md = gang["metadata"]
+    said = f'pods "{md["name"]}-node-0-0" is forbidden: exceeded quota: pods-quota'
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    apply({"apiVersion": "v1", "kind": "Event",
+           "metadata": {"name": f"{md['name']}.failed", "namespace": md["namespace"]},
+           "involvedObject": {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
+                              "name": md["name"], "namespace": md["namespace"],
+                              "uid": md["uid"]},
+           "reason": "FailedCreate", "type": "Warning", "count": 3,
+           "message": f"Error creating pods: [{said}]",
+           "firstTimestamp": now, "lastTimestamp": now,
+           "source": {"component": "vc-controller-manager"}})  # fmt: skip
+    return said
+
+
 def test_a_missing_priority_class_is_a_condition_and_nothing_is_submitted(
     operator: OperatorProcess, ns: str, k8s: EmulatorServer
 ) -> None:
@@ -57,17 +74,7 @@ def test_pods_volcano_cannot_create_are_reported_from_its_failed_create_event(
     apply(job(ns, "podless", q, precompile={"policy": "Never"}))
     gang = vcjob(k8s, ns, "podless-train")
     wait_phase(ns, "podless", "Training")
-    said = 'pods "podless-train-node-0-0" is forbidden: exceeded quota: pods-quota'
-    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    apply({"apiVersion": "v1", "kind": "Event",
-           "metadata": {"name": "podless-train.failed", "namespace": ns},
-           "involvedObject": {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
-                              "name": "podless-train", "namespace": ns,
-                              "uid": gang["metadata"]["uid"]},
-           "reason": "FailedCreate", "type": "Warning", "count": 3,
-           "message": f"Error creating pods: [{said}]",
-           "firstTimestamp": now, "lastTimestamp": now,
-           "source": {"component": "vc-controller-manager"}})  # fmt: skip
+    said = failed_create(gang)
     # No watch on Events: the operator looks at a pending gang's Events 15 s after creation.
     running = wait_for(lambda: reason_is(ns, "podless", "FailedCreate"), timeout=40,
                        what="the FailedCreate reason on status")  # fmt: skip

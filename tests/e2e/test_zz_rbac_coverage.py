@@ -3,8 +3,9 @@ request the operator made in this e2e session is allowed, and every verb the cha
 operator was used by some request (or is in ALLOWED_UNUSED, with the reason).
 
 Named test_zz_ so it runs after the other e2e tests and sees their requests too. It also drives
-jobs of its own through the whole lifecycle first (precompile, cache record, static FSx PV and
-claim, training, TTL deletion, delete), so it can never pass vacuously and works when run alone.
+jobs of its own through every path that needs a granted verb (precompile, cache record, static
+FSx PV and claim, training, a FailedCreate look, a deleted Node's pod, a renamed gang, TTL
+deletion, the FSx PV's sweep), so it can never pass vacuously and works when run alone.
 
 When the operator starts a new kind of request, add the rule to
 charts/trainium-operator/templates/_rbac_rules.tpl; when it stops, remove the verb there (or, if
@@ -19,7 +20,10 @@ from typing import Any
 
 import pytest
 import test_kueue_e2e as kueue
+from test_admission_e2e import failed_create, reason_is
+from test_elastic_e2e import node
 from test_gang_failures import gang_pod, terminated
+from test_node_gone_e2e import running_pod
 from test_operator_e2e import claim
 
 from harness import (
@@ -30,6 +34,7 @@ from harness import (
     get,
     kubectl,
     simulate_vcjob_phase,
+    train_gang,
     wait_for,
 )
 from helmchart import helm_bin, render  # noqa: F401  (helm_bin is a fixture)
@@ -165,6 +170,7 @@ def drive_operator(k8s: EmulatorServer, api_requests: list[ApiRequest]) -> None:
     claim(NS, "shared")  # with its StorageClass, so it binds when this module runs alone too
     apply({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
            "metadata": {"name": f"{NS}-high"}, "value": 1000})  # fmt: skip
+    hold_a_gang_without_pods(k8s)  # first: its Events' first look is 15 s after its gang
     apply(tj("claimed", {"claimName": "shared"},
              scheduling={"queue": NS, "priorityClassName": f"{NS}-high"}))  # fmt: skip
     run_to_success(k8s, "claimed", api_requests)
@@ -196,11 +202,18 @@ def drive_operator(k8s: EmulatorServer, api_requests: list[ApiRequest]) -> None:
     run_to_success(k8s, "waiting")
     kubectl("delete", TJ, "fsx", "-n", NS, "--wait=false")
     wait_for(lambda: get(TJ, "fsx", NS) is None, timeout=20, what="fsx job deleted")
+    # The PV the operator made for its job is swept with it (the leaked one above is no job's).
+    kubectl("delete", TJ, "waiting", "-n", NS, "--wait=false")
+    volume = naming.volume_name(NS, "waiting")
+    wait_for(lambda: k8s.get("v1/persistentvolumes", None, volume) is None, timeout=20,
+             what="the waiting job's FSx PV swept")  # fmt: skip
     share_one_cache_entry(k8s)
     stop_an_oom_killed_gang(k8s)
     shrink_an_elastic_gang(k8s, api_requests)
     queue_a_job_through_kueue(k8s, api_requests)
     claim_devices_through_dra(k8s)
+    reap_the_pod_of_a_deleted_node(k8s)
+    rename_a_gang_whose_name_is_held(k8s)
     # runPolicy.ttlSecondsAfterFinished: the operator deletes the finished job itself.
     apply(tj("ttl", {"claimName": "shared"}, runPolicy={"ttlSecondsAfterFinished": 0}))
     for stage in ("compile", "train"):
@@ -208,6 +221,50 @@ def drive_operator(k8s: EmulatorServer, api_requests: list[ApiRequest]) -> None:
         wait_for(lambda: k8s.get(VCJOBS, NS, vcjob), timeout=20, what=f"vcjob {vcjob}")  # noqa: B023
         simulate_vcjob_phase(NS, vcjob, "Completed")
     wait_for(lambda: get(TJ, "ttl", NS) is None, timeout=20, what="ttl job deleted by the operator")
+    wait_for(lambda: reason_is(NS, "podless", "FailedCreate"), timeout=40,
+             what="podless's FailedCreate, from the first look at its gang's Events")  # fmt: skip
+
+
+def hold_a_gang_without_pods(k8s: EmulatorServer) -> None:
+    """A gang Volcano cannot create pods for (its FailedCreate Event): the operator lists its
+    Events at the first look, 15 s after the gang's creation (the caller waits for it last)."""
+    apply(tj("podless", {"claimName": "shared"}, precompile={"policy": "Never"}))
+    failed_create(wait_for(lambda: k8s.get(VCJOBS, NS, "podless-train"), timeout=20,
+                           what="podless-train"))  # fmt: skip
+
+
+def reap_the_pod_of_a_deleted_node(k8s: EmulatorServer) -> None:
+    """A gang pod whose Node is deleted: the operator confirms the Node is gone (GET), marks the
+    pod Failed (status patch) and deletes it, as PodGC would."""
+    gone = f"{NS}-gone"
+    apply(node(gone, NS))
+    apply(tj("stranded", {"claimName": "shared"}, precompile={"policy": "Never"}))
+    wait_for(lambda: k8s.get(VCJOBS, NS, "stranded-train"), timeout=20, what="stranded-train")
+    simulate_vcjob_phase(NS, "stranded-train", "Running")
+    pod = running_pod(k8s, NS, "stranded", 0, gone)["metadata"]["name"]
+    kubectl("delete", "node", gone)
+    wait_for(lambda: k8s.get("v1/pods", NS, pod) is None, timeout=20,
+             what="the pod of the deleted node removed")  # fmt: skip
+    kubectl("delete", TJ, "stranded", "-n", NS, "--wait=false")
+
+
+def rename_a_gang_whose_name_is_held(k8s: EmulatorServer) -> None:
+    """A finished job deleted with --cascade=orphan and applied again: its old gang holds the
+    name, so the new job's gang gets a fresh one, kept on the job's annotation (a patch)."""
+    body = tj("renamed", {"claimName": "shared"}, precompile={"policy": "Never"})
+    apply(body)
+    wait_for(lambda: k8s.get(VCJOBS, NS, "renamed-train"), timeout=20, what="renamed-train")
+    simulate_vcjob_phase(NS, "renamed-train", "Completed")
+    wait_for(lambda: phase("renamed") == "Succeeded", timeout=20, what="renamed Succeeded")
+    kubectl("delete", TJ, "renamed", "-n", NS, "--cascade=orphan", "--wait=false")
+    wait_for(lambda: get(TJ, "renamed", NS) is None, timeout=20, what="the old object gone")
+    apply(body)
+    fresh = wait_for(lambda: train_gang(k8s, NS, "renamed") != "renamed-train"
+                     and train_gang(k8s, NS, "renamed"),
+                     timeout=20, what="a fresh gang name")  # fmt: skip
+    wait_for(lambda: k8s.get(VCJOBS, NS, fresh), timeout=20, what=f"vcjob {fresh}")
+    simulate_vcjob_phase(NS, fresh, "Completed")
+    wait_for(lambda: phase("renamed") == "Succeeded", timeout=20, what="renamed Succeeded again")
 
 
 def leak_volume(k8s: EmulatorServer, job: str, fs_id: str) -> None:
