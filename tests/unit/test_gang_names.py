@@ -34,6 +34,7 @@ def training(monkeypatch: pytest.MonkeyPatch) -> Job:
     monkeypatch.setattr(k8s, "delete_vcjob", lambda ns, name, *_, **__: going(j, name))
     monkeypatch.setattr(k8s, "list_pods", lambda ns, selector: [])
     j.one_pass()
+    assert j.one_pass() == "Precompiling"  # the precompile job's echo
     pre = naming.vcjob_name("j", "precompile")
     j.api.objects[(Kind.VCJOB, pre)]["status"] = {"state": {"phase": "Completed"}}
     j.api.deliver(j.idx)

@@ -159,7 +159,7 @@ COMPILE = Observed(storage_ready=True, policy="Always")
          (Action.ACQUIRE_CACHE, Action.CREATE_PRECOMPILE), None),
         # the compile done: its Workload finishes (quota back), the training one is created
         (replace(COMPILE, precompile=Child.SUCCEEDED, cache_recorded=True, cache_holder="self",
-                 quota=quota(pre=Admission.ADMITTED)),
+                 quota=quota(pre=Admission.ADMITTED), previous_phase="Precompiling"),
          (Action.FINISH_PRECOMPILE_WORKLOAD, Action.RECORD_CACHE, Action.CREATE_TRAINING_WORKLOAD),
          "WaitingForQuota"),
         # the job ends: every live Workload finishes

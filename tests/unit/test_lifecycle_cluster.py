@@ -75,6 +75,7 @@ def test_a_refused_cache_record_blocks_training_until_it_is_written() -> None:
         storage_ready=True,
         precompile=Child.SUCCEEDED,
         rejections=(Rejection(Action.RECORD_CACHE, 403, "exceeded quota: configmaps"),),
+        previous_phase="Precompiling",
     )
     d = decide(obs)
     assert d.actions == () and d.blocker is not None
@@ -174,7 +175,8 @@ def test_the_phase_never_moves_back_while_a_stage_job_lives(previous: str) -> No
 
 
 def test_after_precompile_the_job_goes_to_training_not_back_to_pending() -> None:
-    d = decide(Observed(storage_ready=True, precompile=Child.SUCCEEDED, cache_recorded=True))
+    d = decide(Observed(storage_ready=True, precompile=Child.SUCCEEDED, cache_recorded=True,
+                        previous_phase="Precompiling"))  # fmt: skip
     assert d.phase is Phase.TRAINING and d.actions == (Action.CREATE_TRAINING,)
 
 
@@ -342,7 +344,9 @@ def test_a_queue_deleted_after_the_compile_is_pending_not_training(previous: str
     assert d.phase is Phase.PENDING and d.actions == () and d.blocker == gone
     assert conds(obs)["Running"] == ("False", "QueueNotFound")
     assert conds(obs)["Precompiled"][0] == "True"
-    back = decide(replace(obs, queue_blocker=None, previous_phase="Pending"))
+    said = decide(obs).conditions  # the Pending status says the compile finished
+    back = decide(replace(obs, queue_blocker=None, previous_phase="Pending",
+                          previous_conditions=said))  # fmt: skip
     assert back.phase is Phase.TRAINING and back.actions == (Action.CREATE_TRAINING,)
 
 
@@ -370,4 +374,5 @@ def test_a_gang_to_replace_is_stopped_and_the_job_keeps_training(state: Child) -
 
 def test_once_stopped_the_gang_is_created_again() -> None:
     obs = replace(READY, training=Child.ABSENT, precompile=Child.SUCCEEDED)
+    obs = replace(obs, previous_phase="Training")
     assert decide(obs).actions == (Action.CREATE_TRAINING,)

@@ -395,11 +395,13 @@ class Job:
         )
         self.events: list[str] = []
         self.overlay = Overlay()
+        self.outcome = Outcome(None)
 
     def one_pass(self) -> str | None:
         emit = lambda _b, _t, reason, _m, _a: self.events.append(reason)  # noqa: E731
         views = Views(reader=WatchReader(self.idx, self.overlay))
-        return reconcile(NS, "j", emit, views).phase
+        self.outcome = reconcile(NS, "j", emit, views)
+        return self.outcome.phase
 
     def status(self) -> Json:
         return dict(self.api.objects[(Kind.TRAINIUMJOB, "j")]["status"])
@@ -421,6 +423,34 @@ def test_passes_before_the_watch_catches_up_create_nothing_twice_and_announce_on
     j.api.deliver(j.idx)
     assert j.one_pass() == "Precompiling" and j.api.creates == made
     assert j.events.count("Precompiling") == 1 and len(j.overlay) == 0
+
+
+@pytest.mark.parametrize("echo", ["late", "refused"])
+def test_a_compile_done_before_any_status_said_so_is_reported_before_training(
+    monkeypatch: pytest.MonkeyPatch, echo: str
+) -> None:
+    """The precompile job's echo pass ran only once it had Completed (a loaded operator), or
+    its Precompiling write was refused (409: the job changed meanwhile) and the retry found it
+    Completed: the job still says Precompiling, before its training gang is created, so its
+    phases, status.history and Events show the compile (it went New -> Training before)."""
+    j = Job(monkeypatch)
+    j.one_pass()  # creates the lease and the precompile job; the status is its echo's to write
+    pre = naming.vcjob_name("j", "precompile")
+    if echo == "refused":
+        j.api.store(Kind.TRAINIUMJOB, j.api.objects[(Kind.TRAINIUMJOB, "j")])  # kubectl label
+        with pytest.raises(ApiException):
+            j.one_pass()
+        assert "status" not in j.api.objects[(Kind.TRAINIUMJOB, "j")]
+    j.api.objects[(Kind.VCJOB, pre)]["status"] = {"state": {"phase": "Completed"}}
+    j.api.deliver(j.idx)
+    assert j.one_pass() == "Precompiling"
+    train = f"vcjobs/{naming.vcjob_name('j', 'train')}"
+    assert train not in j.api.creates  # the status goes first
+    assert j.outcome.deadline_in is not None and j.outcome.deadline_in <= 1  # no event follows
+    assert j.one_pass() == "Training" and j.api.creates[-1] == train  # that look, at once
+    j.one_pass()  # woken by the training job's ADDED
+    assert [h["phase"] for h in j.status()["history"]] == ["Precompiling", "Training"]
+    assert j.events.count("Precompiling") == 1 and j.events.count("Training") == 1
 
 
 def test_the_pass_that_creates_a_stage_leaves_the_report_to_its_echo_and_decides_once(

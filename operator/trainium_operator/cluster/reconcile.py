@@ -42,6 +42,10 @@ WATCHED = frozenset(
 )  # fmt: skip
 
 
+#: Seconds until the next pass of a job whose status goes before its next stage (Decision.again).
+AGAIN_IN = 0.1
+
+
 @dataclass(frozen=True)
 class Outcome:
     """What one pass left behind: the phase, the transition made, when to come back."""
@@ -131,6 +135,7 @@ def _run(
         seen.progress_in,
         shrink_in,
         _name_wait_left(seen),
+        AGAIN_IN if decision.again else None,
     )
     if rejections:  # what the API server refused is observed, and decided on, in this pass
         decision = lifecycle.decide(replace(observed, rejections=rejections))

@@ -229,6 +229,7 @@ def _refused(decision: Decision, rejection: Rejection, ctype: str, obs: Observed
         conditions=verdicts.close(conds, running=None),
         actions=(),
         blocker=blocker,
+        again=False,  # waits with backoff: nothing follows at once
     )
 
 
@@ -243,7 +244,26 @@ def _after_storage(obs: Observed, conds: list[Condition], hit: bool | None) -> D
         return verdicts.pending(conds, held, (), hit, obs)
     if (rejection := obs.rejected(Action.CREATE_TRAINING)) is not None:
         return _refused(verdicts.pending(conds, None, (), hit, obs), rejection, "Running", obs)
+    if _compile_unreported(obs):
+        msg = "precompile job completed; the training job is created next"
+        return Decision(
+            Phase.PRECOMPILING, msg, verdicts.close(conds, running=False), (), hit, obs.restarts,
+            again=True,
+        )  # fmt: skip
     return verdicts.pending(conds, None, (Action.CREATE_TRAINING,), hit, obs)
+
+
+#: Phases a job is in before its own precompile runs (None: no status yet).
+_BEFORE_COMPILE = frozenset({None, "", Phase.PENDING.value, Phase.WAITING_FOR_CACHE.value})
+
+
+def _compile_unreported(obs: Observed) -> bool:
+    """The job's own precompile finished before any status said it ran (the pass after its
+    creation came late, or its write was refused): Precompiling is written before Training, so
+    status.history, its Events and its cost show the compile."""
+    if obs.precompile is not Child.SUCCEEDED or obs.previous_phase not in _BEFORE_COMPILE:
+        return False
+    return not any(c.type == "Precompiled" and c.status == "True" for c in obs.previous_conditions)
 
 
 def _needs_precompile(obs: Observed) -> bool:

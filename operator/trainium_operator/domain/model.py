@@ -247,6 +247,9 @@ class Decision:
     restarts: int = 0
     #: The missing prerequisite that holds the job in Pending, if any (a Warning Event).
     blocker: Blocker | None = None
+    #: This status goes first and the next pass, due at once, creates what follows (no event
+    #: would wake it: a stage that finished before any status said it ran is not skipped).
+    again: bool = False
 
 
 CONDITION_TYPES = ("Validated", "StorageReady", "Precompiled", "Running", "Succeeded", "Failed")
