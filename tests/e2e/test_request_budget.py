@@ -65,7 +65,7 @@ def test_a_lifecycle_reads_at_most_ten_times(fleet: Cluster) -> None:
     assert writes / JOBS <= WRITES_PER_LIFECYCLE, sorted(by_kind.items())
     assert len(refused) <= JOBS // 4, sorted(by_kind.items())
     assert fleet.added_twice() == []  # no child created twice on a lagging watch
-    for name in specs:
+    for name in specs:  # Precompiling too when the compile completed before its echo pass ran
         assert fleet.phase_history(name) == ["Precompiling", "Training", "Succeeded"]
         reasons = [e["reason"] for e in fleet.events(name)]
         assert len(reasons) == len(set(reasons)), reasons  # each transition announced once
