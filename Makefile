@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 TOOLS := .tools/bin
 export PATH := $(abspath $(BIN)):$(abspath $(TOOLS)):$(PATH)
 
-.PHONY: help install run run-native test test-half-e2e test-half-rest test-slow test-unit test-e2e test-chart test-xla test-reliability test-cluster bench bench-smoke lint \
+.PHONY: help install run run-native test test-slow test-unit test-e2e test-chart test-xla test-reliability test-cluster bench bench-smoke lint \
 	crds verify helm promtool render chart-docs clean
 
 help: ## Show the targets
@@ -51,17 +51,11 @@ run-native: $(STAMP) ## The same tiny BERT on the native backend (torch.compile,
 render: $(STAMP) ## Print the manifests the operator would create for the BERT tutorial job
 	@$(BIN)/trainium render -f examples/bert-large-pretrain.yaml
 
-# Two pytest processes side by side, each's output printed when it ends: the emulator e2e tests in
-# order in one (they share its emulator; test_zz_rbac_coverage reads every request the others
-# made), the rest in the other. Not xdist's loadgroup: with pytest 9 it ignores xdist_group.
+# Two xdist workers, whole modules each (--dist loadscope: a module's fixtures start once); each
+# worker has its own emulator, so no test may rely on another's requests (test_zz_rbac_coverage
+# drives every verb it checks itself).
 test: $(STAMP) helm promtool ## Unit, fast trainer, chart, emulator and end-to-end tests
-	@$(MAKE) --no-print-directory -j2 --output-sync=target test-half-e2e test-half-rest
-
-PYTEST_FAST = $(BIN)/python -m pytest -q -p no:cacheprovider -p no:xdist -m "not slow"
-test-half-e2e:
-	$(PYTEST_FAST) tests/e2e
-test-half-rest:
-	$(PYTEST_FAST) --ignore=tests/e2e
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n 2 --dist loadscope -m "not slow"
 
 test-slow: $(STAMP) ## Multi-process training tests (tests/local, trainer elastic/native/resume)
 	$(BIN)/python -m pytest -q -p no:cacheprovider -m slow
