@@ -62,6 +62,17 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.slow)
 
 
+@pytest.fixture(autouse=True)
+def _environment_restored() -> Iterator[None]:
+    """os.environ as before each test: an xdist worker runs unit and e2e tests in one process, and
+    a variable one test set (the election's Lease) reached every operator started after it."""
+    saved = dict(os.environ)
+    yield
+    if os.environ != saved:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
 @pytest.fixture(scope="session")
 def k8s() -> Iterator[EmulatorServer]:
     """The API emulator, serving over HTTP for kubectl, the python client and the operator."""

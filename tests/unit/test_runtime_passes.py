@@ -483,7 +483,11 @@ def test_the_operator_command_elects_through_a_lease_and_kopf_runs_alone(
     from trainium_operator.runtime import leadership
 
     ran: list[list[str]] = []
-    monkeypatch.delenv(leadership.LEASE_ENV, raising=False)
+    # setenv first, so the teardown restores the variable cmd_operator sets (a bare delenv of an
+    # absent one records nothing: the Lease env leaked into every later operator process of the
+    # xdist worker, which then elected on the session's Lease).
+    monkeypatch.setenv(leadership.LEASE_ENV, "")
+    monkeypatch.delenv(leadership.LEASE_ENV)
     monkeypatch.setattr(kopf.cli, "main", lambda args, **_: ran.append(args))
     assert operator.cmd_operator(["--leader-elect=trainium", "-A"]) == 0
     assert os.environ[leadership.LEASE_ENV] == "trainium"
