@@ -57,7 +57,7 @@ def test_pods_volcano_cannot_create_are_reported_from_its_failed_create_event(
     apply(job(ns, "podless", q, precompile={"policy": "Never"}))
     gang = vcjob(k8s, ns, "podless-train")
     wait_phase(ns, "podless", "Training")
-    said = 'pods "podless-train-node-0-0" is forbidden: exceeded quota: pods-quota'
+    said = 'pods "podless-train-node-0" is forbidden: exceeded quota: pods-quota'
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     apply({"apiVersion": "v1", "kind": "Event",
            "metadata": {"name": "podless-train.failed", "namespace": ns},
