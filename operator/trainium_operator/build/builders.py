@@ -309,7 +309,10 @@ def build_vcjob(
         cfg["priority_class"] = spec.scheduling.priorityClassName
     info = _submit_dryrun(app, cfg)
     job: Json = _serializer.sanitize_for_serialization(info.request.resource)
-    return _overlay_job(job, spec, owner, stage, ctx.run_id)
+    job = _overlay_job(job, spec, owner, stage, ctx.run_id)
+    (task,) = job["spec"]["tasks"]
+    job["spec"]["tasks"] = [_one_task(task, spec.nodes)]
+    return job
 
 
 def _overlay_job(job: Json, spec: TrainiumJobSpec, owner: Owner, stage: str, name: str) -> Json:
@@ -329,9 +332,8 @@ def _overlay_job(job: Json, spec: TrainiumJobSpec, owner: Owner, stage: str, nam
     }
     job["spec"]["minAvailable"] = spec.nodes
     job["spec"].update(placement.job_fields(spec))  # both gangs: the same nodes, the same network
-    (task,) = job["spec"]["tasks"]
-    _overlay_pod(task["template"], spec, owner, stage, name)
-    job["spec"]["tasks"] = [_one_task(task, spec.nodes)]
+    for task in job["spec"]["tasks"]:
+        _overlay_pod(task["template"], spec, owner, stage, name)
     return job
 
 
