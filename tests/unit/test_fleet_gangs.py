@@ -12,7 +12,8 @@ import json
 from typing import Any
 
 import pytest
-from support import example_spec, node_pods, spec_of
+from support import EXAMPLES as EXAMPLES_DIR
+from support import example_spec, load_example, node_pods, spec_of
 from torchx.specs.overlays import set_overlay
 
 from trainium_operator.api.spec import TrainiumJobSpec
@@ -147,3 +148,27 @@ def test_volcanos_hosts_env_fits_in_one_env_string_at_the_crds_maximum() -> None
     ):
         hosts = ",".join(f"{naming.pod_name(gang, i)}.{gang}" for i in range(nodes))
         assert len(f"VC_NODE_HOSTS={hosts}") + 1 <= 128 * 1024
+
+
+EXAMPLES = sorted(
+    p.name for p in EXAMPLES_DIR.glob("*.yaml") if "\nkind: TrainiumJob" in p.read_text("utf-8")
+)
+
+
+@pytest.mark.parametrize("example", EXAMPLES)
+def test_every_example_at_1024_nodes_is_admitted_and_renders_small(example: str) -> None:
+    """Each example at the CRD's maximum (elastic ones without elastic: its batch rules are
+    per size): the CRD admits it and both Volcano jobs stay within 64 KiB."""
+    from trainium_operator.api import crd
+    from trainium_operator.api.spec import parse
+
+    doc = load_example(example)
+    doc["spec"]["nodes"] = 1024
+    doc["spec"].pop("elastic", None)
+    stored, problems = crd.validate(doc)
+    assert problems == [], problems
+    spec = parse(stored)
+    for stage in STAGES:
+        vcjob = builders.build_vcjob(spec, OWNER, stage)
+        assert vcjob["spec"]["tasks"][0]["replicas"] == 1024
+        assert _size(vcjob) <= LIMIT, (stage, _size(vcjob))
