@@ -90,6 +90,7 @@ test-cluster: $(if $(TRAINIUM_CLUSTER_ASSETS),$(STAMP) helm) ## Real-cluster tie
 BENCH_JOBS ?= 100 500 1000
 bench: $(STAMP) ## Benchmarks behind BENCHMARKS.md (BENCH_JOBS="100 500 1000")
 	$(BIN)/python bench/build_vcjob.py
+	$(BIN)/python bench/gang_size.py
 	$(BIN)/python bench/emulator_growth.py
 	$(BIN)/python bench/operator_scale.py --jobs $(BENCH_JOBS)
 	$(BIN)/python bench/compile_cache.py

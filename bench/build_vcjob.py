@@ -8,6 +8,7 @@ Both in one run, same spec, CPU time per build (time.process_time). Usage:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import time
 import warnings
@@ -30,12 +31,15 @@ def build_as_before(spec: TrainiumJobSpec, owner: Owner, stage: str) -> dict[str
     ctx = builders.stage_context(spec, owner, stage)
     app = appdef.build_appdef(spec, ctx)
     set_overlay(app.roles[0], "kubernetes", "V1Pod", builders.pod_overlay(spec, owner, stage))
+    app = dataclasses.replace(app, roles=[dataclasses.replace(app.roles[0], num_replicas=1)])
     cfg = {"queue": spec.scheduling.queue, "namespace": owner.namespace, "validate_spec": False}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         info = KubernetesScheduler(session_name=naming.ROLE).submit_dryrun(app, cfg)
     job = ApiClient().sanitize_for_serialization(info.request.resource)
-    return builders._overlay_job(job, spec, owner, stage, ctx.run_id)
+    job = builders._overlay_job(job, spec, owner, stage, ctx.run_id)
+    job["spec"]["tasks"] = [builders._one_task(job["spec"]["tasks"][0], spec.nodes)]
+    return job
 
 
 def cpu_ms_per_build(build: Callable[[], object], n: int) -> float:

@@ -42,6 +42,7 @@ class Bench:
 #: The Makefile's `bench` target, in its order, plus the --cluster variant of operator_scale.
 BENCHES = (
     Bench("build_vcjob.py"),
+    Bench("gang_size.py"),
     Bench("emulator_growth.py"),
     Bench("operator_scale.py"),
     Bench("compile_cache.py"),

@@ -3,7 +3,9 @@
 kubernetes 36.0.3 (the old pin) turned a text/plain body into a bytes repr
 (`node/0 b'[default0]:...'`, kubernetes-client/python#2596): this failed there (a strict xfail)
 and passes on 37.0.1, the pin.
-TorchX reads the pod `<app>-<role>-<k>-0`, the name the operator's Volcano job gives replica k.
+TorchX reads the pod `<app>-<role>-<k>-0`, the name its one-task-per-replica job gives replica
+k; since issue 35 a gang is one task of `nodes` replicas, whose pods are `<app>-<role>-<k>`, so
+TorchX's reader finds no pod (README, Logs): a strict xfail until TorchX reads the one task.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from cluster import Cluster, wait_until
 from harness import OperatorProcess
@@ -23,6 +27,7 @@ TORCHX = str(Path(sys.executable).parent / "torchx")
 LINES = ("[default0]:step 1 loss 7.1", "[default0]:ünïcode survives", "[default1]:done")
 
 
+@pytest.mark.xfail(strict=True, reason="TorchX reads <app>-<role>-<k>-0; our pods: -<k>")
 def test_torchx_log_reads_a_tier_jobs_log_as_text(
     cluster: Cluster, kubelet: FakeKubelet, running_operator: OperatorProcess, ns: str
 ) -> None:

@@ -28,7 +28,7 @@ def reason_is(ns: str, name: str, reason: str) -> dict[str, Any]:
 def failed_create(gang: dict[str, Any]) -> str:
     """Volcano's FailedCreate Event on the gang (a pods quota refused its first pod); the words."""
     md = gang["metadata"]
-    said = f'pods "{md["name"]}-node-0-0" is forbidden: exceeded quota: pods-quota'
+    said = f'pods "{md["name"]}-node-0" is forbidden: exceeded quota: pods-quota'
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     apply({"apiVersion": "v1", "kind": "Event",
            "metadata": {"name": f"{md['name']}.failed", "namespace": md["namespace"]},

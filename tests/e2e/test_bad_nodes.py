@@ -24,7 +24,7 @@ VCJOBS = "batch.volcano.sh/v1alpha1/jobs"
 def failed_preflight_pod(k8s: EmulatorServer, ns: str, owner: str, node: str) -> str:
     """Pod 0 of the gang on `node`, its preflight init container ended with exit 4."""
     template = k8s.get(VCJOBS, ns, f"{owner}-train")["spec"]["tasks"][0]["template"]
-    name = f"{owner}-train-node-0-0"
+    name = f"{owner}-train-node-0"
     apply({"apiVersion": "v1", "kind": "Pod",
            "metadata": {"name": name, "namespace": ns, **template["metadata"]},
            "spec": {**template["spec"], "nodeName": node}})  # fmt: skip

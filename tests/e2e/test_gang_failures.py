@@ -24,8 +24,8 @@ def gang_pod(k8s: EmulatorServer, ns: str, owner: str, replica: int, container_s
     """A training pod as Volcano creates it from our template, then the kubelet's status."""
     vcjob_obj = k8s.get("batch.volcano.sh/v1alpha1/jobs", ns, f"{owner}-train")
     assert vcjob_obj is not None
-    template = vcjob_obj["spec"]["tasks"][replica]["template"]
-    name = f"{owner}-train-node-{replica}-0"
+    template = vcjob_obj["spec"]["tasks"][0]["template"]
+    name = f"{owner}-train-node-{replica}"
     apply({"apiVersion": "v1", "kind": "Pod",
            "metadata": {"name": name, "namespace": ns, **template["metadata"]},
            "spec": template["spec"]})  # fmt: skip
@@ -51,7 +51,7 @@ def test_an_oom_kill_fails_fast_with_the_log_tail(
     gang_pod(k8s, ns, "hungry", 0, terminated("OOMKilled", 137), log)
     st = wait_phase(ns, "hungry", "Failed")
     failed = condition(ns, "hungry", "Failed")
-    assert failed["reason"] == "OOMKilled" and "hungry-train-node-0-0" in failed["message"]
+    assert failed["reason"] == "OOMKilled" and "hungry-train-node-0" in failed["message"]
     assert "step 79 loss" in failed["message"] and "step 20 loss" not in failed["message"]
     assert st["lastFailure"]["reason"] == "OOMKilled" and st["lastFailure"]["retry"] is False
     assert st["lastFailure"]["logTail"][-2:] == ["step 79 loss 7.79", "Killed"]

@@ -24,7 +24,7 @@ def test_logs_label_every_line_with_its_node_and_rank(
     start_training(k8s, ns, "chatty")
     template = k8s.get(VCJOBS, ns, "chatty-train")["spec"]["tasks"][0]["template"]
     for node in (0, 1):
-        name = f"chatty-train-node-{node}-0"
+        name = f"chatty-train-node-{node}"
         apply({"apiVersion": "v1", "kind": "Pod",
                "metadata": {"name": name, "namespace": ns, **template["metadata"]},
                "spec": template["spec"]})  # fmt: skip

@@ -17,7 +17,7 @@ VCJOBS = "batch.volcano.sh/v1alpha1/jobs"
 def running_pod(k8s: EmulatorServer, ns: str, owner: str, index: int, node_name: str) -> Obj:
     """Gang pod `index` of the training Volcano job, bound to `node_name` and Running."""
     template = k8s.get(VCJOBS, ns, f"{owner}-train")["spec"]["tasks"][0]["template"]
-    name = f"{owner}-train-node-0-{index}"
+    name = f"{owner}-train-node-{index}"
     apply({"apiVersion": "v1", "kind": "Pod",
            "metadata": {"name": name, "namespace": ns, **template["metadata"]},
            "spec": {**template["spec"], "nodeName": node_name}})  # fmt: skip

@@ -153,7 +153,7 @@ def test_full_lifecycle_then_cache_hit(
     assert pre["metadata"]["ownerReferences"][0]["uid"] == uid
     assert pre["metadata"]["labels"]["trainium.dev/stage"] == "precompile"
     assert pre["spec"]["minAvailable"] == 2 and pre["spec"]["queue"] == q
-    pod = pre["spec"]["tasks"][1]["template"]["spec"]
+    pod = pre["spec"]["tasks"][0]["template"]["spec"]
     container = pod["containers"][0]
     assert container["command"][0] == "neuron_parallel_compile"
     assert container["resources"]["limits"] == {
@@ -161,7 +161,9 @@ def test_full_lifecycle_then_cache_hit(
         "vpc.amazonaws.com/efa": "8",
     }
     env = {e["name"]: e.get("value") for e in container["env"]}
-    assert env["NEURON_CC_FLAGS"] == "--cache_dir=/data/neuron_cache/bert-large_1"
+    # one task for both nodes: each pod's own index, as the kubelet expands it
+    want = "--cache_dir=/data/neuron_cache/bert-large_$(TRAINIUM_NODE_INDEX)"
+    assert env["NEURON_CC_FLAGS"] == want
     st = wait_phase(ns, "bert", "Precompiling")
     assert st["precompileJob"] == "bert-compile" and st["cache"]["outcome"] == "miss"
 

@@ -51,7 +51,7 @@ def rank0_pod(k8s: EmulatorServer, ns: str, owner: str, port: int) -> str:
     (named,) = spec["containers"][0]["ports"]
     assert named == {"name": contract.METRICS_PORT_NAME, "containerPort": contract.METRICS_PORT}
     named["containerPort"] = port
-    name = f"{owner}-train-node-0-0"
+    name = f"{owner}-train-node-0"
     apply(
         {
             "apiVersion": "v1",

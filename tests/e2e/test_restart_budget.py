@@ -52,7 +52,7 @@ def disrupted_pod(k8s: EmulatorServer, ns: str, owner: str, how: str) -> str:
     vcjob_obj = k8s.get(VCJOBS, ns, f"{owner}-train")
     assert vcjob_obj is not None
     template = vcjob_obj["spec"]["tasks"][0]["template"]
-    name = f"{owner}-train-node-0-0"
+    name = f"{owner}-train-node-0"
     apply({"apiVersion": "v1", "kind": "Pod",
            "metadata": {"name": name, "namespace": ns, **template["metadata"]},
            "spec": template["spec"]})  # fmt: skip

@@ -14,7 +14,7 @@ from torchx.specs import macros
 
 from trainium_operator.api.spec import SpecError, parse
 from trainium_operator.build import appdef
-from trainium_trainer import contract
+from trainium_trainer import contract, rendezvous
 
 #: Values TorchX gives each replica; the same substitution its schedulers run on args and env.
 VALUES = macros.Values(img_root="/img", app_id="app-x1y2", replica_id="1", rank0_env="RANK0")
@@ -75,7 +75,7 @@ def test_torchrun_reads_who_hosts_the_store_and_how_long_to_wait() -> None:
         mount_root="/data",
     )
     others = appdef.torchrun_argv(spec, ctx)
-    host = appdef.store_host_argv(spec, ctx, others)
+    host = rendezvous.store_host_argv(others)
     for argv, is_host, endpoint in (
         (host, True, "localhost:29500"),
         (others, False, "j-train-node-0-0.j-train:29500"),

@@ -8,7 +8,7 @@ from typing import Any
 
 import kubernetes_validate
 import pytest
-from support import example_spec, job
+from support import example_spec, job, node_pods
 from torch.distributed.elastic.utils.api import macros as torchrun_macros
 from torch.distributed.run import config_from_args, parse_args
 
@@ -37,11 +37,10 @@ def tutorial_jobs(tutorial: tuple[TrainiumJobSpec, Owner]) -> dict[str, Json]:
 
 
 def pods(vcjob: Json) -> Iterator[tuple[int, Json, Json]]:
-    """(replica, pod template, its only container) for every task."""
-    for i, task in enumerate(vcjob["spec"]["tasks"]):
-        template = task["template"]
-        (container,) = template["spec"]["containers"]
-        yield i, template, container
+    """(node, pod, its only container) of every node, as each runs (support.node_pods)."""
+    for i, pod in node_pods(vcjob):
+        (container,) = pod["spec"]["containers"]
+        yield i, pod, container
 
 
 def env_of(container: Json) -> dict[str, str]:
@@ -90,13 +89,13 @@ def test_volcano_gets_a_retry_ceiling_the_operator_keeps_the_budget(retries: int
 
 
 @pytest.mark.parametrize("stage", STAGES)
-def test_one_task_per_node_restarting_the_whole_gang(
+def test_one_task_of_a_replica_per_node_restarting_the_whole_gang(
     tutorial_jobs: dict[str, Json], stage: str
 ) -> None:
     tasks = tutorial_jobs[stage]["spec"]["tasks"]
-    assert [t["name"] for t in tasks] == ["node-0", "node-1"]
+    assert [t["name"] for t in tasks] == [naming.TASK]
     for task in tasks:
-        assert task["replicas"] == 1
+        assert task["replicas"] == task["minAvailable"] == 2
         assert {p["event"]: p["action"] for p in task["policies"]} == {
             "PodEvicted": "RestartJob",
             "PodFailed": "RestartJob",
@@ -108,7 +107,7 @@ def test_one_task_per_node_restarting_the_whole_gang(
 def test_gang_size_is_the_node_count(nodes: int) -> None:
     vcjob = build(nodes=nodes)
     assert vcjob["spec"]["minAvailable"] == nodes
-    assert len(vcjob["spec"]["tasks"]) == nodes
+    assert [t["replicas"] for t in vcjob["spec"]["tasks"]] == [nodes]
 
 
 @pytest.mark.parametrize("stage", STAGES)
@@ -328,7 +327,8 @@ def test_pod_0_hosts_the_store_without_its_own_dns_record(
     wait = {"join_timeout": "1800", "read_timeout": "1800"}  # the CRD's default
     got = {i: _rdzv(_argv(c)) for i, _, c in pods(vcjob)}
     assert got[0] == ("localhost:29500", {"is_host": "1", **wait})
-    assert got[1] == (f"{name}-node-0-0.{name}:29500", {"is_host": "0", **wait})
+    assert got[1] == (f"{naming.pod_name(name, 0)}.{name}:29500", {"is_host": "0", **wait})
+    assert f"{name}-node-0.{name}" == naming.rank0_host(name)  # Volcano: <job>-<task>-<index>
 
 
 def test_rendezvous_timeouts_follow_run_policy() -> None:

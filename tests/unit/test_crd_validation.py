@@ -54,7 +54,7 @@ BAD: list[tuple[str, Json, str]] = [
         "spec.instanceType: 'p4d.24xlarge'",
     ),
     ("nodes-0", job(nodes=0), "spec.nodes: 0 is less than the minimum of 1"),
-    ("nodes-129", job(nodes=129), "spec.nodes: 129 is greater than the maximum of 128"),
+    ("nodes-1025", job(nodes=1025), "spec.nodes: 1025 is greater than the maximum of 1024"),
     ("nodes-string", job(nodes="2"), "spec.nodes: '2' is not of type 'integer'"),
     ("nproc-33-trn1.32xlarge", job(nprocPerNode=33), "spec.nprocPerNode may not exceed"),
     (

@@ -29,8 +29,8 @@ def env(vcjob: Json) -> dict[str, str]:
 def test_the_training_gang_is_built_at_its_size_with_the_global_batch() -> None:
     two = builders.build_vcjob(elastic.at_size(SPEC, 2), OWNER, "train")
     assert two["metadata"]["name"] == "j-train" and two["spec"]["minAvailable"] == 2
-    assert len(two["spec"]["tasks"]) == 2
-    argv = two["spec"]["tasks"][1]["template"]["spec"]["containers"][0]["command"]
+    assert [t["replicas"] for t in two["spec"]["tasks"]] == [2]
+    argv = two["spec"]["tasks"][0]["template"]["spec"]["containers"][0]["command"]
     assert argv[argv.index("--nnodes") + 1] == "2"
     assert env(two)[contract.ENV_GLOBAL_BATCH_SIZE] == "192"
     assert env(two)[contract.ENV_BATCH_SIZE] == "1"

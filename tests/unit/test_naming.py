@@ -11,7 +11,7 @@ import pytest
 from trainium_operator.api import naming
 
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-MAX_NODES = 128
+MAX_NODES = 1024
 STAGES = ("precompile", "train")
 
 
@@ -56,7 +56,7 @@ def test_vcjob_and_every_pod_name_is_a_dns_label(job: str, stage: str) -> None:
     for replica in range(MAX_NODES):
         pod = naming.pod_name(vcjob, replica)
         assert _is_label(pod), pod
-    assert naming.pod_name(vcjob, 127) == f"{vcjob}-node-127-0"
+    assert naming.pod_name(vcjob, 1023) == f"{vcjob}-node-1023"
 
 
 @pytest.mark.parametrize("job", JOB_NAMES)
@@ -69,7 +69,7 @@ def test_short_names_are_kept_readable() -> None:
     assert naming.vcjob_name("bert", "train") == "bert-train"
     assert naming.vcjob_name("bert", "precompile") == "bert-compile"
     assert naming.claim_name("bert") == "bert-fsx"
-    assert naming.task_name(3) == "node-3"
+    assert naming.TASK == "node" and naming.pod_name("bert-train", 3) == "bert-train-node-3"
 
 
 @pytest.mark.parametrize("job", JOB_NAMES)
@@ -110,7 +110,57 @@ def test_volume_name_includes_the_namespace() -> None:
 
 def test_rank0_host_is_pod_zero_under_the_job_service() -> None:
     vcjob = naming.vcjob_name("bert", "train")
-    assert naming.rank0_host(vcjob) == "bert-train-node-0-0.bert-train"
+    assert naming.rank0_host(vcjob) == "bert-train-node-0.bert-train"
+
+
+NODES = (0, 1, 9, 10, 127, 128, 1023)
+
+
+@pytest.mark.parametrize("job", JOB_NAMES)
+def test_a_pod_name_gives_back_its_gang_and_node(job: str) -> None:
+    """node_index and gang_of are pod_name's inverse, for gangs made before the one task too."""
+    gangs = [naming.vcjob_name(job, s) for s in STAGES]
+    gangs += [naming.vcjob_name(job, "precompile", 8), naming.successor(job, "uid-1234")]
+    for gang in gangs:
+        for node in NODES:
+            for pod in (naming.pod_name(gang, node), f"{gang}-node-{node}-0"):
+                assert naming.node_index(pod) == node, pod
+                assert naming.node_index(pod, gang) == node, pod
+                assert naming.gang_of(pod) == gang, pod
+    assert naming.node_index(f"{gangs[0]}-node-3", "another-train") is None
+    assert naming.node_index("coredns-5d78c9869d-abcde") is None
+    assert naming.gang_of("coredns-5d78c9869d-abcde") == ""
+
+
+def test_the_builders_pods_are_named_as_naming_says() -> None:
+    """Volcano names pod i of a task `<job>-<task>-<i>` (helpers.MakePodName): the builders' one
+    task gives the names pod_name makes, so every reader of a name agrees with the writer."""
+    from support import node_pods, spec_of
+
+    from trainium_operator.build import builders
+    from trainium_operator.build.builders import Owner
+
+    owner = Owner("bert", "default", "uid-1")
+    for stage in STAGES:
+        vcjob = builders.build_vcjob(spec_of(nodes=12), owner, stage)
+        name = vcjob["metadata"]["name"]
+        (task,) = vcjob["spec"]["tasks"]
+        for node in range(task["replicas"]):
+            pod = f"{name}-{task['name']}-{node}"  # Volcano's PodNameFmt "%s-%s-%d"
+            assert pod == naming.pod_name(name, node) and naming.node_index(pod) == node
+        assert [p["metadata"]["name"] for _, p in node_pods(vcjob)][-1] == f"{name}-node-11"
+
+
+def test_no_other_module_parses_or_builds_a_pod_name() -> None:
+    """One source: only naming.py spells `-node-` (the role between a gang and a node index)."""
+    from support import REPO
+
+    for path in sorted((REPO / "operator" / "trainium_operator").rglob("*.py")):
+        if path.name == "naming.py":
+            continue
+        text = path.read_text("utf-8")
+        assert "-node-" not in text.replace("network-node-layer", ""), path
+        assert "-{naming.ROLE}" not in text and "naming.ROLE}-" not in text, path
 
 
 def test_vcjob_names_start_with_a_letter_for_volcano_services() -> None:

@@ -6,6 +6,8 @@ env var the builders set for the trainer is declared here.
 
 from __future__ import annotations
 
+from trainium_trainer import rendezvous
+
 #: Name of the TrainiumJob this process belongs to.
 ENV_JOB_NAME = "TRAINIUM_JOB_NAME"
 #: Stage of the job: ``precompile`` or ``train``.
@@ -71,6 +73,8 @@ EXIT_PREFLIGHT = 4
 EXIT_PREEMPTED = 143
 #: The node's name, which the operator gives the preflight init container (spec.nodeName).
 ENV_NODE_NAME = "NODE_NAME"
+#: This node's index in its gang (rendezvous.py: node 0 hosts the store).
+ENV_NODE_INDEX = rendezvous.ENV_NODE_INDEX
 #: The init container that runs the preflight in training pods, and the trainer's subcommand.
 PREFLIGHT_CONTAINER = "preflight"
 PREFLIGHT_COMMAND = "preflight"
@@ -96,6 +100,7 @@ TRAINER_ENV = (
     ENV_CHECKPOINT_REPORT,
     ENV_METRICS_PORT,
     ENV_BACKEND,
+    ENV_NODE_INDEX,
 )
 
 #: Defaults the operator sets that spec.env may change (Hugging Face home, hub downloads).

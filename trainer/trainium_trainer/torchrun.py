@@ -15,17 +15,20 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from trainium_trainer import contract, termination
+from trainium_trainer import contract, rendezvous, termination
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run torch.distributed.run with argv; map a signal stop to its exit code."""
+    """Run torch.distributed.run with this node's argv; map a signal stop to its exit code.
+
+    Node 0 of a cluster gang gets the store host's rendezvous flags here (rendezvous.py).
+    """
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import main as torchrun
 
     try:
-        torchrun(list(sys.argv[1:] if argv is None else argv))
+        torchrun(rendezvous.node_argv(sys.argv[1:] if argv is None else argv))
     except SignalException as exc:
         return _stopped(int(exc.sigval), "torchrun got signal")
     except ChildFailedError as exc:

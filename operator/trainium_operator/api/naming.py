@@ -1,8 +1,11 @@
 """Deterministic child names that stay valid DNS labels for any valid TrainiumJob name.
 
-Volcano names pods `<job>-<task>-<index>` and uses them as hostnames (63 characters at most);
-TorchX names tasks `<role>-<replica>`. Long job names are cut and get a hash suffix, so two
-different long names never collide and nothing is rejected with a 422.
+Volcano names pods `<job>-<task>-<index>` and uses them as hostnames (63 characters at most).
+Every node of a stage is a replica of one task named after TorchX's role (`node`), so node i's
+pod is `<job>-node-<i>` (`pod_name`), and `node_index` reads i back: the one place that maps a
+pod to its node. Gangs made before (one task `node-<i>` per node, pods `<job>-node-<i>-0`)
+still read. Long job names are cut and get a hash suffix, so two different long names never
+collide and nothing is rejected with a 422.
 
 A training gang is never replaced under a name an earlier gang of the job had: Volcano 1.16's
 job controller keys its cache by namespace/name, and a retried clean-up of the deleted job
@@ -22,8 +25,15 @@ import re
 DNS_LABEL_MAX = 63
 LABEL_VALUE_MAX = 63
 ROLE = "node"
-#: Characters a pod name adds after the Volcano job name: "-node-<replica>-0" for up to 3 digits.
+#: Characters a pod name may add after the Volcano job name: "-node-<i>" needs 10 up to node
+#: 9,999; the 11 of the old "-node-<i>-0" (3 digits) are kept, so job names stay as they were.
 _POD_SUFFIX_MAX = len(f"-{ROLE}-999-0")
+#: The one Volcano task of a stage's gang (its replicas are the nodes).
+TASK = ROLE
+#: The annotation (and label) Volcano's job controller puts the pod's task index in (>= 1.9).
+TASK_INDEX_ANNOTATION = "volcano.sh/task-index"
+#: `-node-<i>` at a pod name's end; `-node-<i>-0` of the gangs made before the one task.
+_NODE_SUFFIX = re.compile(rf"-{ROLE}-(\d+)(?:-0)?$")
 STAGE_SUFFIX = {"precompile": "compile", "train": "train"}
 _HASH_LEN = 8
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
@@ -92,14 +102,23 @@ def successor(job: str, predecessor_uid: str) -> str:
     return fit(base, suffix, DNS_LABEL_MAX - _POD_SUFFIX_MAX)
 
 
-def task_name(replica: int) -> str:
-    """Volcano task name TorchX gives replica i of our single role."""
-    return f"{ROLE}-{replica}"
+def pod_name(vcjob: str, node: int) -> str:
+    """Pod (and hostname) Volcano names node i of the gang: `<job>-<task>-<i>`."""
+    return f"{vcjob}-{TASK}-{node}"
 
 
-def pod_name(vcjob: str, replica: int) -> str:
-    """Pod (and hostname) Volcano derives for replica i: `<job>-<task>-0`."""
-    return f"{vcjob}-{task_name(replica)}-0"
+def node_index(pod: str, vcjob: str | None = None) -> int | None:
+    """The node index in a gang pod's name (None: not a gang pod; of vcjob, when given)."""
+    m = _NODE_SUFFIX.search(pod)
+    if m is None or (vcjob is not None and pod[: m.start()] != vcjob):
+        return None
+    return int(m.group(1))
+
+
+def gang_of(pod: str) -> str:
+    """The Volcano job a gang pod belongs to ("": not one of ours)."""
+    m = _NODE_SUFFIX.search(pod)
+    return pod[: m.start()] if m else ""
 
 
 def rank0_host(vcjob: str) -> str:

@@ -11,6 +11,7 @@ we did not write as a macro is escaped (`$` -> `$$`) for each substitution it pa
 
 from __future__ import annotations
 
+import inspect
 import posixpath
 from dataclasses import dataclass
 
@@ -21,13 +22,19 @@ from trainium_operator.api.instances import EFA_RESOURCE, INSTANCE_TYPE_LABEL, L
 from trainium_operator.api.spec import DEVICES_PLUGIN, TrainiumJobSpec
 from trainium_operator.domain.budget import VOLCANO_MAX_RETRY
 from trainium_operator.domain.cachekey import strip_flag
-from trainium_trainer import config, contract
+from trainium_trainer import config, contract, rendezvous
 
 RDZV_PORT = 29500
 #: torchrun's --tee value for stdout and stderr (Std.ALL).
 TEE_BOTH = "3"
-#: The replica that hosts the c10d rendezvous store (TorchX task `node-0`).
+#: The replica that hosts the c10d rendezvous store (node 0).
 STORE_HOST_REPLICA = 0
+#: A node's own index in a TorchX template when it is known only at run time (the cluster's one
+#: Volcano task): Kubernetes' reference to the env var the pod defines first (escaped for TorchX).
+POD_NODE_INDEX = "$$(" + contract.ENV_NODE_INDEX + ")"
+#: `python3 -c` of this program runs torch.distributed.run with the node's own rendezvous flags
+#: in an image without the trainer package (rendezvous.py is stdlib only).
+RENDEZVOUS_PROGRAM = inspect.getsource(rendezvous)
 PRECOMPILE = contract.STAGE_PRECOMPILE
 TRAIN = contract.STAGE_TRAIN
 
@@ -79,6 +86,15 @@ class StageContext:
     #: The stage runs on this machine's CPU (the local backend): an XLA job's trainer then picks
     #: its runtime by what imports (auto: CPU here); a native job's runs natively on CPU.
     on_cpu: bool = False
+    #: Every node runs one shared template (the cluster's one Volcano task of `nodes` replicas):
+    #: a node's index, and node 0's store-host flags, come at run time from its task index.
+    #: False: TorchX writes each replica's own values (`${replica_id}`; the local backend).
+    one_task: bool = False
+
+    @property
+    def node_index(self) -> str:
+        """This node's index as a TorchX template: its macro, or the pod's env reference."""
+        return POD_NODE_INDEX if self.one_task else specs.macros.replica_id
 
 
 def compile_launcher(spec: TrainiumJobSpec) -> tuple[str, ...]:
@@ -126,19 +142,6 @@ def rendezvous_args(spec: TrainiumJobSpec, ctx: StageContext, host: bool) -> lis
     ]  # fmt: skip
 
 
-def store_host_argv(spec: TrainiumJobSpec, ctx: StageContext, argv: list[str]) -> list[str]:
-    """Replica 0's argv from any replica's: the first (our own) rendezvous flags are swapped.
-
-    TorchX builds every replica from one role, so both backends rewrite replica 0 after
-    TorchX's dry run; the user's args come after ours and are never touched.
-    """
-    out = list(argv)
-    flags = rendezvous_args(spec, ctx, host=True)
-    for flag, value in zip(flags[::2], flags[1::2], strict=True):
-        out[out.index(flag) + 1] = value
-    return out
-
-
 def user_args(spec: TrainiumJobSpec, stage: str) -> list[str]:
     """The user's args; precompile replaces the step flag (either form) with its own limit.
 
@@ -165,13 +168,21 @@ def launcher(spec: TrainiumJobSpec) -> str:
     return "torch.distributed.run"
 
 
+def launch(spec: TrainiumJobSpec, ctx: StageContext) -> list[str]:
+    """`-m <launcher>`; with one task and no trainer in the image, `-c` of rendezvous.py."""
+    module = launcher(spec)
+    if ctx.one_task and module != contract.TORCHRUN_MODULE:
+        return ["-c", RENDEZVOUS_PROGRAM]
+    return ["-m", module]
+
+
 def torchrun_argv(spec: TrainiumJobSpec, ctx: StageContext) -> list[str]:
     """`python3 -m <launcher> ... <module|script> <args>` of every node but 0 (launcher: torchrun).
 
     This is the container's argv: the worker's part is escaped for torchrun's own substitution.
     """
     argv = [
-        ctx.python, "-m", launcher(spec),
+        ctx.python, *launch(spec, ctx),
         "--nnodes", str(spec.nodes),
         "--nproc_per_node", str(spec.procs_per_node),
         "--rdzv_backend", "c10d",
@@ -208,9 +219,9 @@ def device_env(spec: TrainiumJobSpec) -> dict[str, str]:
 def stage_env(spec: TrainiumJobSpec, ctx: StageContext) -> dict[str, str]:
     """Operator defaults, then the user's env on top (the user wins), cache flags always ours.
 
-    Values are TorchX templates: escaped text plus the `${replica_id}` of the cache dir.
+    Values are TorchX templates: escaped text plus the node's index in the cache dir.
     """
-    cdir = escape(cache_dir(spec, ctx, "")) + specs.macros.replica_id
+    cdir = escape(cache_dir(spec, ctx, "")) + ctx.node_index
     env = device_env(spec)
     if ctx.on_cpu and spec.effective_backend == contract.BACKEND_XLA:
         env[contract.ENV_BACKEND] = "auto"

@@ -3,11 +3,18 @@
 TorchX's Kubernetes scheduler (dry run, no API server) turns our AppDef into the Volcano Job;
 we overlay only what TorchX cannot express: deterministic names, gang size, labels, owner,
 user resources, tolerations, node selectors and network placement.
+
+The one reshape: TorchX writes one Volcano task per replica (one full pod template per node:
+3.65 KiB a node, past etcd's 1.5 MiB request limit at ~408 nodes), because its macros may make
+replicas differ. Ours differ only by the node's index, so the overlay keeps TorchX's template of
+replica 0 as one task of `nodes` replicas, and each pod gets its index from Volcano at run time
+(`one_task`, `_one_task`): every pod runs what TorchX would have written for its replica.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import threading
 import warnings
 from collections.abc import Mapping
@@ -216,6 +223,7 @@ def stage_context(spec: TrainiumJobSpec, owner: Owner, stage: str) -> StageConte
         # The kubelet's default terminationMessagePath (the pods set no other).
         checkpoint_report=contract.TERMINATION_LOG,
         metrics_port=contract.METRICS_PORT,
+        one_task=True,
     )
 
 
@@ -290,6 +298,8 @@ def build_vcjob(
     app = appdef.build_appdef(spec, ctx)
     overlay = pod_overlay(spec, owner, stage, excluded)
     set_overlay(app.roles[0], "kubernetes", "V1Pod", overlay)
+    # TorchX's replica 0 alone: it depends on its replica id only, not on how many follow.
+    app = dataclasses.replace(app, roles=[dataclasses.replace(app.roles[0], num_replicas=1)])
     cfg: dict[str, Any] = {
         "queue": spec.scheduling.queue,
         "namespace": owner.namespace,
@@ -299,7 +309,10 @@ def build_vcjob(
         cfg["priority_class"] = spec.scheduling.priorityClassName
     info = _submit_dryrun(app, cfg)
     job: Json = _serializer.sanitize_for_serialization(info.request.resource)
-    return _overlay_job(job, spec, owner, stage, ctx.run_id)
+    job = _overlay_job(job, spec, owner, stage, ctx.run_id)
+    (task,) = job["spec"]["tasks"]
+    job["spec"]["tasks"] = [_one_task(task, spec.nodes)]
+    return job
 
 
 def _overlay_job(job: Json, spec: TrainiumJobSpec, owner: Owner, stage: str, name: str) -> Json:
@@ -319,13 +332,39 @@ def _overlay_job(job: Json, spec: TrainiumJobSpec, owner: Owner, stage: str, nam
     }
     job["spec"]["minAvailable"] = spec.nodes
     job["spec"].update(placement.job_fields(spec))  # both gangs: the same nodes, the same network
-    ctx = stage_context(spec, owner, stage)
     for task in job["spec"]["tasks"]:
         _overlay_pod(task["template"], spec, owner, stage, name)
-        if task["name"] == naming.task_name(appdef.STORE_HOST_REPLICA):
-            for container in task["template"]["spec"]["containers"]:
-                container["command"] = appdef.store_host_argv(spec, ctx, container["command"])
     return job
+
+
+def _one_task(replica0: Json, nodes: int) -> Json:
+    """TorchX's task of replica 0 as the task of every node: what made it replica 0's goes.
+
+    Its name and container's (TorchX's `node-0`) become the role's (pods: naming.pod_name);
+    its replica-id label and TORCHX_RANK0_HOST (`localhost`, for TorchX's rank0_env macro, which
+    our argv does not use) were replica 0's alone. The node's index comes first in the env, from
+    Volcano's annotation, for the `$(TRAINIUM_NODE_INDEX)` in the values after it; node 0's
+    store-host flags are set at run time (rendezvous.py).
+    """
+    task = {**replica0, "name": naming.TASK, "replicas": nodes, "minAvailable": nodes}
+    pod = task["template"]
+    pod["metadata"]["labels"].pop(LABEL_TORCHX_REPLICA, None)
+    for container in pod["spec"]["containers"]:
+        container["name"] = naming.ROLE
+        env = [e for e in container.get("env", []) if e["name"] != TORCHX_RANK0_ENV]
+        container["env"] = [_NODE_INDEX_ENV, *env]
+    return task
+
+
+#: TorchX's per-replica label and replica 0's env var (kubernetes_scheduler.py).
+LABEL_TORCHX_REPLICA = "torchx.pytorch.org/replica-id"
+TORCHX_RANK0_ENV = "TORCHX_RANK0_HOST"
+_NODE_INDEX_ENV: Json = {
+    "name": contract.ENV_NODE_INDEX,
+    "valueFrom": {
+        "fieldRef": {"fieldPath": f"metadata.annotations['{naming.TASK_INDEX_ANNOTATION}']"}
+    },
+}
 
 
 def _overlay_pod(pod: Json, spec: TrainiumJobSpec, owner: Owner, stage: str, vcjob: str) -> None:

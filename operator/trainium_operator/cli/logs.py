@@ -65,7 +65,7 @@ def _logs(args: argparse.Namespace) -> int:
     note = logs.ended_note(args.job, body.get("status") or {}, ns)
     if not chosen:
         print(f"no {args.stage} pods of job {args.job} match in namespace {ns}", file=sys.stderr)
-    # Each pod's trainer container by name (TorchX names it per replica: node-0, node-1...).
+    # Each pod's trainer container by name (TorchX names it after the role).
     container = {str(p["metadata"]["name"]): logs.container_of(p) for p in pods}
     streams = [
         (node, name, _log_lines(ns, name, container[name], args.follow)) for node, name in chosen

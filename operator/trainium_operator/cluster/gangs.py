@@ -237,5 +237,5 @@ def stage_selector(job: str, stage: str) -> str:
 
 def of_current(pods: list[Json], body: Json) -> list[Json]:
     """The pods of the job's current training gang (a replaced one's may still be stopping)."""
-    prefix = f"{train_name(owner_of(body['metadata']))}-{naming.ROLE}-"
-    return [p for p in pods if str(p["metadata"].get("name", "")).startswith(prefix)]
+    gang = train_name(owner_of(body["metadata"]))
+    return [p for p in pods if naming.gang_of(str(p["metadata"].get("name", ""))) == gang]

@@ -161,7 +161,7 @@ def is_rank0(pod: str, labels: Mapping[str, str]) -> bool:
     watch maps the pod to its job by its labels.
     """
     train = labels.get(builders.LABEL_STAGE) == contract.STAGE_TRAIN
-    return train and pod.endswith(naming.pod_name("", 0))
+    return train and naming.node_index(pod) == 0
 
 
 def slim_rank0(pod: Mapping[str, Any]) -> Json | None:

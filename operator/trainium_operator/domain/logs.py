@@ -1,7 +1,7 @@
 """Pure: which pods `trainium logs` reads, and how each line is labelled with its node and rank.
 
 torchrun runs with `--tee 3`, so every worker line starts with its local rank (`[default3]:`);
-a pod is one node (`<job>-<stage>-node-<i>-0`), so node i's local rank r is global rank
+a pod is one node (named by naming.pod_name), so node i's local rank r is global rank
 i x nprocPerNode + r, as torchrun assigns them with one process group per node.
 """
 
@@ -16,7 +16,6 @@ from trainium_operator.api import naming
 
 Json = Mapping[str, Any]
 _TEE = re.compile(r"^\[(?:[A-Za-z_]+)?(\d+)\]:")
-_NODE = re.compile(r"-node-(\d+)-\d+$")
 #: kubectl's JSONPath of a failure's log tail, one line each (status.lastFailure.logTail).
 TAIL_PATH = '{range .status.lastFailure.logTail[*]}{@}{"\\n"}{end}'
 
@@ -64,8 +63,7 @@ def _span(n: int) -> str:
 
 def node_of(pod_name: str) -> int | None:
     """The node index Volcano put in the pod's name."""
-    m = _NODE.search(pod_name)
-    return int(m.group(1)) if m else None
+    return naming.node_index(pod_name)
 
 
 def select(pods: Sequence[Json], target: Target) -> list[tuple[int, str]]:

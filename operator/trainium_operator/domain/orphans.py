@@ -58,10 +58,8 @@ def orphaned(pods: Iterable[Orphan], exists: Callable[[str], bool]) -> list[Orph
 
 
 def gang_of(pod: Orphan) -> str:
-    """The Volcano job a gang pod belongs to ("": not one of ours): Volcano names pods
-    <job>-<task>-<index>, and our tasks are <ROLE>-<replica>."""
-    job, sep, _ = pod.name.rpartition(f"-{naming.ROLE}-")
-    return job if sep else ""
+    """The Volcano job a gang pod belongs to ("": not one of ours), by its name."""
+    return naming.gang_of(pod.name)
 
 
 def fate(pod: Orphan, gang: Mapping[str, Any] | None) -> str | None:

@@ -38,7 +38,7 @@ from trainium_operator.domain.status import now_iso, read_conditions
 from trainium_operator.local import logs as locallogs
 from trainium_operator.local import render
 from trainium_operator.local import view as localview
-from trainium_trainer import contract
+from trainium_trainer import contract, rendezvous
 
 Json = dict[str, Any]
 SYNTH_ANNOTATION = "trainium.dev/local-synthetic-data"
@@ -142,7 +142,7 @@ def dryrun(run: LocalRun, stage: str, runner: Any) -> Any:
     cfg = {"log_dir": str(run.root / "logs" / stage), "prepend_cwd": True}
     info = runner.dryrun(appdef.build_appdef(spec, ctx), SCHEDULER, cfg=cfg)
     host = info.request.role_params[naming.ROLE][appdef.STORE_HOST_REPLICA]
-    host.args = appdef.store_host_argv(spec, ctx, host.args)
+    host.args = rendezvous.store_host_argv(host.args)
     return info
 
 
