@@ -112,8 +112,7 @@ class Kueue:
         self.crds = [d for d in yaml.safe_load_all((self.manifests / "crds.yaml").read_text()) if d]
         self._apply_crds()
         names = [f"crd/{c['metadata']['name']}" for c in self.crds]
-        self.cluster.kubectl("wait", "--for=condition=Established", *names, "--timeout=120s",
-                             timeout=150)  # fmt: skip
+        self.cluster.wait_established(*names)
         self.cluster.kubectl("apply", "--server-side", "-f", str(self.manifests / "rbac.yaml"))
         token = self.cluster.kubectl(
             "create", "token", SERVICE_ACCOUNT, "-n", NAMESPACE, "--duration=4h"
