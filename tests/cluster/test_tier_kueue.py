@@ -382,6 +382,36 @@ def test_a_job_without_the_label_is_left_alone(
     assert condition(job, "Running").get("reason") != "WaitingForQuota"
 
 
+def test_a_missing_local_queue_is_named_and_the_job_starts_once_it_exists(
+    cluster: Cluster,
+    kubelet: FakeKubelet,
+    kueue: Kueue,
+    flavor: str,
+    running_operator: OperatorProcess,
+    ns: str,
+) -> None:
+    """The label names a LocalQueue not (yet) in the namespace: the job says so and waits;
+    created, Kueue admits the Workload and the gang starts."""
+    fsx_claim(cluster, ns)
+    cq = queues(cluster, ns, flavor, neuron=16)
+    body = kueue_job("early", ns)
+    body["metadata"]["labels"][QUEUE_LABEL] = "team-b"
+    create(cluster, body)
+
+    def named() -> Obj | None:
+        cond = condition(get(cluster, TJ, "early", ns), "Running")
+        return cond if cond.get("reason") == "LocalQueueNotFound" else None
+
+    cond = wait_until(named, 60, "LocalQueueNotFound on the job", every=0.5)
+    assert "LocalQueue 'team-b'" in cond["message"], cond
+    assert children(cluster, VCJOB, ns, "early") == []
+    cluster.apply({
+        "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
+        "metadata": {"name": "team-b", "namespace": ns}, "spec": {"clusterQueue": cq},
+    })  # fmt: skip
+    wait_condition(cluster, "early", ns, "Succeeded", timeout=120)
+
+
 def test_admission_time_between_create_and_gang(
     cluster: Cluster,
     kubelet: FakeKubelet,
