@@ -13,17 +13,21 @@ Preemption (Kueue evicting an admitted Workload) is not covered here.
 from __future__ import annotations
 
 import datetime
+import json
+import re
 import statistics
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import yaml
 
 import procs
 from cluster import Cluster, wait_until
 from harness import OperatorProcess
 from jobs import (
+    REPO,
     TJ,
     VCJOB,
     children,
@@ -40,6 +44,7 @@ from test_zz_audit import OPERATOR_USER, terminating
 
 Obj = dict[str, Any]
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 LOCAL_QUEUE = "team-a"
 KUEUE_USER = "system:serviceaccount:kueue-system:kueue-controller-manager"
 NEURON = "aws.amazon.com/neuron"
@@ -55,8 +60,24 @@ BENCH_JOBS = 5
 
 
 @pytest.fixture(scope="module")
-def flavor(kueue: Kueue) -> str:
-    """The module's ResourceFlavor (through Kueue's webhooks)."""
+def flavor(kueue: Kueue, operator: OperatorProcess) -> str:
+    """The module's ResourceFlavor (through Kueue's webhooks), once the operator watches
+    Kueue's Workloads and ResourceFlavors (kopf found their CRDs, installed after it started)."""
+
+    def watched() -> set[str]:
+        seen = {
+            (e.get("objectRef") or {}).get("resource")
+            for e in kueue.cluster.audit()
+            if e.get("user", {}).get("username") == OPERATOR_USER
+            and e["verb"] == "watch"
+            and (e.get("objectRef") or {}).get("apiGroup") == "kueue.x-k8s.io"
+        }
+        return {"workloads", "resourceflavors"} - seen
+
+    try:
+        wait_until(lambda: not watched(), procs.scaled(30), "the operator's Kueue watches")
+    except TimeoutError as exc:
+        raise AssertionError(f"the operator never watched Kueue's {watched()}") from exc
     kueue.cluster.apply({
         "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
         "metadata": {"name": FLAVOR},
@@ -365,6 +386,31 @@ def test_the_flavor_reaches_the_gang_pods(
     wait_condition(cluster, "placed", ns, "Succeeded", timeout=60)
 
 
+def test_the_priority_class_label_sets_the_workload_priority(
+    cluster: Cluster,
+    kubelet: FakeKubelet,
+    kueue: Kueue,
+    flavor: str,
+    running_operator: OperatorProcess,
+    ns: str,
+) -> None:
+    """kueue.x-k8s.io/priority-class: the WorkloadPriorityClass's value on the Workload, as
+    Kueue's own webhooks and schema accept it; admitted and run."""
+    fsx_claim(cluster, ns)
+    queues(cluster, ns, flavor, neuron=16)
+    wpc = f"high-{ns}"[:63]
+    cluster.apply({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "WorkloadPriorityClass",
+                   "metadata": {"name": wpc}, "value": 1000})  # fmt: skip
+    body = kueue_job("urgent", ns)
+    body["metadata"]["labels"][PRIORITY_LABEL] = wpc
+    create(cluster, body)
+    wait_condition(cluster, "urgent", ns, "Succeeded", timeout=120)
+    (wl,) = workloads_of(kueue, ns, "urgent")
+    assert wl["spec"]["priority"] == 1000, wl["spec"]
+    assert wl["spec"]["priorityClassRef"]["name"] == wpc
+    assert condition(wl, "Admitted").get("status") == "True"
+
+
 def test_a_job_without_the_label_is_left_alone(
     cluster: Cluster,
     kubelet: FakeKubelet,
@@ -448,6 +494,24 @@ def test_admission_time_between_create_and_gang(
         print(f"  q{i}: " + ", ".join(f"{k} {v:.3f}" for k, v in s.items())
               + f"; p{i}: total {without[i]:.3f}")  # fmt: skip
     assert statistics.median(operator) <= procs.scaled(1.0), with_kueue
+
+
+def test_readme_kueue_objects_pass_kueue_validation(cluster: Cluster, kueue: Kueue) -> None:
+    """README's "Quota with Kueue" YAML, as a user applies it: Kueue's schema and webhooks
+    accept every object (server-side dry run)."""
+    text = (REPO / "README.md").read_text()
+    section = text.split("## Quota with Kueue", 1)[1].split("\n## ", 1)[0]
+    docs = [
+        d
+        for block in re.findall(r"```yaml\n(.*?)```", section, flags=re.S)
+        for d in yaml.safe_load_all(block)
+        if d
+    ]
+    assert docs, "README's Quota with Kueue section has no YAML"
+    for doc in docs:
+        proc = cluster.kubectl("create", "--dry-run=server", "-f", "-", stdin=json.dumps(doc),
+                               check=False)  # fmt: skip
+        assert proc.returncode == 0, f"{doc['kind']} {doc['metadata']['name']}: {proc.stderr}"
 
 
 def test_no_request_was_refused_with_kueue(
