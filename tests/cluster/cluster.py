@@ -388,7 +388,7 @@ class Cluster:
     def _volcano(self) -> None:
         self.kubectl("apply", "--server-side", "-f", str(self.assets / "volcano" / "crds"))
         self.kubectl("create", "namespace", "volcano-system")
-        self.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
+        self.wait_established("crd", "--all")
         hooks, scheduler_conf, admission_conf, enabled = self._volcano_chart()
         # Each conf in a directory of its own: Volcano reloads on any write in the conf's dir.
         conf_dir, adm_dir = self.root / "vc-conf", self.root / "vc-admission-conf"
@@ -480,6 +480,16 @@ class Cluster:
             return (queue.get("status") or {}).get("state") == "Open"
 
         wait_until(open_, timeout, f"queue {name} Open", every=0.5)
+
+    def wait_established(self, *crds: str, timeout: float = 120) -> None:
+        """`kubectl wait --for=condition=Established`, again while a new CRD has no conditions
+        yet (kubectl then fails at once: ".status.conditions accessor error: <nil>")."""
+
+        def established() -> bool:
+            wait = ("wait", "--for=condition=Established", *crds, "--timeout=30s")
+            return self.kubectl(*wait, check=False, timeout=60).returncode == 0
+
+        wait_until(established, timeout, f"{' '.join(crds)} Established", every=0.5)
 
     def check_alive(self) -> None:
         for proc in self.procs.values():

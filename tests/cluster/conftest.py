@@ -3,7 +3,9 @@
 Session fixtures: `cluster` (etcd, kube-apiserver, kube-controller-manager, Volcano), `kubelet`
 (fake Trainium nodes and the fake kubelet that plays their pods), `installed` (the chart rendered
 with `helm template` and applied server-side as a user would, CRD included), `operator` (the
-product as a process with the chart's ServiceAccount token). Without TRAINIUM_CLUSTER_ASSETS
+product as a process with the chart's ServiceAccount token). Module fixture `kueue`: real Kueue,
+only for the modules that ask for it (its pod webhook would refuse every pod while it is down,
+so it leaves nothing registered behind). Without TRAINIUM_CLUSTER_ASSETS
 every test here is skipped (tests/conftest.py does not even collect this directory then).
 """
 
@@ -26,6 +28,7 @@ from cluster import Cluster, install_chart, kubectl_binary
 from harness import OPERATORS, OperatorProcess
 from helmchart import CHART, HELM, REPO, ensure_helm, helm
 from kubelet import NODES, FakeKubelet
+from kueue import Kueue
 
 ASSETS_ENV = "TRAINIUM_CLUSTER_ASSETS"
 RELEASE, OPERATOR_NS = "trainium-operator", "trainium-system"
@@ -157,3 +160,14 @@ def ns(cluster: Cluster, kubelet: FakeKubelet, request: pytest.FixtureRequest) -
     yield name
     cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
     kubelet.forget(name)
+
+
+@pytest.fixture(scope="module")
+def kueue(cluster: Cluster) -> Iterator[Kueue]:
+    """Kueue's controller manager for one module; its webhooks, objects and CRDs go with it."""
+    manager = Kueue(cluster)
+    manager.start()
+    try:
+        yield manager
+    finally:
+        manager.stop()

@@ -1,0 +1,538 @@
+"""Issue 33 on a real cluster: real Kueue (v0.19.2) admits TrainiumJobs, real Volcano runs them.
+
+The operator runs under the chart's RBAC (the session's `operator`), Kueue's controller manager
+under its own (the module's `kueue` fixture, tests/cluster/kueue.py). A job opts in with the
+`kueue.x-k8s.io/queue-name` label; each test has a ClusterQueue of its own that admits only its
+namespace, and a LocalQueue `team-a` there. Durations between the steps of an admission are read
+from the audit log (each request's own timestamps, microseconds): the operator's share apart
+from Kueue's.
+
+Preemption (Kueue evicting an admitted Workload) is not covered here.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import re
+import statistics
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import yaml
+
+import procs
+from cluster import Cluster, wait_until
+from harness import OperatorProcess
+from jobs import (
+    REPO,
+    TJ,
+    VCJOB,
+    children,
+    condition,
+    create,
+    fsx_claim,
+    get,
+    small_job,
+    wait_condition,
+)
+from kubelet import Behavior, FakeKubelet
+from kueue import API, Kueue
+from test_zz_audit import OPERATOR_USER, terminating
+
+Obj = dict[str, Any]
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
+LOCAL_QUEUE = "team-a"
+KUEUE_USER = "system:serviceaccount:kueue-system:kueue-controller-manager"
+NEURON = "aws.amazon.com/neuron"
+#: The flavor's node labels and toleration: a zone every fake node has (the pods still fit) and
+#: a taint key none has; neither is on a gang's pods unless an admission put it there.
+FLAVOR = "trn1-tier"
+FLAVOR_LABELS = {"topology.kubernetes.io/zone": "us-west-2d"}
+FLAVOR_TOLERATION = {"key": "tier.trainium.dev/pool", "operator": "Exists", "effect": "NoSchedule"}
+RUNNING = Behavior(outcome="RunForever")
+PRECOMPILE = {"trainium.dev/stage": "precompile"}
+#: Jobs timed one after another for BENCHMARKS.md (with the label, and as many without).
+BENCH_JOBS = 5
+
+
+@pytest.fixture(scope="module")
+def flavor(kueue: Kueue, operator: OperatorProcess) -> str:
+    """The module's ResourceFlavor (through Kueue's webhooks), once the operator watches
+    Kueue's Workloads and ResourceFlavors (kopf found their CRDs, installed after it started)."""
+
+    def watched() -> set[str]:
+        seen = {
+            (e.get("objectRef") or {}).get("resource")
+            for e in kueue.cluster.audit()
+            if e.get("user", {}).get("username") == OPERATOR_USER
+            and e["verb"] == "watch"
+            and (e.get("objectRef") or {}).get("apiGroup") == "kueue.x-k8s.io"
+        }
+        return {"workloads", "resourceflavors"} - seen
+
+    try:
+        wait_until(lambda: not watched(), procs.scaled(30), "the operator's Kueue watches")
+    except TimeoutError as exc:
+        raise AssertionError(f"the operator never watched Kueue's {watched()}") from exc
+    kueue.cluster.apply({
+        "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
+        "metadata": {"name": FLAVOR},
+        "spec": {"nodeLabels": FLAVOR_LABELS, "tolerations": [FLAVOR_TOLERATION]},
+    })  # fmt: skip
+    return FLAVOR
+
+
+@pytest.fixture(scope="module")
+def since() -> float:
+    """When this module began (epoch seconds), for its own 403 check."""
+    return time.time()
+
+
+def queues(cluster: Cluster, namespace: str, flavor: str, neuron: int) -> str:
+    """A ClusterQueue for namespace alone (`neuron` devices, EFA to match, cpu and memory
+    plenty) and LocalQueue team-a there, both Active; the ClusterQueue's name."""
+    name = f"cq-{namespace}"
+    resources: list[Obj] = [
+        {"name": "cpu", "nominalQuota": 1024},
+        {"name": "memory", "nominalQuota": "4Ti"},
+        {"name": NEURON, "nominalQuota": neuron},
+        {"name": "vpc.amazonaws.com/efa", "nominalQuota": neuron},
+    ]
+    cluster.apply(
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue",
+            "metadata": {"name": name},
+            "spec": {
+                "namespaceSelector": {
+                    "matchLabels": {"kubernetes.io/metadata.name": namespace}},
+                "resourceGroups": [{
+                    "coveredResources": [r["name"] for r in resources],
+                    "flavors": [{"name": flavor, "resources": resources}],
+                }],
+            },
+        },
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
+            "metadata": {"name": LOCAL_QUEUE, "namespace": namespace},
+            "spec": {"clusterQueue": name},
+        },
+    )  # fmt: skip
+    for path in (f"{API}/clusterqueues/{name}",
+                 f"{API}/namespaces/{namespace}/localqueues/{LOCAL_QUEUE}"):  # fmt: skip
+        wait_until(lambda path=path: active(cluster.api.get(path)), 60, f"{path} Active")
+    return name
+
+
+def active(obj: Obj | None) -> bool:
+    return condition(obj, "Active").get("status") == "True"
+
+
+def kueue_job(name: str, namespace: str, **spec: Any) -> Obj:
+    """small_job with the opt-in label (LocalQueue team-a)."""
+    body = small_job(name, namespace, **spec)
+    body["metadata"]["labels"] = {QUEUE_LABEL: LOCAL_QUEUE}
+    return body
+
+
+def workloads_of(kueue: Kueue, namespace: str, job: str) -> list[Obj]:
+    """The Workloads of one job, oldest first."""
+    return [
+        w
+        for w in kueue.workloads(namespace)
+        if w["metadata"].get("labels", {}).get("trainium.dev/job-name") == job
+    ]
+
+
+def running_pods(kubelet: FakeKubelet, namespace: str, count: int, job: str) -> list[str]:
+    """Wait until the kubelet runs `count` pods of `job`'s gangs (their names start with it)."""
+
+    def mine() -> list[str]:
+        return [p for p in kubelet.running(namespace) if p.startswith(f"{job}-")]
+
+    return list(
+        wait_until(lambda: len(mine()) == count and mine(), 120, f"{count} running pods {job}")
+    )
+
+
+def released(kueue: Kueue, name: str) -> bool:
+    """The ClusterQueue holds nothing: no Workload reserving or admitted, every total 0."""
+    status = kueue.cluster_queue(name).get("status") or {}
+    totals = [
+        r.get("total", "0")
+        for key in ("flavorsReservation", "flavorsUsage")
+        for f in status.get(key) or []
+        for r in f.get("resources") or []
+    ]
+    held = status.get("reservingWorkloads", 0) or status.get("admittedWorkloads", 0)
+    return not held and all(t in ("0", 0) for t in totals)
+
+
+# ---------------------------------------------------------------------------------------------
+# The audit log: when each step of an admission happened, by whom.
+
+
+def _at(text: str) -> float:
+    return datetime.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def audited(cluster: Cluster, namespace: str) -> list[Obj]:
+    """The audit log's successful writes in namespace, in the order they were received."""
+    out = [
+        e
+        for e in cluster.audit()
+        if (e.get("objectRef") or {}).get("namespace") == namespace
+        and e["verb"] in ("create", "patch", "update")
+        and (e.get("responseStatus") or {}).get("code", 0) < 300
+    ]
+    return sorted(out, key=lambda e: e["requestReceivedTimestamp"])
+
+
+def _write(
+    events: list[Obj], user: str, verb: str | None, resource: str, name: str, sub: str = ""
+) -> list[Obj]:
+    return [
+        e
+        for e in events
+        if e["user"]["username"] == user
+        and (verb is None or e["verb"] == verb)
+        and e["objectRef"].get("resource") == resource
+        and e["objectRef"].get("name") == name
+        and e["objectRef"].get("subresource", "") == sub
+    ]
+
+
+def admission_steps(cluster: Cluster, namespace: str, job: str) -> dict[str, float]:
+    """Seconds from the job's create to its Workload's create (the operator), from there to
+    Kueue's last status write before the gang (Kueue), and from that to the gang's create (the
+    operator): each from when one request completed to when the next was received."""
+    events = audited(cluster, namespace)
+    workload = f"trainiumjob-{job}-train"
+    [made] = [e for e in events if e["verb"] == "create"
+              and e["objectRef"].get("resource") == "trainiumjobs"
+              and e["objectRef"].get("name") == job]  # fmt: skip
+    asked = _write(events, OPERATOR_USER, "create", "workloads", workload)[0]
+    gang = _write(events, OPERATOR_USER, "create", "jobs", f"{job}-train")[0]
+    kueue = [
+        e
+        for e in _write(events, KUEUE_USER, None, "workloads", workload, "status")
+        if e["stageTimestamp"] <= gang["requestReceivedTimestamp"]
+    ][-1]
+    return {
+        "operator_before": _at(asked["requestReceivedTimestamp"]) - _at(made["stageTimestamp"]),
+        "kueue": _at(kueue["stageTimestamp"]) - _at(asked["stageTimestamp"]),
+        "operator_after": _at(gang["requestReceivedTimestamp"]) - _at(kueue["stageTimestamp"]),
+        "total": _at(gang["requestReceivedTimestamp"]) - _at(made["stageTimestamp"]),
+    }
+
+
+def plain_steps(cluster: Cluster, namespace: str, job: str) -> float:
+    """Seconds from a job's create to its gang's create (no Kueue)."""
+    events = audited(cluster, namespace)
+    [made] = [e for e in events if e["verb"] == "create"
+              and e["objectRef"].get("resource") == "trainiumjobs"
+              and e["objectRef"].get("name") == job]  # fmt: skip
+    gang = _write(events, OPERATOR_USER, "create", "jobs", f"{job}-train")[0]
+    return _at(gang["requestReceivedTimestamp"]) - _at(made["stageTimestamp"])
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def test_second_job_waits_for_quota_and_starts_when_the_first_ends(
+    cluster: Cluster,
+    kubelet: FakeKubelet,
+    kueue: Kueue,
+    flavor: str,
+    since: float,
+    running_operator: OperatorProcess,
+    ns: str,
+) -> None:
+    """Quota for one gang, two jobs: the second waits with Kueue's words and starts within
+    seconds of the first's end; the ClusterQueue holds nothing after both."""
+    fsx_claim(cluster, ns)
+    cq = queues(cluster, ns, flavor, neuron=16)
+    kubelet.plan({}, RUNNING, namespace=ns)
+    create(cluster, kueue_job("first", ns))
+    running_pods(kubelet, ns, 1, "first")
+    create(cluster, kueue_job("second", ns))
+
+    def waiting() -> Obj | None:
+        cond = condition(get(cluster, TJ, "second", ns), "Running")
+        said = f"insufficient unused quota for {NEURON} in flavor {flavor}"
+        return cond if said in cond.get("message", "") else None
+
+    cond = wait_until(waiting, 60, "Kueue's reason on the second job", every=0.5)
+    assert cond["status"] == "False" and cond["reason"] == "WaitingForQuota", cond
+    assert (get(cluster, TJ, "second", ns) or {})["status"]["phase"] == "Pending"
+    assert children(cluster, VCJOB, ns, "second") == []  # nothing outside the quota
+    assert kubelet.finish(ns) == 1  # the first's pod ends
+    ended = time.monotonic()
+    running_pods(kubelet, ns, 1, "second")
+    started = time.monotonic() - ended
+    wait_condition(cluster, "first", ns, "Succeeded", timeout=60)
+    # Kueue admitted the second once the operator marked the first's Workload Finished.
+    events = audited(cluster, ns)
+    finish = _write(events, OPERATOR_USER, "patch", "workloads", "trainiumjob-first-train",
+                    "status")[0]  # fmt: skip
+    gang = _write(events, OPERATOR_USER, "create", "jobs", "second-train")[0]
+    admitted = [
+        e
+        for e in _write(events, KUEUE_USER, None, "workloads", "trainiumjob-second-train", "status")
+        if e["stageTimestamp"] <= gang["requestReceivedTimestamp"]
+    ][-1]
+    kueue_s = _at(admitted["stageTimestamp"]) - _at(finish["stageTimestamp"])
+    operator_s = _at(gang["requestReceivedTimestamp"]) - _at(admitted["stageTimestamp"])
+    print(
+        f"\nsecond job: its pod ran {started:.2f} s after the first's pod ended; the first's "
+        f"Workload Finished -> the second's admitted {kueue_s:.3f} s (Kueue) -> its gang "
+        f"created {operator_s:.3f} s (the operator)"
+    )
+    assert started < procs.scaled(15), started
+    kubelet.finish(ns)
+    wait_condition(cluster, "second", ns, "Succeeded", timeout=60)
+    for job in ("first", "second"):
+        (wl,) = workloads_of(kueue, ns, job)
+        assert condition(wl, "Finished").get("status") == "True", wl.get("status")
+    wait_until(lambda: released(kueue, cq), 60, f"ClusterQueue {cq} usage back to 0")
+
+
+def test_compile_aware_admission(
+    cluster: Cluster,
+    kubelet: FakeKubelet,
+    kueue: Kueue,
+    flavor: str,
+    running_operator: OperatorProcess,
+    ns: str,
+) -> None:
+    """A cache miss: its precompile Workload, Finished before its training Workload is made;
+    a job waiting on that compile holds none; once the entry is Ready it (a hit) makes one."""
+    fsx_claim(cluster, ns)
+    queues(cluster, ns, flavor, neuron=64)
+    kubelet.plan(PRECOMPILE, RUNNING, namespace=ns)
+    spec: Obj = {"precompile": {"policy": "IfNotCached"}, "cache": {"name": "shared"}}
+    create(cluster, kueue_job("miss", ns, **spec))
+    running_pods(kubelet, ns, 1, "miss")  # its compile gang, admitted
+    [compile_wl] = workloads_of(kueue, ns, "miss")
+    assert compile_wl["metadata"]["name"] == "trainiumjob-miss-compile"
+    assert condition(compile_wl, "Admitted").get("status") == "True"
+    assert compile_wl["spec"]["podSets"][0]["name"] == "compile"
+
+    create(cluster, kueue_job("waiter", ns, **spec))
+    wait_until(
+        lambda: (
+            (get(cluster, TJ, "waiter", ns) or {}).get("status", {}).get("phase")
+            == "WaitingForCache"
+        ),
+        60,
+        "the second job to wait for the first's compile",
+    )
+    passes = running_operator.passes()
+    wait_until(lambda: running_operator.passes() > passes + 2, 30, "a few more passes")
+    assert workloads_of(kueue, ns, "waiter") == []  # no quota held while it waits
+    assert (get(cluster, TJ, "waiter", ns) or {})["status"]["phase"] == "WaitingForCache"
+
+    kubelet.finish(ns)  # the compile ends; training runs 1 s and exits 0
+    miss = wait_condition(cluster, "miss", ns, "Succeeded", timeout=120)
+    waiter = wait_condition(cluster, "waiter", ns, "Succeeded", timeout=120)
+    assert miss["status"]["cache"]["outcome"] == "miss"
+    assert waiter["status"]["cache"]["outcome"] == "hit"
+    names = [w["metadata"]["name"] for w in workloads_of(kueue, ns, "miss")]
+    assert names == ["trainiumjob-miss-compile", "trainiumjob-miss-train"]
+    assert [w["metadata"]["name"] for w in workloads_of(kueue, ns, "waiter")] == [
+        "trainiumjob-waiter-train"
+    ]
+    # One after the other: the compile's Workload was Finished before the training one was made.
+    events = audited(cluster, ns)
+    finished = _write(events, OPERATOR_USER, "patch", "workloads", "trainiumjob-miss-compile",
+                      "status")  # fmt: skip
+    made = _write(events, OPERATOR_USER, "create", "workloads", "trainiumjob-miss-train")
+    assert finished and made
+    assert finished[0]["stageTimestamp"] <= made[0]["requestReceivedTimestamp"]
+    for wl in kueue.workloads(ns):
+        assert condition(wl, "Finished").get("status") == "True", wl["metadata"]["name"]
+
+
+def test_the_flavor_reaches_the_gang_pods(
+    cluster: Cluster,
+    kubelet: FakeKubelet,
+    kueue: Kueue,
+    flavor: str,
+    running_operator: OperatorProcess,
+    ns: str,
+) -> None:
+    """The admitted ResourceFlavor's nodeLabels and toleration are on every pod of the gang,
+    and the pods carry no queue-name label (Kueue's pod integration leaves them alone)."""
+    fsx_claim(cluster, ns)
+    queues(cluster, ns, flavor, neuron=32)
+    kubelet.plan({}, RUNNING, namespace=ns)
+    create(cluster, kueue_job("placed", ns, nodes=2))
+    running_pods(kubelet, ns, 2, "placed")
+    (wl,) = workloads_of(kueue, ns, "placed")
+    (assignment,) = wl["status"]["admission"]["podSetAssignments"]
+    assert assignment["flavors"][NEURON] == flavor and assignment["count"] == 2
+    pods = cluster.api.get(f"/api/v1/namespaces/{ns}/pods") or {}
+    assert len(pods["items"]) == 2
+    for pod in pods["items"]:
+        selector = pod["spec"].get("nodeSelector") or {}
+        assert FLAVOR_LABELS.items() <= selector.items(), selector
+        assert FLAVOR_TOLERATION in pod["spec"].get("tolerations", []), pod["spec"]
+        assert pod["spec"].get("nodeName"), "bound by Volcano"
+        assert QUEUE_LABEL not in (pod["metadata"].get("labels") or {})
+    kubelet.finish(ns)
+    wait_condition(cluster, "placed", ns, "Succeeded", timeout=60)
+
+
+def test_the_priority_class_label_sets_the_workload_priority(
+    cluster: Cluster,
+    kubelet: FakeKubelet,
+    kueue: Kueue,
+    flavor: str,
+    running_operator: OperatorProcess,
+    ns: str,
+) -> None:
+    """kueue.x-k8s.io/priority-class: the WorkloadPriorityClass's value on the Workload, as
+    Kueue's own webhooks and schema accept it; admitted and run."""
+    fsx_claim(cluster, ns)
+    queues(cluster, ns, flavor, neuron=16)
+    wpc = f"high-{ns}"[:63]
+    cluster.apply({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "WorkloadPriorityClass",
+                   "metadata": {"name": wpc}, "value": 1000})  # fmt: skip
+    body = kueue_job("urgent", ns)
+    body["metadata"]["labels"][PRIORITY_LABEL] = wpc
+    create(cluster, body)
+    wait_condition(cluster, "urgent", ns, "Succeeded", timeout=120)
+    (wl,) = workloads_of(kueue, ns, "urgent")
+    assert wl["spec"]["priority"] == 1000, wl["spec"]
+    assert wl["spec"]["priorityClassRef"]["name"] == wpc
+    assert condition(wl, "Admitted").get("status") == "True"
+
+
+def test_a_job_without_the_label_is_left_alone(
+    cluster: Cluster,
+    kubelet: FakeKubelet,
+    kueue: Kueue,
+    flavor: str,
+    running_operator: OperatorProcess,
+    ns: str,
+) -> None:
+    """Kueue running, a LocalQueue in the namespace, no label: no Workload, it runs as today."""
+    fsx_claim(cluster, ns)
+    queues(cluster, ns, flavor, neuron=16)
+    create(cluster, small_job("plain", ns))
+    job = wait_condition(cluster, "plain", ns, "Succeeded", timeout=120)
+    assert kueue.workloads(ns) == []
+    assert condition(job, "Running").get("reason") != "WaitingForQuota"
+
+
+def test_a_missing_local_queue_is_named_and_the_job_starts_once_it_exists(
+    cluster: Cluster,
+    kubelet: FakeKubelet,
+    kueue: Kueue,
+    flavor: str,
+    running_operator: OperatorProcess,
+    ns: str,
+) -> None:
+    """The label names a LocalQueue not (yet) in the namespace: the job says so and waits;
+    created, Kueue admits the Workload and the gang starts."""
+    fsx_claim(cluster, ns)
+    cq = queues(cluster, ns, flavor, neuron=16)
+    body = kueue_job("early", ns)
+    body["metadata"]["labels"][QUEUE_LABEL] = "team-b"
+    create(cluster, body)
+
+    def named() -> Obj | None:
+        cond = condition(get(cluster, TJ, "early", ns), "Running")
+        return cond if cond.get("reason") == "LocalQueueNotFound" else None
+
+    cond = wait_until(named, 60, "LocalQueueNotFound on the job", every=0.5)
+    assert "LocalQueue 'team-b'" in cond["message"], cond
+    assert children(cluster, VCJOB, ns, "early") == []
+    cluster.apply({
+        "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
+        "metadata": {"name": "team-b", "namespace": ns}, "spec": {"clusterQueue": cq},
+    })  # fmt: skip
+    wait_condition(cluster, "early", ns, "Succeeded", timeout=120)
+
+
+def test_admission_time_between_create_and_gang(
+    cluster: Cluster,
+    kubelet: FakeKubelet,
+    kueue: Kueue,
+    flavor: str,
+    running_operator: OperatorProcess,
+    ns: str,
+) -> None:
+    """BENCHMARKS.md: jobs one at a time, with the label and without; the operator's share of
+    create -> gang with Kueue (its two steps) against Kueue's own decision."""
+    fsx_claim(cluster, ns)
+    queues(cluster, ns, flavor, neuron=16)
+    with_kueue: list[dict[str, float]] = []
+    without: list[float] = []
+    for i in range(BENCH_JOBS):
+        for name, body in ((f"q{i}", kueue_job(f"q{i}", ns)), (f"p{i}", small_job(f"p{i}", ns))):
+            create(cluster, body)
+            wait_condition(cluster, name, ns, "Succeeded", timeout=120)
+        with_kueue.append(admission_steps(cluster, ns, f"q{i}"))
+        without.append(plain_steps(cluster, ns, f"p{i}"))
+
+    def med(key: str) -> float:
+        return statistics.median(s[key] for s in with_kueue)
+
+    operator = [s["operator_before"] + s["operator_after"] for s in with_kueue]
+    print(
+        f"\nKueue admission, {BENCH_JOBS} jobs one at a time (median s): create->gang "
+        f"{med('total'):.3f} with the label, {statistics.median(without):.3f} without; "
+        f"operator {med('operator_before'):.3f} (create->Workload) + "
+        f"{med('operator_after'):.3f} (admitted->gang) = {statistics.median(operator):.3f}, "
+        f"Kueue {med('kueue'):.3f} (Workload->admitted); max operator {max(operator):.3f}"
+    )
+    for i, s in enumerate(with_kueue):
+        print(f"  q{i}: " + ", ".join(f"{k} {v:.3f}" for k, v in s.items())
+              + f"; p{i}: total {without[i]:.3f}")  # fmt: skip
+    assert statistics.median(operator) <= procs.scaled(1.0), with_kueue
+
+
+def test_readme_kueue_objects_pass_kueue_validation(cluster: Cluster, kueue: Kueue) -> None:
+    """README's "Quota with Kueue" YAML, as a user applies it: Kueue's schema and webhooks
+    accept every object (server-side dry run)."""
+    text = (REPO / "README.md").read_text()
+    section = text.split("## Quota with Kueue", 1)[1].split("\n## ", 1)[0]
+    docs = [
+        d
+        for block in re.findall(r"```yaml\n(.*?)```", section, flags=re.S)
+        for d in yaml.safe_load_all(block)
+        if d
+    ]
+    assert docs, "README's Quota with Kueue section has no YAML"
+    for doc in docs:
+        proc = cluster.kubectl("create", "--dry-run=server", "-f", "-", stdin=json.dumps(doc),
+                               check=False)  # fmt: skip
+        assert proc.returncode == 0, f"{doc['kind']} {doc['metadata']['name']}: {proc.stderr}"
+
+
+def test_no_request_was_refused_with_kueue(
+    cluster: Cluster, kueue: Kueue, operator: OperatorProcess, since: float
+) -> None:
+    """0 x 403 for the operator's token (the chart's RBAC) and for Kueue's (its own) over this
+    module."""
+    refused: dict[str, set[str]] = {OPERATOR_USER: set(), KUEUE_USER: set()}
+    for e in cluster.audit():
+        user = e.get("user", {}).get("username")
+        if user not in refused or _at(e["requestReceivedTimestamp"]) < since:
+            continue
+        forbid = e.get("annotations", {}).get("authorization.k8s.io/decision") == "forbid"
+        if forbid or ((e.get("responseStatus") or {}).get("code") == 403 and not terminating(e)):
+            refused[user].add(f"{e['verb']} {e['requestURI']}")
+    assert refused == {OPERATOR_USER: set(), KUEUE_USER: set()}
+
+
+@pytest.fixture(autouse=True)
+def _kueue_alive(kueue: Kueue) -> Iterator[None]:
+    """Each test starts and ends with Kueue's manager running (a crash names itself)."""
+    kueue.check_alive()
+    yield
+    kueue.check_alive()
