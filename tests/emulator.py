@@ -47,6 +47,7 @@ import controllers
 from k8s_semantics import (
     ApiRequest,
     SelectorError,
+    apply_merge,
     field_values,
     generated_name,
     match_selector,
@@ -145,6 +146,8 @@ class K8sEmulator(kmock.KubernetesEmulator):
         #: The garbage collector runs (False: kube-controller-manager stopped; deletions wait).
         self.collecting = True
         self.uncollected: list[tuple[Key, str]] = []
+        #: Server-side apply: the status fields each (object uid, field manager) last applied.
+        self.applied: dict[tuple[str, str], set[str]] = {}
         fallback = self.fallback**1  # outranks kmock's own fallbacks
         # POST answers 201: the python client's CustomObjectsApi returns None on a 200.
         fallback[kmock.action.CREATE] << 201 << self._serve_outcome
@@ -273,9 +276,25 @@ class K8sEmulator(kmock.KubernetesEmulator):
             new = copy.deepcopy(body)
         elif isinstance(body, list):
             new = jsonpatch.apply_patch(old, body)
+        elif "apply-patch" in ctype and sub == "status":
+            new = self._apply_status(old, body, request.params.get("fieldManager", ""))
         else:  # merge, strategic merge (approximated: lists replaced) and apply patches
             new = merge_patch(old, body)
         return await self._update(key, old, new, status_only=sub == "status")
+
+    def _apply_status(self, old: Obj, body: Obj, manager: str) -> Obj:
+        """Server-side apply to /status, as far as owners matter here: conditions merge by
+        type (a listType=map), and a status field this manager applied before and omits now
+        is removed unless another apply still holds it (Kueue clears an admission so)."""
+        uid = old["metadata"]["uid"]
+        sent = set((body.get("status") or {}) if isinstance(body, dict) else ())
+        before = self.applied.get((uid, manager), set())
+        held = {f for (u, m), fs in self.applied.items() if u == uid and m != manager for f in fs}
+        new = apply_merge(old, body)
+        for field in before - sent - held:
+            (new.get("status") or {}).pop(field, None)
+        self.applied[(uid, manager)] = sent
+        return new
 
     async def _create(self, res: kmock.resource, ns: str | None, body: Any) -> Obj:
         info = self._info(res)

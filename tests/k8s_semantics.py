@@ -82,6 +82,24 @@ def merge_patch(target: Any, patch: Any) -> Any:
     return result
 
 
+def apply_merge(target: Any, patch: Any) -> Any:
+    """A server-side apply's merge: as a merge patch, but `conditions` lists (listType=map,
+    keyed by type) merge item by item instead of being replaced."""
+    if not isinstance(patch, dict) or not isinstance(target, dict):
+        return merge_patch(target, patch)
+    result = dict(target)
+    for k, v in patch.items():
+        if k == "conditions" and isinstance(v, list) and isinstance(result.get(k), list):
+            merged = {c.get("type"): c for c in result[k] if isinstance(c, dict)}
+            merged.update({c.get("type"): copy.deepcopy(c) for c in v if isinstance(c, dict)})
+            result[k] = list(merged.values())
+        elif isinstance(v, dict):
+            result[k] = apply_merge(result.get(k), v)
+        elif v is not None:
+            result[k] = copy.deepcopy(v)
+    return result
+
+
 def _split(selector: str) -> Iterator[str]:
     """Split a selector on commas outside parentheses (`a in (x,y),b`)."""
     yield from (p for p in re.split(r",(?![^()]*\))", selector) if p.strip())

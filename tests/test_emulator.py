@@ -220,6 +220,30 @@ def test_a_status_patch_with_a_stale_resource_version_conflicts(
     assert code == 200 and get(VCJOB, "j2", ns)["status"]["state"]["phase"] == "Running"
 
 
+def test_a_status_apply_merges_conditions_and_drops_what_its_manager_no_longer_applies(
+    k8s: EmulatorServer, ns: str
+) -> None:
+    """Server-side apply as far as Kueue's Workloads need it: conditions are a map by type, and
+    a field the same manager applied before and omits now goes (how Kueue clears an
+    admission); another manager's apply never removes it."""
+    apply(vcjob(ns, "j3"))
+    path = f"/apis/batch.volcano.sh/v1alpha1/namespaces/{ns}/jobs/j3/status"
+    ssa = "application/apply-patch+yaml"
+
+    def applied(manager: str, status: Obj) -> Obj:
+        body = {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "status": status}
+        code, out = raw(k8s, f"{path}?fieldManager={manager}&force=true", "PATCH", body, ssa)
+        assert code == 200, out
+        return out["status"]  # type: ignore[no-any-return]
+
+    a, b = {"type": "A", "status": "True"}, {"type": "B", "status": "True"}
+    applied("one", {"admission": {"q": "cq"}, "conditions": [a]})
+    got = applied("two", {"conditions": [b]})  # merged by type, "one"'s admission kept
+    assert got["conditions"] == [a, b] and got["admission"] == {"q": "cq"}
+    got = applied("one", {"conditions": [{**a, "status": "False"}]})
+    assert "admission" not in got and got["conditions"][0]["status"] == "False"
+
+
 def test_label_selectors(k8s: EmulatorServer, ns: str, client: kubernetes.client.ApiClient) -> None:
     for name, labels in {"a": {"app": "x", "tier": "1"}, "b": {"app": "y"}, "c": {}}.items():
         apply(configmap(ns, name, labels=labels))

@@ -1,7 +1,9 @@
 """A Kueue job end to end (issue 33): the real operator, Kueue's own CRDs, Kueue simulated.
 
-Kueue is simulated by patching the Workload's status as its controller would (QuotaReserved,
-Admitted with a flavor assignment); Volcano by patching the Volcano job's, as elsewhere.
+Kueue is simulated by writing the Workload's status as its controller would (QuotaReserved,
+Admitted with a flavor assignment; Evicted): with a merge patch, or with a server-side apply as
+Kueue's own field manager ("kueue-admission") where field ownership matters (an eviction's
+requeue clears the admission Kueue applied). Volcano by patching the Volcano job's, as elsewhere.
 """
 
 from __future__ import annotations
@@ -11,9 +13,20 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from test_operator_e2e import condition, job, prerequisites, vcjobs, wait_phase
+import test_elastic_e2e as elastic_e2e
+from test_operator_e2e import condition, events, job, prerequisites, status, vcjobs, wait_phase
 
-from harness import EmulatorServer, OperatorProcess, apply, kubectl, simulate_vcjob_phase, wait_for
+from harness import (
+    EmulatorServer,
+    OperatorProcess,
+    apply,
+    kubectl,
+    simulate_vcjob_phase,
+    train_gang,
+    wait_for,
+)
+
+VCJOBS = "batch.volcano.sh/v1alpha1/jobs"
 
 Obj = dict[str, Any]
 #: The Kueue CRDs this test needs: minimal copies of Kueue v0.19.2's (names, scope, version,
@@ -199,3 +212,141 @@ def test_a_job_without_the_label_makes_no_workload(
         what="the training gang, at once",
     )
     assert k8s.list(WORKLOADS, ns) == []
+
+
+ADMISSION_MANAGER = "kueue-admission"  # Kueue's own (pkg/constants.AdmissionName)
+
+
+def kueue_applies(ns: str, name: str, status: Obj) -> None:
+    """Stand in for Kueue's admission: a server-side apply of the Workload's status, forced, as
+    field manager kueue-admission (workloadpatching.PatchAdmissionStatus)."""
+    body = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
+            "metadata": {"name": name, "namespace": ns}, "status": status}  # fmt: skip
+    kubectl(
+        "apply", "--server-side", f"--field-manager={ADMISSION_MANAGER}", "--force-conflicts",
+        "--subresource=status", "--validate=false", "-f", "-", input=json.dumps(body),
+    )  # fmt: skip
+
+
+def workload_conditions(k8s: EmulatorServer, ns: str, name: str) -> dict[str, Obj]:
+    found = ((k8s.get(WORKLOADS, ns, name) or {}).get("status") or {}).get("conditions") or []
+    return {c["type"]: c for c in found}
+
+
+def local_queue(ns: str, name: str = "team-a") -> None:
+    md = {"name": name, "namespace": ns}
+    apply({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue", "metadata": md,
+           "spec": {"clusterQueue": "cq"}})  # fmt: skip
+
+
+def admission(ns: str) -> Obj:
+    return {
+        "clusterQueue": "cq",
+        "podSetAssignments": [
+            {"name": "train", "count": 2, "flavors": {"aws.amazon.com/neuron": f"trn1-{ns}"}}
+        ],
+    }
+
+
+def test_an_evicted_job_stops_is_requeued_and_resumes_without_spending_retries(
+    kueue: None, operator: OperatorProcess, ns: str, k8s: EmulatorServer
+) -> None:
+    q = prerequisites(ns)
+    local_queue(ns)
+    body = job(ns, "bert", q, precompile={"policy": "Never"}, runPolicy={"maxRetries": 1})
+    body["metadata"]["labels"] = {Q_LABEL: "team-a"}
+    apply(body)
+    name = "trainiumjob-bert-train"
+    wait_for(lambda: k8s.get(WORKLOADS, ns, name), timeout=20, what="the training Workload")
+    admitted = [cond("QuotaReserved", "True", "QuotaReserved"),
+                cond("Admitted", "True", "Admitted")]  # fmt: skip
+    kueue_applies(ns, name, {"conditions": admitted, "admission": admission(ns)})
+    wait_for(lambda: k8s.get(VCJOBS, ns, "bert-train"), timeout=20, what="the gang, admitted")
+    simulate_vcjob_phase(ns, "bert-train", "Running")
+    wait_phase(ns, "bert", "Training")
+    ready = wait_for(lambda: workload_conditions(k8s, ns, name).get("PodsReady"), timeout=20,
+                     what="PodsReady on the Workload (waitForPodsReady)")  # fmt: skip
+    assert (ready["status"], ready["reason"]) == ("True", "Started")
+    before = status(ns, "bert")
+
+    # Kueue preempts it: Evicted=True, the admission still there (Kueue's eviction keeps it).
+    said = "Preempted to accommodate a workload (UID: 42) due to prioritization in the ClusterQueue"
+    evicted = [*admitted, cond("Evicted", "True", "Preempted", said),
+               cond("Preempted", "True", "InClusterQueue", said)]  # fmt: skip
+    kueue_applies(ns, name, {"conditions": evicted, "admission": admission(ns)})
+    wait_for(lambda: k8s.get(VCJOBS, ns, "bert-train") is None, timeout=20,
+             what="the gang stopped (deleted, as runPolicy.suspend deletes it)")  # fmt: skip
+
+    def requeued() -> dict[str, Obj] | None:
+        wl = k8s.get(WORKLOADS, ns, name) or {}
+        conds = workload_conditions(k8s, ns, name)
+        gone = "admission" not in (wl.get("status") or {})
+        return conds if gone and conds.get("QuotaReserved", {}).get("status") == "False" else None
+
+    conds = wait_for(requeued, timeout=20, what="the Workload requeued, its admission cleared")
+    reserved = conds["QuotaReserved"]
+    assert reserved["reason"] == "Pending" and reserved["message"] == said
+    assert (conds["Requeued"]["status"], conds["Requeued"]["reason"]) == ("True", "Preempted")
+    assert (conds["Admitted"]["status"], conds["Admitted"]["reason"]) == ("False", "NoReservation")
+    wait_for(lambda: said in condition(ns, "bert", "Running").get("message", ""), timeout=20,
+             what="Kueue's words on the job")  # fmt: skip
+    preempted = [e for e in events(ns) if e["reason"] == "Preempted"
+                 and e["involvedObject"]["name"] == "bert"]  # fmt: skip
+    assert preempted and said in preempted[0]["message"]
+    now = wait_phase(ns, "bert", "Pending")
+    assert now["restarts"] == before.get("restarts", 0) == 0
+    assert not any(c["type"] == "Failed" and c["status"] == "True" for c in now["conditions"])
+    wait_for(lambda: workload_conditions(k8s, ns, name)["PodsReady"]["status"] == "False",
+             timeout=20, what="PodsReady False again (WaitForStart)")  # fmt: skip
+
+    # Kueue admits it again: the gang is created again, training resumes; nothing was spent.
+    again = [cond("QuotaReserved", "True", "QuotaReserved"), cond("Admitted", "True", "Admitted"),
+             cond("Evicted", "False", "QuotaReserved", f"Previously: {said}")]  # fmt: skip
+    kueue_applies(ns, name, {"conditions": again, "admission": admission(ns)})
+    wait_for(lambda: k8s.get(VCJOBS, ns, "bert-train"), timeout=20, what="the gang again")
+    simulate_vcjob_phase(ns, "bert-train", "Running")
+    after = wait_phase(ns, "bert", "Training")
+    assert after["restarts"] == 0 and after.get("disruptions", 0) == before.get("disruptions", 0)
+    wait_for(lambda: workload_conditions(k8s, ns, name)["PodsReady"]["status"] == "True",
+             timeout=20, what="PodsReady True again")  # fmt: skip
+
+
+def test_an_elastic_resize_is_a_new_workload_the_old_one_deleted(
+    kueue: None, operator: OperatorProcess, ns: str, k8s: EmulatorServer
+) -> None:
+    """As Kueue's job framework for a job whose pod set count changed: the Workload that no
+    longer matches goes (its quota back), one at the new size is queued and admitted first."""
+    for i in range(3):
+        apply(elastic_e2e.node(f"{ns}-n{i}", ns))
+    q = prerequisites(ns)
+    local_queue(ns)
+    body = job(ns, "stretchy", q, nodes=3, args=["bert-pretrain"], elastic=elastic_e2e.ELASTIC,
+               precompile={"policy": "Never"},
+               scheduling={"queue": q, "nodeSelector": {elastic_e2e.POOL: ns}})  # fmt: skip
+    body["metadata"]["labels"] = {Q_LABEL: "team-a"}
+    apply(body)
+    big, small = "trainiumjob-stretchy-train-n3", "trainiumjob-stretchy-train-n2"
+    wl = wait_for(lambda: k8s.get(WORKLOADS, ns, big), timeout=20, what="the 3-node Workload")
+    assert wl["spec"]["podSets"][0]["count"] == 3
+    admitted = [cond("QuotaReserved", "True", "QuotaReserved"),
+                cond("Admitted", "True", "Admitted")]  # fmt: skip
+    kueue_applies(ns, big, {"conditions": admitted, "admission": admission(ns)})
+    first = wait_for(lambda: k8s.get(VCJOBS, ns, "stretchy-train"), timeout=20, what="3 nodes")
+    simulate_vcjob_phase(ns, "stretchy-train", "Running")
+    wait_phase(ns, "stretchy", "Training")
+    # A node goes NotReady for good; Volcano's restart cannot place the gang again: a shrink.
+    lost = {"status": {"conditions": [{"type": "Ready", "status": "False"}]}}
+    kubectl("patch", "node", f"{ns}-n2", "--subresource=status", "--type=merge", "-p",
+            json.dumps(lost))  # fmt: skip
+    simulate_vcjob_phase(ns, "stretchy-train", "Pending", retryCount=1)
+    new = wait_for(lambda: k8s.get(WORKLOADS, ns, small), timeout=40, what="the 2-node Workload")
+    assert new["spec"]["podSets"][0]["count"] == 2
+    wait_for(lambda: k8s.get(WORKLOADS, ns, big) is None, timeout=20,
+             what="the 3-node Workload deleted (its quota back)")  # fmt: skip
+    gang = train_gang(k8s, ns, "stretchy")
+    assert k8s.get(VCJOBS, ns, gang) is None  # the smaller gang waits for its admission
+    assert k8s.get(VCJOBS, ns, "stretchy-train") is None
+    kueue_applies(ns, small, {"conditions": admitted, "admission": admission(ns)})
+    smaller = wait_for(lambda: k8s.get(VCJOBS, ns, gang), timeout=20, what="the 2-node gang")
+    assert smaller["spec"]["minAvailable"] == 2
+    assert smaller["metadata"]["uid"] != first["metadata"]["uid"]

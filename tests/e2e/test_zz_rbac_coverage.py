@@ -88,8 +88,9 @@ def gets(api_requests: list[ApiRequest], resource: str, since: int = 0) -> bool:
 
 
 def queue_a_job_through_kueue(k8s: EmulatorServer, api_requests: list[ApiRequest]) -> None:
-    """A job with Kueue's labels: its Workload created, admitted on a flavor, Finished (issue 33);
-    backstop passes GET the Workload and the flavor while the gang runs."""
+    """A job with Kueue's labels: its Workload created, admitted on a flavor, evicted and
+    requeued, admitted again, Finished (issue 33); backstop passes GET the Workload and the
+    flavor while the gang runs."""
     for plural in kueue.PLURALS:
         apply(kueue.kueue_crd(plural))
         kubectl("wait", "--for=condition=Established", f"crd/{plural}.kueue.x-k8s.io")
@@ -121,15 +122,24 @@ def queue_a_job_through_kueue(k8s: EmulatorServer, api_requests: list[ApiRequest
     flavor = {"aws.amazon.com/neuron": f"{NS}-trn1"}
     admitted = [kueue.cond("QuotaReserved", "True", "QuotaReserved"),
                 kueue.cond("Admitted", "True", "Admitted")]  # fmt: skip
-    kueue.kueue_says(NS, name, {"conditions": admitted, "admission": {
-        "clusterQueue": "cq", "podSetAssignments": [{"name": "train", "count": 2,
-                                                     "flavors": flavor}]}})  # fmt: skip
+    admission = {"clusterQueue": "cq", "podSetAssignments": [{"name": "train", "count": 2,
+                                                              "flavors": flavor}]}  # fmt: skip
+    kueue.kueue_applies(NS, name, {"conditions": admitted, "admission": admission})
     wait_for(lambda: k8s.get(VCJOBS, NS, "queued-train"), timeout=20, what="its gang, admitted")
     simulate_vcjob_phase(NS, "queued-train", "Running")
     seen = len(api_requests)
     for resource in ("workloads", "resourceflavors"):
         wait_for(lambda: gets(api_requests, resource, seen), timeout=20,  # noqa: B023
                  what=f"a backstop's GET of {resource}")  # fmt: skip
+    # Kueue evicts it: the gang stops, the Workload is requeued (its status applied), and it
+    # runs again once admitted again.
+    evicted = [*admitted, kueue.cond("Evicted", "True", "Preempted", "to admit a higher one")]
+    kueue.kueue_applies(NS, name, {"conditions": evicted, "admission": admission})
+    wait_for(lambda: "admission" not in (k8s.get(kueue.WORKLOADS, NS, name) or {})["status"],
+             timeout=20, what="its Workload requeued")  # fmt: skip
+    again = [*admitted, kueue.cond("Evicted", "False", "QuotaReserved")]
+    kueue.kueue_applies(NS, name, {"conditions": again, "admission": admission})
+    wait_for(lambda: k8s.get(VCJOBS, NS, "queued-train"), timeout=20, what="its gang again")
     simulate_vcjob_phase(NS, "queued-train", "Completed")
     wait_for(lambda: phase("queued") == "Succeeded", timeout=20, what="queued Succeeded")
 
@@ -209,8 +219,8 @@ def drive_operator(k8s: EmulatorServer, api_requests: list[ApiRequest]) -> None:
              what="the waiting job's FSx PV swept")  # fmt: skip
     share_one_cache_entry(k8s)
     stop_an_oom_killed_gang(k8s)
-    shrink_an_elastic_gang(k8s, api_requests)
     queue_a_job_through_kueue(k8s, api_requests)
+    shrink_an_elastic_gang(k8s, api_requests)  # under Kueue: its Workload's CRD is there
     claim_devices_through_dra(k8s)
     reap_the_pod_of_a_deleted_node(k8s)
     rename_a_gang_whose_name_is_held(k8s)
@@ -308,15 +318,25 @@ def claim_devices_through_dra(k8s: EmulatorServer) -> None:
 
 
 def shrink_an_elastic_gang(k8s: EmulatorServer, api_requests: list[ApiRequest]) -> None:
-    """spec.elastic: a gang that cannot form again makes the operator count the Nodes."""
+    """spec.elastic: a gang that cannot form again makes the operator count the Nodes; under
+    Kueue its resize deletes the Workload of the old size."""
     elastic = {"minNodes": 1, "globalBatchSize": 64, "batchSizePerProcess": 1,
                "shrinkAfterSeconds": 10}  # fmt: skip
-    apply(tj("stretchy", {"claimName": "shared"}, args=["bert-pretrain"], elastic=elastic,
-             precompile={"policy": "Never"}))  # fmt: skip
+    body = tj("stretchy", {"claimName": "shared"}, args=["bert-pretrain"], elastic=elastic,
+              precompile={"policy": "Never"})  # fmt: skip
+    body["metadata"]["labels"] = {kueue.Q_LABEL: "team"}  # a resize is a new Workload
+    apply(body)
+    name = "trainiumjob-stretchy-train-n2"
+    wait_for(lambda: k8s.get(kueue.WORKLOADS, NS, name), timeout=20, what="stretchy's Workload")
+    admitted = [kueue.cond("QuotaReserved", "True", "QuotaReserved"),
+                kueue.cond("Admitted", "True", "Admitted")]  # fmt: skip
+    kueue.kueue_says(NS, name, {"conditions": admitted, "admission": {"clusterQueue": "cq"}})
     wait_for(lambda: k8s.get(VCJOBS, NS, "stretchy-train"), timeout=20, what="stretchy-train")
     simulate_vcjob_phase(NS, "stretchy-train", "Pending", retryCount=1)
     wait_for(lambda: any(r.verb == "list" and r.resource == "nodes" for r in api_requests),
              timeout=30, what="the operator's list of Nodes")  # fmt: skip
+    wait_for(lambda: k8s.get(kueue.WORKLOADS, NS, name) is None, timeout=30,
+             what="the Workload of the old size deleted")  # fmt: skip
     kubectl("delete", TJ, "stretchy", "-n", NS, "--wait=false")
 
 

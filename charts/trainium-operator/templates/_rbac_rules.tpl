@@ -97,11 +97,13 @@ collector through ownerReferences, so no delete on children but a pod whose Node
 - apiGroups: [kueue.x-k8s.io]
   resources: [workloads]
   # a Kueue job (label kueue.x-k8s.io/queue-name) owns one Workload per stage; watch: its
-  # admission wakes the job
-  verbs: [get, list, watch, create]
+  # admission wakes the job; get: the whole Workload before its requeue; delete: an elastic
+  # job's Workload of a size it no longer runs at (as Kueue's job framework deletes one)
+  verbs: [get, list, watch, create, delete]
 - apiGroups: [kueue.x-k8s.io]
   resources: [workloads/status]
-  # the Finished condition when a stage ends: its quota is released at once
+  # Finished when a stage ends (its quota is released at once); after an eviction, the
+  # requeue (admission cleared); PodsReady from the gang (Kueue's waitForPodsReady)
   verbs: [patch]
 - apiGroups: [kueue.x-k8s.io]
   resources: [localqueues]

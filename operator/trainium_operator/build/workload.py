@@ -37,6 +37,8 @@ class Kueue:
 
     queue: str
     priority_class: str = ""
+    #: spec.elastic: every size the gang may run at (each has its own training Workload).
+    sizes: tuple[int, ...] = ()
 
 
 def opt_in(job_labels: Mapping[str, Any] | None) -> Kueue | None:
@@ -148,3 +150,105 @@ def with_flavors(vcjob: Json, flavors: Sequence[Mapping[str, Any]]) -> Json:
             have = pod.get("tolerations") or []
             pod["tolerations"] = have + [t for t in tolerations if t not in have]
     return out
+
+
+# ---- Status writes as Kueue's job framework makes them (server-side apply) --------------------
+
+#: Field managers of Kueue's own writes (pkg/constants): the admission fields (admission,
+#: QuotaReserved, Admitted, Evicted, Requeued, ...) are applied by "kueue-admission"; PodsReady
+#: by the job reconciler as "<kueue-job-controller>-PodsReady" (workload.SetConditionAndUpdate).
+#: Server-side apply removes a field only for the manager that applied it: the requeue must be
+#: applied as "kueue-admission" to clear the admission Kueue applied.
+ADMISSION_MANAGER = "kueue-admission"
+PODS_READY_MANAGER = "kueue-job-controller-PodsReady"
+#: admissionManagedConditions (pkg/workload/patching): the conditions the admission apply owns.
+ADMISSION_CONDITIONS = (
+    "QuotaReserved", "BlockedOnPreemptionGates", "Evicted", "Admitted", "Preempted", "Requeued",
+    "DeactivationTarget", "Finished", "PodsReady",
+)  # fmt: skip
+#: Eviction reasons after which the framework sets Requeued=True (Kueue queues the Workload at
+#: once); after any other (PodsReadyTimeout, Deactivated...) Requeued=False: Kueue's backoff or
+#: reactivation sets it True later.
+REQUEUED_AT_ONCE = ("Preempted", "NodeFailures")
+#: Status fields prepareWorkloadPatch carries besides the admission and the conditions (each
+#: omitted one would be removed: the apply owns them).
+_CARRIED = (
+    "resourceRequests", "accumulatedPastExecutionTimeSeconds", "clusterName",
+    "nominatedClusterNames", "unhealthyNodes", "preemptionGates", "admissionChecks",
+)  # fmt: skip
+
+
+def set_condition(conds: list[Json], new: Json, now: str) -> bool:
+    """apimeta.SetStatusCondition: lastTransitionTime moves only when the status changes."""
+    old = next((c for c in conds if c.get("type") == new["type"]), None)
+    if old is None:
+        conds.append({**new, "lastTransitionTime": new.get("lastTransitionTime") or now})
+        return True
+    changed = False
+    if old.get("status") != new["status"]:
+        old.update(status=new["status"], lastTransitionTime=new.get("lastTransitionTime") or now)
+        changed = True
+    for key in ("reason", "message", "observedGeneration"):
+        if key in new and old.get(key) != new[key]:
+            old[key] = new[key]
+            changed = True
+    return changed
+
+
+def _true(conds: Sequence[Mapping[str, Any]], kind: str) -> bool:
+    return any(c.get("type") == kind and c.get("status") == "True" for c in conds)
+
+
+def requeued(wl: Mapping[str, Any], now: str) -> Json | None:
+    """The apply that requeues an evicted Workload, as the framework does once its job stopped
+    (SetRequeuedCondition, UnsetQuotaReservationWithCondition, SyncAdmittedCondition, then
+    prepareWorkloadPatch); None: not evicted, or already without a reservation."""
+    status = wl.get("status") or {}
+    conds: list[Json] = copy.deepcopy(list(status.get("conditions") or ()))
+    evicted = next((c for c in conds if c.get("type") == "Evicted"), None)
+    reserved = _true(conds, "QuotaReserved") or bool(status.get("admission"))
+    if evicted is None or evicted.get("status") != "True" or not reserved:
+        return None
+    md = wl["metadata"]
+    gen = {"observedGeneration": md["generation"]} if "generation" in md else {}
+    reason, message = str(evicted.get("reason") or ""), str(evicted.get("message") or "")
+    again = "True" if reason in REQUEUED_AT_ONCE else "False"
+    set_condition(conds, {"type": "Requeued", "status": again, "reason": reason,
+                          "message": message, **gen}, now)  # fmt: skip
+    # UnadmittedWorkloadsObservability is off by default in v0.19: the reason is "Pending".
+    set_condition(conds, {"type": "QuotaReserved", "status": "False", "reason": "Pending",
+                          "message": message, "lastTransitionTime": now, **gen}, now)  # fmt: skip
+    if _true(conds, "Admitted"):  # SyncAdmittedCondition: no reservation now
+        checks = status.get("admissionChecks") or ()
+        ready = all(c.get("state") == "Ready" for c in checks)
+        why = "NoReservation" if ready else "NoReservationUnsatisfiedChecks"
+        said = "The workload has no reservation" + ("" if ready else " and not all checks ready")
+        set_condition(conds, {"type": "Admitted", "status": "False", "reason": why,
+                              "message": said, "lastTransitionTime": now, **gen}, now)  # fmt: skip
+    out: Json = {"conditions": [c for c in conds if c.get("type") in ADMISSION_CONDITIONS]}
+    state = status.get("requeueState") or {}
+    if state.get("count") is not None or state.get("requeueAt") is not None:
+        out["requeueState"] = copy.deepcopy(state)
+    for key in _CARRIED:
+        if status.get(key) is not None:
+            out[key] = copy.deepcopy(status[key])
+    evictions = (status.get("schedulingStats") or {}).get("evictions")
+    if "schedulingStats" in status:
+        out["schedulingStats"] = {"evictions": copy.deepcopy(evictions)} if evictions else {}
+    return _apply_body(md, out)
+
+
+def pods_ready(wl: Mapping[str, Any], state: tuple[str, str], message: str, now: str) -> Json:
+    """The apply that sets the Workload's PodsReady condition (and nothing else)."""
+    status, reason = state
+    cond = {"type": "PodsReady", "status": status, "reason": reason, "message": message,
+            "lastTransitionTime": now}  # fmt: skip
+    if "generation" in wl["metadata"]:
+        cond["observedGeneration"] = wl["metadata"]["generation"]
+    return _apply_body(wl["metadata"], {"conditions": [cond]})
+
+
+def _apply_body(md: Mapping[str, Any], status: Json) -> Json:
+    """An apply of status fields guarded by the version read (baseSSAWorkload, strict)."""
+    meta = {k: md[k] for k in ("name", "namespace", "uid", "resourceVersion") if md.get(k)}
+    return {"apiVersion": API_VERSION, "kind": "Workload", "metadata": meta, "status": status}

@@ -1,14 +1,19 @@
-"""Thin I/O on Kueue's objects: Workloads (create, mark Finished), flavors, queues, classes."""
+"""Thin I/O on Kueue's objects: Workloads (create, status writes, delete), flavors, queues,
+classes."""
 
 from __future__ import annotations
 
 from typing import Any
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from trainium_operator.build.workload import GROUP, VERSION
 from trainium_operator.cluster import k8s
 
 Json = dict[str, Any]
 WORKLOADS = "workloads"
+APPLY_PATCH = "application/apply-patch+yaml"
 
 
 def get_workload(namespace: str, name: str) -> Json | None:
@@ -43,6 +48,31 @@ def finish_workload(workload: Json, condition: Json) -> Json:
         _content_type=k8s.MERGE_PATCH, guarded=True,
     )  # fmt: skip
     return out or {}  # type: ignore[no-any-return]
+
+
+def apply_workload_status(body: Json, manager: str) -> Json:
+    """Server-side apply of Workload status fields as `manager`, forced, as Kueue applies
+    them; the body's resourceVersion guards it (a lost race is a 409: read again)."""
+    md = body["metadata"]
+    out = k8s.request(
+        k8s.custom().patch_namespaced_custom_object_status,
+        GROUP, VERSION, md["namespace"], WORKLOADS, md["name"], body,
+        _content_type=APPLY_PATCH, field_manager=manager, force=True, guarded=True,
+    )  # fmt: skip
+    return out or {}  # type: ignore[no-any-return]
+
+
+def delete_workload(namespace: str, name: str, uid: str) -> None:
+    """Delete the Workload of uid; gone already (404), or another under the name (409): fine."""
+    options = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid))
+    args = (GROUP, VERSION, namespace, WORKLOADS, name)
+    try:
+        k8s.missing_is_none(
+            k8s.custom().delete_namespaced_custom_object, *args, body=options, guarded=True
+        )
+    except ApiException as exc:
+        if exc.status != 409:
+            raise
 
 
 def get_flavor(name: str) -> Json | None:

@@ -96,6 +96,8 @@ def reconcile(
         new, transition, rv = report.write(body, inputs, emit, read)
         return _kept(Outcome(new.get("phase"), transition), memory, rv)
     kueue = workload.opt_in(body["metadata"].get("labels"))  # None: no Kueue, nothing changes
+    if kueue is not None and spec.elastic is not None:  # a Workload per size (kueuejob.py)
+        kueue = replace(kueue, sizes=elastic.allowed_sizes(spec))
     return _run(body, spec, emit, replace(views, now=now_iso(), kueue=kueue), lookup)
 
 

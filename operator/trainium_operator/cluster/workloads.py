@@ -17,6 +17,7 @@ from trainium_operator.build.builders import Owner
 from trainium_operator.build.workload import Kueue
 from trainium_operator.cluster import kueueio, reads
 from trainium_operator.cluster.reads import Kind, Reader
+from trainium_operator.domain import elastic, kueuejob
 from trainium_operator.domain.model import Action, Blocker, Child, Observed
 from trainium_operator.domain.quota import FINISHES, Admission, Quota, workload_state
 from trainium_operator.domain.status import now_iso
@@ -34,6 +35,8 @@ class Held:
     flavors: Mapping[str, tuple[Json, ...]] = field(default_factory=dict)
     #: The WorkloadPriorityClass's value (None: no class named, or not found).
     priority: int | None = None
+    #: spec.elastic: this job's training Workloads of sizes its gang no longer runs at.
+    stale: tuple[Json, ...] = ()
 
 
 def observe(
@@ -50,10 +53,12 @@ def observe(
         found = (read.get(Kind.FLAVOR, "", f) for f in workload.admitted_flavors(body))
         flavors[stage] = tuple(f for f in found if f is not None)
     states = {s: workload_state(workload.workload_name(owner, spec, s), bodies[s]) for s in STAGES}
+    stale = _stale(spec, owner, kueue, read)
+    names = tuple(str(b["metadata"]["name"]) for b in stale)
     blocker, priority = None, None
     if not starting:
-        quiet = Quota(kueue.queue, states["precompile"], states["train"])
-        return quiet, Held(kueue, bodies, flavors)
+        quiet = Quota(kueue.queue, states["precompile"], states["train"], stale=names)
+        return quiet, Held(kueue, bodies, flavors, stale=stale)
     if kueue.priority_class and any(w.state is Admission.ABSENT for w in states.values()):
         wpc = kueueio.get_priority_class(kueue.priority_class)
         priority = None if wpc is None else int(wpc.get("value") or 0)
@@ -70,8 +75,23 @@ def observe(
             f"LocalQueue {kueue.queue!r} (label {workload.LABEL_QUEUE}) does not exist in "
             f"namespace {owner.namespace}: create it or name another; the job waits",
         )
-    quota = Quota(kueue.queue, states["precompile"], states["train"], blocker)
-    return quota, Held(kueue, bodies, flavors, priority)
+    quota = Quota(kueue.queue, states["precompile"], states["train"], blocker, names)
+    return quota, Held(kueue, bodies, flavors, priority, stale)
+
+
+def _stale(spec: TrainiumJobSpec, owner: Owner, kueue: Kueue, read: Reader) -> tuple[Json, ...]:
+    """An elastic job's training Workloads of other sizes than the one it runs at now (ours)."""
+    if spec.elastic is None:
+        return ()
+    found = []
+    for size in kueue.sizes:
+        if size == spec.nodes:
+            continue
+        name = workload.workload_name(owner, elastic.at_size(spec, size), "train")
+        body, _other = reads.ours(read.get(Kind.WORKLOAD, owner.namespace, name), owner)
+        if body is not None:
+            found.append(body)
+    return tuple(found)
 
 
 _CREATE = {
@@ -79,7 +99,9 @@ _CREATE = {
     Action.CREATE_TRAINING_WORKLOAD: "train",
 }
 _FINISH = {action: stage for stage, action in FINISHES.items()}
-ACTIONS = frozenset({*_CREATE, *_FINISH})
+_REQUEUE = {action: stage for stage, action in kueuejob.REQUEUES.items()}
+_READY = {action: stage for stage, action in kueuejob.READIES.items()}
+ACTIONS = frozenset({*_CREATE, *_FINISH, *_REQUEUE, *_READY, Action.DELETE_STALE_WORKLOADS})
 
 
 def act(
@@ -91,8 +113,21 @@ def act(
     excluded: tuple[str, ...],
     read: Reader,
 ) -> None:
-    """Create a stage's Workload (from its gang as built), or mark it Finished."""
+    """Create a stage's Workload (from its gang as built), mark it Finished, requeue it, set
+    its PodsReady; delete an elastic job's Workloads of other sizes."""
     ns = owner.namespace
+    if action in _REQUEUE:
+        _requeue(workload.workload_name(owner, spec, _REQUEUE[action]), owner, read)
+        return
+    if action in _READY:
+        _ready(_READY[action], held, observed, read)
+        return
+    if action is Action.DELETE_STALE_WORKLOADS:
+        for body in held.stale:
+            md = body["metadata"]
+            kueueio.delete_workload(ns, md["name"], str(md.get("uid") or ""))
+            read.deleted(Kind.WORKLOAD, ns, md["name"])
+        return
     if action in _CREATE:
         stage = _CREATE[action]
         vcjob = builders.build_vcjob(spec, owner, stage, excluded)
@@ -115,6 +150,31 @@ def act(
     }
     written = kueueio.finish_workload(found, condition)
     read.wrote(Kind.WORKLOAD, ns, found["metadata"]["name"], written)
+
+
+def _requeue(name: str, owner: Owner, read: Reader) -> None:
+    """Clear an evicted Workload's admission, read whole first: the apply carries every status
+    field Kueue's admission apply owns (the watch keeps only the conditions and admission)."""
+    found, _other = reads.ours(kueueio.get_workload(owner.namespace, name), owner)
+    body = None if found is None else workload.requeued(found, now_iso())
+    if body is not None:
+        written = kueueio.apply_workload_status(body, workload.ADMISSION_MANAGER)
+        read.wrote(Kind.WORKLOAD, owner.namespace, name, written)
+
+
+def _ready(stage: str, held: Held, observed: Observed, read: Reader) -> None:
+    """Write the PodsReady condition the stage's gang calls for (kueuejob.pods_ready)."""
+    found = held.workloads.get(stage)
+    if found is None:
+        return
+    name = found["metadata"]["name"]
+    want = kueuejob.pods_ready(workload_state(name, found), kueuejob.child_of(observed, stage))
+    if want is None:
+        return
+    message = kueuejob.PODS_READY_MESSAGES[want[1]]
+    body = workload.pods_ready(found, want, message, now_iso())
+    written = kueueio.apply_workload_status(body, workload.PODS_READY_MANAGER)
+    read.wrote(Kind.WORKLOAD, found["metadata"]["namespace"], name, written)
 
 
 def admitted(vcjob: Json, held: Held | None, stage: str) -> Json:

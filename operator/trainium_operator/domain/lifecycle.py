@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from trainium_operator.domain import quota, verdicts
+from trainium_operator.domain import kueuejob, verdicts
 from trainium_operator.domain.model import (
     _PHASES,
     _RANK,
@@ -71,7 +71,7 @@ def decide(obs: Observed) -> Decision:
     """Derive phase, conditions and actions from one observation; the phase never moves back."""
     if _finished(obs):
         return _stays_finished(obs)
-    decision = quota.gate(_decide(obs), obs)
+    decision = kueuejob.gate(_decide(obs), obs)
     if obs.changed_fields:
         decision = _hold(decision, obs.changed_fields)
     before = _RANK.get(Phase(obs.previous_phase)) if obs.previous_phase in _PHASES else None

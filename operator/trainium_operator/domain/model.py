@@ -98,6 +98,15 @@ class Action(str, enum.Enum):
     CREATE_TRAINING_WORKLOAD = "CreateTrainingWorkload"
     FINISH_PRECOMPILE_WORKLOAD = "FinishPrecompileWorkload"
     FINISH_TRAINING_WORKLOAD = "FinishTrainingWorkload"
+    #: Kueue evicted a stage's Workload and its gang is gone: clear the admission, as Kueue's
+    #: job framework does (domain/eviction.py), so Kueue can admit it again.
+    REQUEUE_PRECOMPILE_WORKLOAD = "RequeuePrecompileWorkload"
+    REQUEUE_TRAINING_WORKLOAD = "RequeueTrainingWorkload"
+    #: Set the Workload's PodsReady condition from its gang (Kueue's waitForPodsReady).
+    READY_PRECOMPILE_WORKLOAD = "ReadyPrecompileWorkload"
+    READY_TRAINING_WORKLOAD = "ReadyTrainingWorkload"
+    #: spec.elastic: a Workload of a size the gang no longer runs at is deleted (its quota back).
+    DELETE_STALE_WORKLOADS = "DeleteStaleWorkloads"
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,9 @@ class Admission(str, enum.Enum):
     ABSENT = "Absent"
     PENDING = "Pending"  #: created, no quota reserved (or admission checks still open)
     ADMITTED = "Admitted"
+    #: Kueue evicted it (Evicted=True: preempted, PodsReady timeout, deactivated): its gang
+    #: stops, then the Workload is requeued (domain/eviction.py) until Kueue admits it again.
+    EVICTED = "Evicted"
     FINISHED = "Finished"  #: its quota is released: the stage ended
 
 
@@ -43,6 +46,10 @@ class Workload:
     state: Admission = Admission.ABSENT
     reason: str = ""
     message: str = ""
+    #: Quota still reserved (QuotaReserved=True or status.admission set): a requeue clears it.
+    reserved: bool = False
+    #: Its PodsReady condition as (status, reason); ("", ""): none.
+    pods_ready: tuple[str, str] = ("", "")
 
 
 @dataclass(frozen=True)
@@ -54,6 +61,8 @@ class Quota:
     train: Workload
     #: Kueue not installed, its LocalQueue or WorkloadPriorityClass missing (None: nothing).
     blocker: Blocker | None = None
+    #: spec.elastic: this job's training Workloads of sizes its gang no longer runs at.
+    stale: tuple[str, ...] = ()
 
     def of(self, stage: str) -> Workload:
         """The Workload of one stage ("precompile" or "train")."""
@@ -62,30 +71,35 @@ class Quota:
 
 def workload_state(name: str, body: Mapping[str, Any] | None) -> Workload:
     """Read a Workload's conditions the way Kueue writes them (QuotaReserved, Admitted,
-    Finished)."""
+    Evicted, PodsReady, Finished)."""
     if body is None:
         return Workload(name)
-    conds = {
-        c.get("type"): c
-        for c in ((body.get("status") or {}).get("conditions") or ())
-        if isinstance(c, Mapping)
-    }
+    status = body.get("status") or {}
+    conds = {c.get("type"): c for c in (status.get("conditions") or ()) if isinstance(c, Mapping)}
 
     def true(kind: str) -> bool:
         return (conds.get(kind) or {}).get("status") == "True"
 
     if true("Finished"):
         return Workload(name, Admission.FINISHED)
+    ready = conds.get("PodsReady") or {}
+    held = true("QuotaReserved") or bool(status.get("admission"))
+    seen = (str(ready.get("status") or ""), str(ready.get("reason") or ""))
+    if true("Evicted"):  # Kueue keeps Admitted until the job framework requeues it
+        evicted = conds["Evicted"]
+        why, msg = str(evicted.get("reason") or "Evicted"), str(evicted.get("message") or "")
+        return Workload(name, Admission.EVICTED, why, msg, reserved=held, pods_ready=seen)
     if true("Admitted"):
-        return Workload(name, Admission.ADMITTED)
+        return Workload(name, Admission.ADMITTED, reserved=held, pods_ready=seen)
     reserved = conds.get("QuotaReserved")
     if reserved is None:
-        return Workload(name, Admission.PENDING, "Pending", "Kueue has not considered it yet")
+        msg = "Kueue has not considered it yet"
+        return Workload(name, Admission.PENDING, "Pending", msg, reserved=held, pods_ready=seen)
     if reserved.get("status") == "True":
-        msg = "quota reserved; waiting for its admission checks"
-        return Workload(name, Admission.PENDING, "QuotaReserved", msg)
-    reason = str(reserved.get("reason") or "Pending")
-    return Workload(name, Admission.PENDING, reason, str(reserved.get("message") or ""))
+        why, msg = "QuotaReserved", "quota reserved; waiting for its admission checks"
+    else:
+        why, msg = str(reserved.get("reason") or "Pending"), str(reserved.get("message") or "")
+    return Workload(name, Admission.PENDING, why, msg, reserved=held, pods_ready=seen)
 
 
 #: (the stage's create, its stage, the create of its Workload, the condition it holds)
@@ -117,7 +131,7 @@ def gate(decision: Decision, obs: Observed) -> Decision:
 
 def _finishing(decision: Decision, obs: Observed, quota: Quota) -> tuple[Action, ...]:
     """The precompile's Workload once its gang succeeded; every Workload when the job ends."""
-    live = (Admission.PENDING, Admission.ADMITTED)
+    live = (Admission.PENDING, Admission.ADMITTED, Admission.EVICTED)
     out = []
     for stage in ("precompile", "train"):
         ended = decision.phase in TERMINAL or (
@@ -164,6 +178,8 @@ def _wait(
         actions = (*actions, admit)
         msg = f"creating Kueue Workload {wl.name} in {where}; the {stage} gang waits for admission"
         blocker = Blocker("WaitingForQuota", msg, warn=False)
+    elif wl.state is Admission.EVICTED:
+        blocker = _evicted(wl, stage, where)
     elif wl.state is Admission.FINISHED:
         msg = (
             f"Kueue Workload {wl.name} is Finished but the {stage} gang has not run: delete "
@@ -186,3 +202,16 @@ def _wait(
         actions=actions,
         blocker=blocker,
     )
+
+
+def _evicted(wl: Workload, stage: str, where: str) -> Blocker:
+    """An evicted stage waits: its Workload requeued first (Kueue's reason said, once), then
+    admitted again."""
+    said = f": {wl.message}" if wl.message else ""
+    then = "training resumes from the newest checkpoint" if stage == "train" else "it compiles"
+    head = f"Kueue evicted Workload {wl.name} ({wl.reason}{said}); the {stage} gang is gone"
+    if wl.reserved:
+        msg = f"{head}, no retry spent: requeueing the Workload; {then} once Kueue admits it again"
+        return Blocker(wl.reason, msg)
+    msg = f"{head}, no retry spent; waiting for Kueue to admit it again ({where}); {then} then"
+    return Blocker("WaitingForQuota", msg, warn=False)

@@ -1,0 +1,163 @@
+"""Pure: Kueue's job framework for a running job (pkg/controller/jobframework/reconciler.go).
+
+quota.gate holds a stage until Kueue admits its Workload; this follows the Workload after that,
+as Kueue's reconciler does for the jobs it manages:
+- Evicted=True (a higher priority job, a reclaimed borrow, waitForPodsReady's timeout, a
+  deactivation), its admission withdrawn, or the Workload gone while the stage's gang lives: the
+  gang stops the way runPolicy.suspend stops it (the Volcano job deleted: the trainer checkpoints
+  on SIGTERM), the job says why with Kueue's reason, and no runPolicy.maxRetries is spent (no
+  Volcano retry is counted: the job is deleted, not restarted);
+- once that gang is gone, an evicted Workload still holding its reservation is requeued (its
+  admission cleared, QuotaReserved=False, Requeued: build/workload.requeued); when Kueue admits
+  it again, quota.gate lets the stage be created again and the trainer resumes from the newest
+  checkpoint;
+- PodsReady follows the gang (waitForPodsReady; generatePodsReadyCondition);
+- an elastic resize is a new Workload at the new size (its name carries the size); the old one
+  is deleted, as the framework deletes a Workload that no longer matches its job (its pod
+  set's count), so its quota comes back and its name can be used again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from trainium_operator.domain import quota, verdicts
+from trainium_operator.domain.model import (
+    TERMINAL,
+    Action,
+    Blocker,
+    Child,
+    Condition,
+    Decision,
+    Observed,
+)
+from trainium_operator.domain.quota import Admission, Quota, Workload
+
+STAGES = ("precompile", "train")
+STOPS = {"precompile": Action.STOP_PRECOMPILE, "train": Action.STOP_TRAINING}
+REQUEUES = {
+    "precompile": Action.REQUEUE_PRECOMPILE_WORKLOAD,
+    "train": Action.REQUEUE_TRAINING_WORKLOAD,
+}
+READIES = {"precompile": Action.READY_PRECOMPILE_WORKLOAD, "train": Action.READY_TRAINING_WORKLOAD}
+_CTYPE = {"precompile": "Precompiled", "train": "Running"}
+#: Kueue's PodsReady reasons (apis/kueue/v1beta2/workload_types.go).
+STARTED, RECOVERED = "Started", "Recovered"
+WAIT_FOR_START, WAIT_FOR_RECOVERY = "WaitForStart", "WaitForRecovery"
+#: Kueue's stop reasons when no Evicted condition says why (jobframework/stop_reason.go).
+NOT_ADMITTED, NO_MATCHING_WORKLOAD = "NotAdmitted", "NoMatchingWorkload"
+
+
+def gate(decision: Decision, obs: Observed) -> Decision:
+    """quota.gate, and Kueue's protocol for the stages it admitted: stop an evicted gang,
+    requeue its Workload once the gang is gone, PodsReady, stale elastic Workloads."""
+    kueue = obs.quota
+    if kueue is None:
+        return decision
+    stopped = _stop(decision, obs, kueue) if decision.phase not in TERMINAL else None
+    gated = quota.gate(stopped or decision, obs)
+    extra = _upkeep(gated, obs, kueue)
+    return replace(gated, actions=(*gated.actions, *extra)) if extra else gated
+
+
+def child_of(obs: Observed, stage: str) -> Child:
+    """The stage's gang state."""
+    return obs.precompile if stage == "precompile" else obs.training
+
+
+def lost(wl: Workload) -> tuple[str, str] | None:
+    """Why a live gang may not go on under this Workload (reason, what Kueue said); None: it may."""
+    if wl.state is Admission.EVICTED:
+        said = f": {wl.message}" if wl.message else ""
+        return wl.reason, f"Kueue evicted Workload {wl.name} ({wl.reason}{said})"
+    if wl.state is Admission.PENDING:
+        said = f"{wl.reason}: {wl.message}" if wl.message else wl.reason
+        return NOT_ADMITTED, f"Kueue no longer admits Workload {wl.name} ({said})"
+    if wl.state is Admission.ABSENT:
+        return NO_MATCHING_WORKLOAD, f"Workload {wl.name} is gone (deleted?); a new one is queued"
+    return None
+
+
+def _stop(decision: Decision, obs: Observed, kueue: Quota) -> Decision | None:
+    """Stop the first live gang whose Workload lost its admission; the job says why."""
+    for stage in STAGES:
+        if child_of(obs, stage) not in verdicts.LIVE or STOPS[stage] in decision.actions:
+            continue
+        why = lost(kueue.of(stage))
+        if why is None:
+            continue
+        reason, said = why
+        then = (
+            "the trainer checkpoints on SIGTERM; training resumes from the newest checkpoint"
+            if stage == "train"
+            else "the compile runs again"
+        )
+        msg = (
+            f"{said}; the {stage} gang is stopped as runPolicy.suspend stops it ({then} once "
+            "Kueue admits the Workload again); no runPolicy.maxRetries is spent"
+        )
+        ctype = _CTYPE[stage]
+        conds = [c for c in decision.conditions if c.type not in (ctype, "Succeeded", "Failed")]
+        conds.append(Condition(ctype, "False", reason, msg))
+        kept = tuple(a for a in decision.actions if a not in _STARTS)
+        return replace(
+            decision,
+            message=msg,
+            conditions=verdicts.close(conds, running=None),
+            actions=(*kept, STOPS[stage]),
+            blocker=Blocker(reason, msg),  # a Warning Event naming Kueue's reason, once
+        )
+    return None
+
+
+_STARTS = frozenset({Action.ACQUIRE_CACHE, Action.CREATE_PRECOMPILE, Action.CREATE_TRAINING})
+
+
+def _upkeep(decision: Decision, obs: Observed, kueue: Quota) -> tuple[Action, ...]:
+    """The Workload writes Kueue's reconciler would make in this state of the gangs."""
+    out: list[Action] = []
+    for stage in STAGES:
+        wl, child = kueue.of(stage), child_of(obs, stage)
+        if requeue_due(wl, child) and decision.phase not in TERMINAL:
+            out.append(REQUEUES[stage])
+        elif pods_ready(wl, child) is not None and quota.FINISHES[stage] not in decision.actions:
+            out.append(READIES[stage])
+    if kueue.stale:
+        out.append(Action.DELETE_STALE_WORKLOADS)
+    return tuple(out)
+
+
+def requeue_due(wl: Workload, child: Child) -> bool:
+    """An evicted Workload still reserved, its gang gone: the framework clears its admission
+    (only once the job is no longer active)."""
+    return wl.state is Admission.EVICTED and wl.reserved and child is Child.ABSENT
+
+
+def pods_ready(wl: Workload, child: Child) -> tuple[str, str] | None:
+    """The PodsReady (status, reason) to write, as generatePodsReadyCondition derives it; None:
+    nothing to write. An absent condition stays absent rather than becoming WaitForStart:
+    Kueue reads the two alike (admittedNotReadyWorkload), so no write is spent on it."""
+    if wl.state in (Admission.ABSENT, Admission.FINISHED) or requeue_due(wl, child):
+        return None
+    if child in (Child.SUCCEEDED, Child.FAILED):
+        return None  # the stage ended: its Workload is Finished instead
+    status, reason = wl.pods_ready
+    if wl.state is Admission.ADMITTED and child is Child.RUNNING:
+        want = ("True", RECOVERED if reason in (WAIT_FOR_RECOVERY, RECOVERED) else STARTED)
+    elif wl.state is Admission.EVICTED and wl.reserved:
+        return None  # the requeue comes first (Kueue still counts it admitted until then)
+    elif wl.state is Admission.ADMITTED and (status == "True" or reason == WAIT_FOR_RECOVERY):
+        want = ("False", WAIT_FOR_RECOVERY)
+    else:
+        want = ("False", WAIT_FOR_START)
+    if want == (status, reason) or (not status and want == ("False", WAIT_FOR_START)):
+        return None
+    return want
+
+
+PODS_READY_MESSAGES = {
+    STARTED: "All pods reached readiness and the workload is running",
+    RECOVERED: "All pods reached readiness and the workload is running",
+    WAIT_FOR_START: "Not all pods are ready or succeeded",
+    WAIT_FOR_RECOVERY: "At least one pod has failed, waiting for recovery",
+}
