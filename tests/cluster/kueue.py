@@ -109,6 +109,9 @@ class Kueue:
         for target in (root / "webhook-certs", metrics):
             (target / "tls.crt").write_bytes(crt.read_bytes())
             (target / "tls.key").write_bytes(key.read_bytes())
+        # An earlier module's Kueue namespace may still be Terminating (its stop() does not wait):
+        # applying it then is a no-op, and the RBAC that follows would meet NotFound.
+        self.cluster.kubectl("wait", "--for=delete", f"namespace/{NAMESPACE}", "--timeout=120s")
         self.cluster.kubectl("apply", "--server-side", "-f", str(self.manifests / "namespace.yaml"))
         self.crds = [d for d in yaml.safe_load_all((self.manifests / "crds.yaml").read_text()) if d]
         self._apply_crds()
