@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import test_elastic_e2e as elastic_e2e
 from test_operator_e2e import condition, events, job, prerequisites, status, vcjobs, wait_phase
+from test_run_policy import set_suspend
 
 from harness import (
     EmulatorServer,
@@ -309,6 +310,59 @@ def test_an_evicted_job_stops_is_requeued_and_resumes_without_spending_retries(
     assert after["restarts"] == 0 and after.get("disruptions", 0) == before.get("disruptions", 0)
     wait_for(lambda: workload_conditions(k8s, ns, name)["PodsReady"]["status"] == "True",
              timeout=20, what="PodsReady True again")  # fmt: skip
+
+
+def test_a_suspend_deactivates_the_workload_and_a_resume_queues_it_again(
+    kueue: None, operator: OperatorProcess, ns: str, k8s: EmulatorServer
+) -> None:
+    """runPolicy.suspend on an admitted, training Kueue job: the gang goes and the Workload is
+    deactivated (spec.active false), so Kueue evicts it and its quota is released; that eviction
+    is ours, not a preemption; a resume activates it and the gang waits for admission again."""
+    q = prerequisites(ns)
+    local_queue(ns)
+    body = job(ns, "bert", q, precompile={"policy": "Never"})
+    body["metadata"]["labels"] = {Q_LABEL: "team-a"}
+    apply(body)
+    name = "trainiumjob-bert-train"
+    wait_for(lambda: k8s.get(WORKLOADS, ns, name), timeout=20, what="the training Workload")
+    admitted = [cond("QuotaReserved", "True", "QuotaReserved"),
+                cond("Admitted", "True", "Admitted")]  # fmt: skip
+    kueue_applies(ns, name, {"conditions": admitted, "admission": admission(ns)})
+    wait_for(lambda: k8s.get(VCJOBS, ns, "bert-train"), timeout=20, what="the gang, admitted")
+    simulate_vcjob_phase(ns, "bert-train", "Running")
+    wait_phase(ns, "bert", "Training")
+
+    def active() -> object:
+        return (k8s.get(WORKLOADS, ns, name) or {}).get("spec", {}).get("active")
+
+    set_suspend(ns, "bert", True)
+    wait_for(lambda: k8s.get(VCJOBS, ns, "bert-train") is None, timeout=20, what="gang deleted")
+    wait_for(lambda: active() is False, timeout=20, what="the Workload deactivated")
+    wait_phase(ns, "bert", "Suspended")
+
+    # Kueue evicts the inactive Workload (workload_controller: Evicted, reason Deactivated).
+    said = "The workload is deactivated"
+    evicted = [*admitted, cond("Evicted", "True", "Deactivated", said)]
+    kueue_applies(ns, name, {"conditions": evicted, "admission": admission(ns)})
+    wait_for(lambda: "admission" not in (k8s.get(WORKLOADS, ns, name) or {}).get("status", {}),
+             timeout=20, what="the Workload requeued: its quota released")  # fmt: skip
+    requeued = workload_conditions(k8s, ns, name)["Requeued"]
+    assert (requeued["status"], requeued["reason"]) == ("False", "Deactivated")
+    now = wait_phase(ns, "bert", "Suspended")
+    assert condition(ns, "bert", "Running")["reason"] == "Suspended" and now["restarts"] == 0
+    warned = [e for e in events(ns) if e["type"] == "Warning"
+              and e["involvedObject"]["name"] == "bert"]  # fmt: skip
+    assert warned == []  # our own deactivation is no preemption
+
+    set_suspend(ns, "bert", False)
+    wait_for(lambda: active() is True, timeout=20, what="the Workload activated again")
+    wait_phase(ns, "bert", "Pending")
+    assert k8s.get(VCJOBS, ns, "bert-train") is None  # it waits for Kueue's admission
+    again = [*admitted, cond("Evicted", "False", "QuotaReserved", f"Previously: {said}")]
+    kueue_applies(ns, name, {"conditions": again, "admission": admission(ns)})
+    wait_for(lambda: k8s.get(VCJOBS, ns, "bert-train"), timeout=20, what="the gang again")
+    simulate_vcjob_phase(ns, "bert-train", "Running")
+    assert wait_phase(ns, "bert", "Training")["restarts"] == 0
 
 
 def test_an_elastic_resize_is_a_new_workload_the_old_one_deleted(

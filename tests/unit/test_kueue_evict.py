@@ -102,7 +102,8 @@ def test_requeued_it_waits_then_runs_again_when_admitted() -> None:
 
 def test_suspend_stops_once_and_a_finished_job_finishes_its_workload() -> None:
     suspended = lifecycle.decide(replace(TRAINING, suspend=True, quota=kueue(EVICTED)))
-    assert suspended.actions == (Action.STOP_TRAINING,)
+    assert suspended.actions == (Action.STOP_TRAINING, Action.DEACTIVATE_WORKLOADS)
+    assert suspended.blocker is None  # stopped once, by the suspend: no preemption shown
     done = replace(TRAINING, training=Child.SUCCEEDED, quota=kueue(EVICTED))
     assert lifecycle.decide(done).actions == (Action.FINISH_TRAINING_WORKLOAD,)
 
@@ -225,3 +226,50 @@ def test_an_elastic_resize_deletes_the_workload_of_the_old_size() -> None:
     admitted = wl(Admission.ADMITTED, reserved=True, pods_ready=("True", "Started"))
     obs = replace(TRAINING, quota=kueue(admitted, stale=("trainiumjob-bert-train-n4",)))
     assert lifecycle.decide(obs).actions == (Action.DELETE_STALE_WORKLOADS,)
+
+
+ADMITTED = wl(Admission.ADMITTED, reserved=True, pods_ready=("True", "Started"))
+DEACTIVATED = wl(Admission.EVICTED, "Deactivated", "The workload is deactivated", reserved=True,
+                 active=False)  # fmt: skip
+SUSPENDED = replace(TRAINING, suspend=True)
+
+
+def test_a_suspend_deactivates_the_workloads_and_warns_of_no_preemption() -> None:
+    decision = lifecycle.decide(replace(SUSPENDED, quota=kueue(ADMITTED)))
+    assert decision.phase is Phase.SUSPENDED
+    assert set(decision.actions) == {Action.STOP_TRAINING, Action.DEACTIVATE_WORKLOADS}
+    assert decision.blocker is None and running(decision).reason == "Suspended"
+
+
+@pytest.mark.parametrize("gang", [Child.RUNNING, Child.ABSENT])
+def test_our_deactivations_eviction_is_no_preemption(gang: Child) -> None:
+    """Kueue evicts the inactive Workload (reason Deactivated): still Suspended, no Warning,
+    nothing deactivated twice; once the gang is gone the Workload is requeued (quota back)."""
+    obs = replace(SUSPENDED, training=gang, quota=kueue(DEACTIVATED))
+    decision = lifecycle.decide(obs)
+    assert decision.phase is Phase.SUSPENDED and decision.blocker is None
+    assert running(decision).reason == "Suspended" and decision.restarts == 2
+    assert Action.DEACTIVATE_WORKLOADS not in decision.actions
+    assert (Action.REQUEUE_TRAINING_WORKLOAD in decision.actions) is (gang is Child.ABSENT)
+
+
+def test_a_resume_activates_the_workload_and_waits_for_admission_quietly() -> None:
+    requeued = replace(DEACTIVATED, reserved=False)
+    obs = replace(TRAINING, training=Child.ABSENT, previous_phase="Suspended",
+                  quota=kueue(requeued))  # fmt: skip
+    decision = lifecycle.decide(obs)
+    assert decision.phase is Phase.PENDING
+    assert decision.actions == (Action.ACTIVATE_WORKLOADS,)  # no gang before admission
+    assert decision.blocker is not None and not decision.blocker.warn
+
+
+def test_kueues_own_deactivation_stands() -> None:
+    own = replace(DEACTIVATED, reason="DeactivatedDueToRequeuingLimitExceeded", reserved=False)
+    obs = replace(TRAINING, training=Child.ABSENT, quota=kueue(own))
+    assert Action.ACTIVATE_WORKLOADS not in lifecycle.decide(obs).actions
+
+
+def test_spec_active_is_read() -> None:
+    body: Json = {"spec": {"active": False}, "status": {}}
+    assert not workload_state("w", body).active
+    assert workload_state("w", {"spec": {}}).active

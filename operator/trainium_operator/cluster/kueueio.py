@@ -1,5 +1,5 @@
-"""Thin I/O on Kueue's objects: Workloads (create, status writes, delete), flavors, queues,
-classes."""
+"""Thin I/O on Kueue's objects: Workloads (create, spec.active, status writes, delete),
+flavors, queues, classes."""
 
 from __future__ import annotations
 
@@ -44,6 +44,20 @@ def finish_workload(workload: Json, condition: Json) -> Json:
     }
     out = k8s.request(
         k8s.custom().patch_namespaced_custom_object_status,
+        GROUP, VERSION, md["namespace"], WORKLOADS, md["name"], body,
+        _content_type=k8s.MERGE_PATCH, guarded=True,
+    )  # fmt: skip
+    return out or {}  # type: ignore[no-any-return]
+
+
+def set_active(workload: Json, active: bool) -> Json:
+    """Merge-patch the Workload's spec.active (runPolicy.suspend), guarded by the version
+    read: a lost race is a 409, decided again after reading again."""
+    md = workload["metadata"]
+    guard = {"resourceVersion": md["resourceVersion"]}
+    body: Json = {"metadata": guard, "spec": {"active": active}}
+    out = k8s.request(
+        k8s.custom().patch_namespaced_custom_object,
         GROUP, VERSION, md["namespace"], WORKLOADS, md["name"], body,
         _content_type=k8s.MERGE_PATCH, guarded=True,
     )  # fmt: skip

@@ -18,7 +18,7 @@ from trainium_operator.build.workload import Kueue
 from trainium_operator.cluster import kueueio, reads
 from trainium_operator.cluster.reads import Kind, Reader
 from trainium_operator.domain import elastic, kueuejob
-from trainium_operator.domain.model import Action, Blocker, Child, Observed
+from trainium_operator.domain.model import Action, Blocker, Child, Observed, Phase
 from trainium_operator.domain.quota import FINISHES, Admission, Quota, workload_state
 from trainium_operator.domain.status import now_iso
 
@@ -101,7 +101,10 @@ _CREATE = {
 _FINISH = {action: stage for stage, action in FINISHES.items()}
 _REQUEUE = {action: stage for stage, action in kueuejob.REQUEUES.items()}
 _READY = {action: stage for stage, action in kueuejob.READIES.items()}
-ACTIONS = frozenset({*_CREATE, *_FINISH, *_REQUEUE, *_READY, Action.DELETE_STALE_WORKLOADS})
+_ACTIVITY = {action: want for want, action in kueuejob.ACTIVITY.items()}
+ACTIONS = frozenset(
+    {*_CREATE, *_FINISH, *_REQUEUE, *_READY, *_ACTIVITY, Action.DELETE_STALE_WORKLOADS}
+)
 
 
 def act(
@@ -114,13 +117,16 @@ def act(
     read: Reader,
 ) -> None:
     """Create a stage's Workload (from its gang as built), mark it Finished, requeue it, set
-    its PodsReady; delete an elastic job's Workloads of other sizes."""
+    its PodsReady or spec.active; delete an elastic job's Workloads of other sizes."""
     ns = owner.namespace
     if action in _REQUEUE:
         _requeue(workload.workload_name(owner, spec, _REQUEUE[action]), owner, read)
         return
     if action in _READY:
         _ready(_READY[action], held, observed, read)
+        return
+    if action in _ACTIVITY:
+        _activity(_ACTIVITY[action], held, read)
         return
     if action is Action.DELETE_STALE_WORKLOADS:
         for body in held.stale:
@@ -160,6 +166,17 @@ def _requeue(name: str, owner: Owner, read: Reader) -> None:
     if body is not None:
         written = kueueio.apply_workload_status(body, workload.ADMISSION_MANAGER)
         read.wrote(Kind.WORKLOAD, owner.namespace, name, written)
+
+
+def _activity(want: bool, held: Held, read: Reader) -> None:
+    """Set spec.active to `want` on each Workload whose state calls for it (kueuejob.active_due)."""
+    phase = Phase.PENDING if want else Phase.SUSPENDED
+    for found in held.workloads.values():
+        if found is None:
+            continue
+        md = found["metadata"]
+        if kueuejob.active_due(workload_state(md["name"], found), phase) is want:
+            read.wrote(Kind.WORKLOAD, md["namespace"], md["name"], kueueio.set_active(found, want))
 
 
 def _ready(stage: str, held: Held, observed: Observed, read: Reader) -> None:

@@ -11,6 +11,9 @@ as Kueue's reconciler does for the jobs it manages:
   admission cleared, QuotaReserved=False, Requeued: build/workload.requeued); when Kueue admits
   it again, quota.gate lets the stage be created again and the trainer resumes from the newest
   checkpoint;
+- runPolicy.suspend deactivates the Workloads (spec.active false: Kueue evicts them with
+  reason Deactivated and their quota is released once requeued); the job says Suspended, no
+  preemption; on resume they are activated again and wait for admission as usual;
 - PodsReady follows the gang (waitForPodsReady; generatePodsReadyCondition);
 - an elastic resize is a new Workload at the new size (its name carries the size); the old one
   is deleted, as the framework deletes a Workload that no longer matches its job (its pod
@@ -30,6 +33,7 @@ from trainium_operator.domain.model import (
     Condition,
     Decision,
     Observed,
+    Phase,
 )
 from trainium_operator.domain.quota import Admission, Quota, Workload
 
@@ -54,7 +58,8 @@ def gate(decision: Decision, obs: Observed) -> Decision:
     kueue = obs.quota
     if kueue is None:
         return decision
-    stopped = _stop(decision, obs, kueue) if decision.phase not in TERMINAL else None
+    stopping = decision.phase not in (*TERMINAL, Phase.SUSPENDED)  # a suspend stops its own
+    stopped = _stop(decision, obs, kueue) if stopping else None
     gated = quota.gate(stopped or decision, obs)
     extra = _upkeep(gated, obs, kueue)
     return replace(gated, actions=(*gated.actions, *extra)) if extra else gated
@@ -116,6 +121,8 @@ _STARTS = frozenset({Action.ACQUIRE_CACHE, Action.CREATE_PRECOMPILE, Action.CREA
 def _upkeep(decision: Decision, obs: Observed, kueue: Quota) -> tuple[Action, ...]:
     """The Workload writes Kueue's reconciler would make in this state of the gangs."""
     out: list[Action] = []
+    wants = {active_due(kueue.of(s), decision.phase) for s in STAGES}
+    out.extend(ACTIVITY[w] for w in (False, True) if w in wants)
     for stage in STAGES:
         wl, child = kueue.of(stage), child_of(obs, stage)
         if requeue_due(wl, child) and decision.phase not in TERMINAL:
@@ -125,6 +132,21 @@ def _upkeep(decision: Decision, obs: Observed, kueue: Quota) -> tuple[Action, ..
     if kueue.stale:
         out.append(Action.DELETE_STALE_WORKLOADS)
     return tuple(out)
+
+
+ACTIVITY = {False: Action.DEACTIVATE_WORKLOADS, True: Action.ACTIVATE_WORKLOADS}
+
+
+def active_due(wl: Workload, phase: Phase) -> bool | None:
+    """The spec.active to write on a stage's Workload (None: none): false while the job is
+    suspended (Kueue releases its quota), true again after; Kueue's own deactivations stand."""
+    if wl.state in (Admission.ABSENT, Admission.FINISHED) or phase in TERMINAL:
+        return None
+    if phase is Phase.SUSPENDED:
+        return False if wl.active else None
+    if wl.active or (wl.state is Admission.EVICTED and wl.reason != quota.DEACTIVATED):
+        return None
+    return True
 
 
 def requeue_due(wl: Workload, child: Child) -> bool:

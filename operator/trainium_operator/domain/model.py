@@ -107,6 +107,10 @@ class Action(str, enum.Enum):
     READY_TRAINING_WORKLOAD = "ReadyTrainingWorkload"
     #: spec.elastic: a Workload of a size the gang no longer runs at is deleted (its quota back).
     DELETE_STALE_WORKLOADS = "DeleteStaleWorkloads"
+    #: runPolicy.suspend on a Kueue job: its Workloads' spec.active follows it (false: Kueue
+    #: evicts them and their quota is released; true again on resume: they queue again).
+    DEACTIVATE_WORKLOADS = "DeactivateWorkloads"
+    ACTIVATE_WORKLOADS = "ActivateWorkloads"
 
 
 @dataclass(frozen=True)

@@ -50,6 +50,8 @@ class Workload:
     reserved: bool = False
     #: Its PodsReady condition as (status, reason); ("", ""): none.
     pods_ready: tuple[str, str] = ("", "")
+    #: Its spec.active (false: deactivated; Kueue evicts it and holds no quota for it).
+    active: bool = True
 
 
 @dataclass(frozen=True)
@@ -74,6 +76,11 @@ def workload_state(name: str, body: Mapping[str, Any] | None) -> Workload:
     Evicted, PodsReady, Finished)."""
     if body is None:
         return Workload(name)
+    return replace(_state(name, body), active=(body.get("spec") or {}).get("active") is not False)
+
+
+def _state(name: str, body: Mapping[str, Any]) -> Workload:
+    """workload_state from the conditions alone."""
     status = body.get("status") or {}
     conds = {c.get("type"): c for c in (status.get("conditions") or ()) if isinstance(c, Mapping)}
 
@@ -111,6 +118,9 @@ FINISHES = {
     "precompile": Action.FINISH_PRECOMPILE_WORKLOAD,
     "train": Action.FINISH_TRAINING_WORKLOAD,
 }
+#: Kueue's Evicted reason for a Workload whose spec.active was set false (ours: the job is
+#: suspended); Kueue's own deactivations say "DeactivatedDueTo<cause>" and stand.
+DEACTIVATED = "Deactivated"
 #: A Workload's create answered 404: the kueue.x-k8s.io API is not served.
 NOT_INSTALLED = "KueueNotInstalled"
 
@@ -210,6 +220,12 @@ def _evicted(wl: Workload, stage: str, where: str) -> Blocker:
     said = f": {wl.message}" if wl.message else ""
     then = "training resumes from the newest checkpoint" if stage == "train" else "it compiles"
     head = f"Kueue evicted Workload {wl.name} ({wl.reason}{said}); the {stage} gang is gone"
+    if wl.reason == DEACTIVATED:  # our own, for runPolicy.suspend: no preemption to warn of
+        msg = (
+            f"Workload {wl.name} was deactivated while the job was suspended; reactivated, it "
+            f"waits for Kueue to admit it again ({where}); {then} then"
+        )
+        return Blocker("WaitingForQuota", msg, warn=False)
     if wl.reserved:
         msg = f"{head}, no retry spent: requeueing the Workload; {then} once Kueue admits it again"
         return Blocker(wl.reason, msg)
