@@ -40,7 +40,7 @@ NAMESPACED = {
     ("coordination.k8s.io", "leases"): {"get", "list", "watch", "create", "patch", "delete"},
     ("resource.k8s.io", "resourceclaimtemplates"): {"create"},
     # Kueue jobs own a Workload per stage (watched), mark it Finished, name a missing LocalQueue
-    ("kueue.x-k8s.io", "workloads"): {"get", "list", "watch", "create", "delete"},
+    ("kueue.x-k8s.io", "workloads"): {"get", "list", "watch", "create", "patch", "delete"},
     ("kueue.x-k8s.io", "workloads/status"): {"patch"},
     ("kueue.x-k8s.io", "localqueues"): {"get"},
 }

@@ -25,6 +25,7 @@ from test_elastic_e2e import node
 from test_gang_failures import gang_pod, terminated
 from test_node_gone_e2e import running_pod
 from test_operator_e2e import claim
+from test_run_policy import set_suspend
 
 from harness import (
     OPERATOR_COMMAND,
@@ -89,8 +90,8 @@ def gets(api_requests: list[ApiRequest], resource: str, since: int = 0) -> bool:
 
 def queue_a_job_through_kueue(k8s: EmulatorServer, api_requests: list[ApiRequest]) -> None:
     """A job with Kueue's labels: its Workload created, admitted on a flavor, evicted and
-    requeued, admitted again, Finished (issue 33); backstop passes GET the Workload and the
-    flavor while the gang runs."""
+    requeued, admitted again, suspended (deactivated) and resumed, Finished (issue 33);
+    backstop passes GET the Workload and the flavor while the gang runs."""
     for plural in kueue.PLURALS:
         apply(kueue.kueue_crd(plural))
         kubectl("wait", "--for=condition=Established", f"crd/{plural}.kueue.x-k8s.io")
@@ -140,6 +141,12 @@ def queue_a_job_through_kueue(k8s: EmulatorServer, api_requests: list[ApiRequest
     again = [*admitted, kueue.cond("Evicted", "False", "QuotaReserved")]
     kueue.kueue_applies(NS, name, {"conditions": again, "admission": admission})
     wait_for(lambda: k8s.get(VCJOBS, NS, "queued-train"), timeout=20, what="its gang again")
+    # Suspended, its Workload is deactivated (patch); resumed, activated: the gang comes back.
+    for suspend in (True, False):
+        set_suspend(NS, "queued", suspend)
+        wait_for(lambda: (k8s.get(kueue.WORKLOADS, NS, name) or {}).get("spec", {}).get("active")
+                 is not suspend, timeout=20, what=f"its Workload active={not suspend}")  # noqa: B023  # fmt: skip
+    wait_for(lambda: k8s.get(VCJOBS, NS, "queued-train"), timeout=20, what="its gang resumed")
     simulate_vcjob_phase(NS, "queued-train", "Completed")
     wait_for(lambda: phase("queued") == "Succeeded", timeout=20, what="queued Succeeded")
 

@@ -273,3 +273,20 @@ def test_spec_active_is_read() -> None:
     body: Json = {"spec": {"active": False}, "status": {}}
     assert not workload_state("w", body).active
     assert workload_state("w", {"spec": {}}).active
+
+
+def test_a_resume_before_kueues_eviction_starts_the_gang_only_once_active() -> None:
+    inactive = replace(ADMITTED, active=False)
+    obs = replace(TRAINING, training=Child.ABSENT, previous_phase="Suspended")
+    waiting = lifecycle.decide(replace(obs, quota=kueue(inactive)))
+    assert Action.ACTIVATE_WORKLOADS in waiting.actions
+    assert Action.CREATE_TRAINING not in waiting.actions  # not under a Workload Kueue may evict
+    assert waiting.blocker is not None and not waiting.blocker.warn
+    assert Action.CREATE_TRAINING in lifecycle.decide(replace(obs, quota=kueue(ADMITTED))).actions
+
+
+def test_kueue_evicting_our_deactivation_after_a_resume_warns_of_nothing() -> None:
+    raced = replace(DEACTIVATED, active=True)
+    decision = lifecycle.decide(replace(TRAINING, quota=kueue(raced)))
+    assert decision.actions == (Action.STOP_TRAINING,)  # stopped, then requeued as usual
+    assert decision.blocker is not None and not decision.blocker.warn

@@ -98,8 +98,9 @@ collector through ownerReferences, so no delete on children but a pod whose Node
   resources: [workloads]
   # a Kueue job (label kueue.x-k8s.io/queue-name) owns one Workload per stage; watch: its
   # admission wakes the job; get: the whole Workload before its requeue; delete: an elastic
-  # job's Workload of a size it no longer runs at (as Kueue's job framework deletes one)
-  verbs: [get, list, watch, create, delete]
+  # job's Workload of a size it no longer runs at (as Kueue's job framework deletes one);
+  # patch: spec.active follows runPolicy.suspend (false releases the quota)
+  verbs: [get, list, watch, create, patch, delete]
 - apiGroups: [kueue.x-k8s.io]
   resources: [workloads/status]
   # Finished when a stage ends (its quota is released at once); after an eviction, the

@@ -110,7 +110,9 @@ def _stop(decision: Decision, obs: Observed, kueue: Quota) -> Decision | None:
             message=msg,
             conditions=verdicts.close(conds, running=None),
             actions=(*kept, STOPS[stage]),
-            blocker=Blocker(reason, msg),  # a Warning Event naming Kueue's reason, once
+            # a Warning Event naming Kueue's reason, once; none for our own deactivation (a
+            # resume raced Kueue's eviction of it)
+            blocker=Blocker(reason, msg, warn=reason != quota.DEACTIVATED),
         )
     return None
 

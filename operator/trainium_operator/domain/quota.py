@@ -132,7 +132,8 @@ def gate(decision: Decision, obs: Observed) -> Decision:
     if quota is None:
         return decision
     for create, stage, admit, ctype in _CREATES:
-        if create in decision.actions and quota.of(stage).state is not Admission.ADMITTED:
+        wl = quota.of(stage)
+        if create in decision.actions and not (wl.state is Admission.ADMITTED and wl.active):
             decision = _wait(decision, obs, quota, stage, (create, admit, ctype))
             break
     done = _finishing(decision, obs, quota)
@@ -196,6 +197,12 @@ def _wait(
             "the Workload to queue the stage again"
         )
         blocker = Blocker("WorkloadFinished", msg)
+    elif not wl.active:  # still admitted: the gang waits until it is active again
+        msg = (
+            f"Workload {wl.name} was deactivated while the job was suspended: activating it; "
+            f"the {stage} gang starts once Kueue admits it active"
+        )
+        blocker = Blocker("WaitingForQuota", msg, warn=False)
     else:
         msg = (
             f"waiting for Kueue to admit Workload {wl.name} ({where}): "
