@@ -40,6 +40,7 @@ from jobs import (
 )
 from kubelet import Behavior, FakeKubelet
 from kueue import API, Kueue
+from kueue import NAMESPACE as KUEUE_NAMESPACE
 from test_zz_audit import OPERATOR_USER, terminating
 
 Obj = dict[str, Any]
@@ -274,7 +275,7 @@ def test_kueue_installed_while_the_operator_runs(
         fsx_claim(cluster, ns)
         queues(cluster, ns, FLAVOR, neuron=16)
         create(cluster, kueue_job("late", ns))
-        job = wait_condition(cluster, "late", ns, "Succeeded", timeout=procs.scaled(120))
+        job = wait_condition(cluster, "late", ns, "Succeeded", timeout=int(procs.scaled(120)))
         (wl,) = workloads_of(late, ns, "late")
         assert condition(wl, "Admitted").get("status") == "True", wl.get("status")
         assert condition(wl, "Finished").get("status") == "True", wl.get("status")
@@ -287,6 +288,8 @@ def test_kueue_installed_while_the_operator_runs(
             assert said in text, "no WARNING that Workloads are not watched"
     finally:
         late.stop()
+        gone = f"/api/v1/namespaces/{KUEUE_NAMESPACE}"  # the module's Kueue makes it again
+        wait_until(lambda: cluster.api.get(gone) is None, procs.scaled(120), f"{gone} gone")
 
 
 def test_second_job_waits_for_quota_and_starts_when_the_first_ends(
