@@ -292,7 +292,8 @@ class WatchReader:
 
     `fresh` GETs what the index shows (a ghost: deleted while a watch re-listed); an absence is
     trusted (a re-list shows every object that exists): a job waiting on a missing queue cost 8
-    requests per backstop, 16 an hour, for objects that were not there (issue 26).
+    requests per backstop, 16 an hour, for objects that were not there (issue 26). Not in a late
+    kind's empty index: kopf may not watch that kind at all (`proven`).
     """
 
     def __init__(
