@@ -148,6 +148,9 @@ class K8sEmulator(kmock.KubernetesEmulator):
         self.uncollected: list[tuple[Key, str]] = []
         #: Server-side apply: the status fields each (object uid, field manager) last applied.
         self.applied: dict[tuple[str, str], set[str]] = {}
+        #: Resources ("group/version/plural") served but not yet listed by discovery: the API
+        #: server lists a new CRD's kind a moment after the CRD's last event (issue 33).
+        self.undiscovered: set[str] = set()
         fallback = self.fallback**1  # outranks kmock's own fallbacks
         # POST answers 201: the python client's CustomObjectsApi returns None on a 200.
         fallback[kmock.action.CREATE] << 201 << self._serve_outcome
@@ -477,6 +480,11 @@ class K8sEmulator(kmock.KubernetesEmulator):
         result = await super()._serve_version(request)
         assert isinstance(result, dict)
         result["groupVersion"] = result["groupVersion"].lstrip("/")  # kmock: "/v1" for the core
+        gv = result["groupVersion"]
+        result["resources"] = [
+            r for r in result["resources"]
+            if f"{gv}/{r['name'].split('/')[0]}" not in self.undiscovered
+        ]  # fmt: skip
         for r in result["resources"]:
             if "/" in r["name"]:  # else kubectl warns "short name could also match" on subresources
                 r.update(shortNames=[], categories=[], verbs=["get", "patch", "update"])

@@ -40,6 +40,7 @@ from jobs import (
 )
 from kubelet import Behavior, FakeKubelet
 from kueue import API, Kueue
+from kueue import NAMESPACE as KUEUE_NAMESPACE
 from test_zz_audit import OPERATOR_USER, terminating
 
 Obj = dict[str, Any]
@@ -240,6 +241,55 @@ def plain_steps(cluster: Cluster, namespace: str, job: str) -> float:
 
 
 # ---------------------------------------------------------------------------------------------
+
+
+def operator_watches(cluster: Cluster, resource: str, since: float) -> bool:
+    """Whether the operator opened a watch of the Kueue resource after `since` (the audit log)."""
+    return any(
+        e.get("user", {}).get("username") == OPERATOR_USER
+        and e["verb"] == "watch"
+        and (e.get("objectRef") or {}).get("apiGroup") == "kueue.x-k8s.io"
+        and (e.get("objectRef") or {}).get("resource") == resource
+        and _at(e["requestReceivedTimestamp"]) >= since
+        for e in cluster.audit()
+    )
+
+
+# First in the module: it installs Kueue itself, before the module's `kueue` fixture does (and
+# removes it again, CRDs included, as the fixture does at the module's end).
+def test_kueue_installed_while_the_operator_runs(
+    cluster: Cluster, kubelet: FakeKubelet, running_operator: OperatorProcess, ns: str
+) -> None:
+    """Issue 33 without the tier's workaround: Kueue's CRDs applied while the operator runs, no
+    extra CRD event after discovery lists them. Whether kopf then watches Workloads or not (1
+    run in 5 it did not), a Kueue job is admitted and trains; unwatched, the operator says so."""
+    since = time.time()
+    late = Kueue(cluster, settle_discovery=False)
+    late.start()
+    try:
+        cluster.apply({
+            "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
+            "metadata": {"name": FLAVOR},
+            "spec": {"nodeLabels": FLAVOR_LABELS, "tolerations": [FLAVOR_TOLERATION]},
+        })  # fmt: skip
+        fsx_claim(cluster, ns)
+        queues(cluster, ns, FLAVOR, neuron=16)
+        create(cluster, kueue_job("late", ns))
+        job = wait_condition(cluster, "late", ns, "Succeeded", timeout=int(procs.scaled(120)))
+        (wl,) = workloads_of(late, ns, "late")
+        assert condition(wl, "Admitted").get("status") == "True", wl.get("status")
+        assert condition(wl, "Finished").get("status") == "True", wl.get("status")
+        assert job["status"]["phase"] == "Succeeded"
+        watched = operator_watches(cluster, "workloads", since)
+        said = "workloads.kueue.x-k8s.io are served but not watched"
+        text = running_operator.log_path.read_text(errors="replace")
+        print(f"\nthe operator {'watched' if watched else 'did not watch'} Workloads")
+        if not watched:
+            assert said in text, "no WARNING that Workloads are not watched"
+    finally:
+        late.stop()
+        gone = f"/api/v1/namespaces/{KUEUE_NAMESPACE}"  # the module's Kueue makes it again
+        wait_until(lambda: cluster.api.get(gone) is None, procs.scaled(120), f"{gone} gone")
 
 
 def test_second_job_waits_for_quota_and_starts_when_the_first_ends(
@@ -531,8 +581,13 @@ def test_no_request_was_refused_with_kueue(
 
 
 @pytest.fixture(autouse=True)
-def _kueue_alive(kueue: Kueue) -> Iterator[None]:
-    """Each test starts and ends with Kueue's manager running (a crash names itself)."""
+def _kueue_alive(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Each test starts and ends with Kueue's manager running (a crash names itself); not a
+    test that runs a Kueue of its own (it asks for no `kueue`)."""
+    if "kueue" not in request.fixturenames:
+        yield
+        return
+    kueue: Kueue = request.getfixturevalue("kueue")
     kueue.check_alive()
     yield
     kueue.check_alive()

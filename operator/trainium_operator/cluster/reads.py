@@ -28,11 +28,20 @@ re-lists after 410 Gone, so the rare backstop passes (`fresh`) GET what the inde
 heals such a ghost within one resync (an absence needs no GET: the re-list lists what exists).
 An ambiguous index entry (two objects of one name, an old one's deletion not yet processed) is
 also read with a GET.
+
+Kueue's kinds are `LATE`: their CRDs may be installed while the operator runs, and kopf re-reads
+API discovery only on a CRD event, which can come before discovery lists the kind; kopf then logs
+"Unresolved resources cannot be served" once and never watches it (issue 33). So an absence in a
+late kind's index is trusted only once that index has shown an object (kopf lists or watches the
+kind); until then the kind is read with GETs, and a GET that finds an object the index never
+showed (not our own write of the last `WATCH_GRACE` seconds) tells `Unwatched`: one WARNING, a
+metric, and the runtime looks again at the waiting Kueue jobs (domain/quota.unwatched_look).
 """
 
 from __future__ import annotations
 
 import enum
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -59,6 +68,16 @@ class Kind(enum.Enum):
     WORKLOAD = "workloads"  # Kueue Workloads of our stages (build/workload.py)
     FLAVOR = "resourceflavors"  # Kueue ResourceFlavors: an admission's node labels
 
+
+#: Kinds whose CRDs may appear after the operator started: kopf may then never watch them.
+LATE = frozenset({Kind.WORKLOAD, Kind.FLAVOR})
+#: Seconds a working watch may take to show our own write: an object older than that on the
+#: server that the index never showed means kopf does not watch its kind.
+WATCH_GRACE = 30.0
+#: Seconds between looks at a Kueue job while its Workloads are not known to be watched: no
+#: watch event tells it that Kueue admitted (or evicted) its Workload.
+UNWATCHED_LOOK = 5.0
+log = logging.getLogger(__name__)
 
 #: (kind, namespace, name); namespace "" for cluster-scoped kinds.
 Key = tuple[Kind, str, str]
@@ -108,6 +127,9 @@ class Reader(Protocol):
     def deleted(self, kind: Kind, namespace: str, name: str) -> None:
         """A delete was accepted."""
 
+    def watched(self, kind: Kind) -> bool:
+        """Whether a change of this kind reaches the operator as a watch event (wakes a job)."""
+
 
 class ApiReader:
     """Reads with GETs (the CLI, tests, anything outside the operator's watches)."""
@@ -120,6 +142,9 @@ class ApiReader:
 
     def deleted(self, kind: Kind, namespace: str, name: str) -> None:
         return None
+
+    def watched(self, kind: Kind) -> bool:
+        return True  # outside the operator nothing waits for an event
 
 
 @dataclass(frozen=True)
@@ -175,6 +200,12 @@ class Overlay:
             if now - self._swept > self.TTL:
                 self._sweep(now)
 
+    def age(self, key: Key) -> float | None:
+        """Seconds since our write of key that the index has not shown yet (None: none held)."""
+        with self._lock:
+            pending = self._pending.get(key)
+        return None if pending is None else self._clock() - pending.at
+
     def forget(self, key: Key) -> None:
         """Nothing known about key beyond what the index says."""
         with self._lock:
@@ -203,21 +234,89 @@ def _superseded(shown: str, pending: Pending) -> bool:
 Indices = Mapping[Kind, Mapping[tuple[str, str], Iterable[Json]]]
 
 
+def proven(kind: Kind, index: Mapping[Any, Any]) -> bool:
+    """Whether an absence in the kind's index is trusted: kopf watches every kind we read but
+    a late one, and a late one once its index holds an object (kopf listed or watched it)."""
+    return kind not in LATE or len(index) > 0
+
+
+def shows_unwatched(found: Json | None, own_write_age: float | None) -> bool:
+    """Whether a GET of an unproven kind proves kopf does not watch it: the server has an object
+    the index never showed, and not our own write that a working watch may still be bringing."""
+    return found is not None and (own_write_age is None or own_write_age >= WATCH_GRACE)
+
+
+def resource(kind: Kind) -> str:
+    """A late kind as plural.group (what kopf's warning and our metric name)."""
+    return f"{kind.value}.{kueueio.GROUP}"
+
+
+def _say(kind: Kind, unwatched: bool) -> None:
+    if unwatched:
+        log.warning(
+            "%s are served but not watched (kopf did not resolve the kind when its CRD "
+            "appeared): Kueue jobs read them with GETs and are looked at every %.0f s meanwhile; "
+            "restart the operator to watch them",
+            resource(kind), UNWATCHED_LOOK,
+        )  # fmt: skip
+    else:
+        log.info("%s are watched now", resource(kind))
+
+
+class Unwatched:
+    """The late kinds found served but not watched: said once each, and to `on_change`."""
+
+    def __init__(self, on_change: Callable[[Kind, bool], None] = lambda _k, _u: None) -> None:
+        self._kinds: set[Kind] = set()
+        self._on_change = on_change
+        self._lock = threading.Lock()
+
+    def __contains__(self, kind: object) -> bool:
+        return kind in self._kinds
+
+    def update(self, kind: Kind, unwatched: bool) -> None:
+        """A GET found an object its index never showed (True), or the index shows one (False)."""
+        with self._lock:
+            changed = (kind in self._kinds) != unwatched
+            if unwatched:
+                self._kinds.add(kind)
+            else:
+                self._kinds.discard(kind)
+        if changed:
+            _say(kind, unwatched)
+            self._on_change(kind, unwatched)
+
+
 class WatchReader:
     """One pass's reader: kopf's indices under the overlay; GETs when `fresh` or ambiguous.
 
     `fresh` GETs what the index shows (a ghost: deleted while a watch re-listed); an absence is
     trusted (a re-list shows every object that exists): a job waiting on a missing queue cost 8
-    requests per backstop, 16 an hour, for objects that were not there (issue 26).
+    requests per backstop, 16 an hour, for objects that were not there (issue 26). Not in a late
+    kind's empty index: kopf may not watch that kind at all (`proven`).
     """
 
-    def __init__(self, indices: Indices, overlay: Overlay, *, fresh: bool = False) -> None:
+    def __init__(
+        self,
+        indices: Indices,
+        overlay: Overlay,
+        *,
+        fresh: bool = False,
+        unwatched: Unwatched | None = None,
+    ) -> None:
         self._indices, self._overlay, self.fresh = indices, overlay, fresh
+        self._unwatched = unwatched or Unwatched()
         #: Per key: versions known to be no newer than what this pass was served.
         self._seen: dict[Key, frozenset[str]] = {}
 
     def get(self, kind: Kind, namespace: str, name: str) -> Json | None:
         key = (kind, namespace, name)
+        if not self.watched(kind):  # kopf may not watch it: the server says (issue 33)
+            body = api_get(kind, namespace, name)
+            self._seen[key] = frozenset({version(body)})
+            if shows_unwatched(body, self._overlay.age(key)):
+                self._unwatched.update(kind, True)
+            return body
         found = lookup(self._indices[kind], (namespace, name))
         if (self.fresh and found) or len(found) > 1:
             body = api_get(kind, namespace, name)  # every indexed version is no newer than it
@@ -236,6 +335,13 @@ class WatchReader:
     def deleted(self, kind: Kind, namespace: str, name: str) -> None:
         key = (kind, namespace, name)
         self._overlay.record(key, None, self._seen.get(key, frozenset()))
+
+    def watched(self, kind: Kind) -> bool:
+        if not proven(kind, self._indices[kind]):
+            return False
+        if kind in self._unwatched:  # kopf resolved it after all (a later CRD event)
+            self._unwatched.update(kind, False)
+        return True
 
 
 def ours(body: Json | None, owner: Owner) -> tuple[Json | None, Json | None]:

@@ -18,12 +18,13 @@ from trainium_operator.build.builders import Owner
 from trainium_operator.cluster import actions, elasticio, fsx, gangs, k8s, orphans, report, scrape
 from trainium_operator.cluster.memory import Memory
 from trainium_operator.cluster.observe import Seen, Views, observe
-from trainium_operator.cluster.reads import ApiReader, Kind, Reader
+from trainium_operator.cluster.reads import UNWATCHED_LOOK, ApiReader, Kind, Reader
 from trainium_operator.cluster.report import Emit, Transition
 from trainium_operator.domain import (
     budget,
     elastic,
     lifecycle,
+    quota,
     specdigest,
     status,
     supervise,
@@ -141,7 +142,10 @@ def _run(
     )
     if rejections:  # what the API server refused is observed, and decided on, in this pass
         decision = lifecycle.decide(replace(observed, rejections=rejections))
-    elif _ECHOED.intersection(decision.actions):
+    if views.kueue is not None:  # no watch of Workloads: look again soon (issue 33)
+        watched = read.watched(Kind.WORKLOAD)
+        soonest = _soonest(soonest, quota.unwatched_look(decision, watched, UNWATCHED_LOOK))
+    if not rejections and _ECHOED.intersection(decision.actions):
         # The child just created wakes this job when its watch event arrives: that pass sees
         # it and reports. A status written now would say what existed before, and be redone.
         return Outcome(decision.phase.value, deadline_in=soonest, memory=_learnt(views, seen))

@@ -1,8 +1,9 @@
 """A Kueue job's Workloads: read them (and what admits them), create them, mark them Finished.
 
 Only for jobs with the `kueue.x-k8s.io/queue-name` label (build/workload.opt_in); the
-decisions are domain/quota.py's. Workloads and ResourceFlavors are read from the watches;
-the LocalQueue and the WorkloadPriorityClass with a GET, and only while a stage waits.
+decisions are domain/quota.py's. Workloads and ResourceFlavors are read from the watches (with
+GETs while kopf is not known to watch them: reads.LATE); the LocalQueue and the
+WorkloadPriorityClass with a GET, and only while a stage waits.
 """
 
 from __future__ import annotations

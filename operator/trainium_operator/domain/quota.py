@@ -125,6 +125,15 @@ DEACTIVATED = "Deactivated"
 NOT_INSTALLED = "KueueNotInstalled"
 
 
+def unwatched_look(decision: Decision, watched: bool, every: float) -> float | None:
+    """When to look again at a Kueue job whose Workloads no watch streams (issue 33): every
+    few seconds, as no event will say that Kueue admitted or evicted them; None when they are
+    watched, or when Kueue is not installed (that blocker backs off on its own)."""
+    if watched or (decision.blocker is not None and decision.blocker.reason == NOT_INSTALLED):
+        return None
+    return every
+
+
 def gate(decision: Decision, obs: Observed) -> Decision:
     """Hold a stage's create until its Workload is Admitted; finish the Workloads of ended
     stages first (quota released at once)."""

@@ -15,9 +15,10 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, ParamSpec
 
-from prometheus_client import REGISTRY, Counter, Histogram, disable_created_metrics
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram, disable_created_metrics
 from prometheus_client import start_http_server as _serve
 
+from trainium_operator.cluster import reads
 from trainium_operator.domain.jobstate import JobIndex, JobStateCollector, history_since, snapshot
 from trainium_operator.domain.lifecycle import FAILURE_REASONS, Phase
 
@@ -74,6 +75,13 @@ CACHE_LOOKUPS = Counter(
     "Compile-cache lookups, by result (hit or miss)",
     ["result"],
 )
+#: Kinds whose CRDs may appear after the start (Kueue's), as plural.group.
+LATE_RESOURCES = tuple(sorted(reads.resource(kind) for kind in reads.LATE))
+UNWATCHED = Gauge(
+    "trainium_operator_unwatched_resources",
+    "1 while a served kind the operator reads is not watched (read with GETs; a restart fixes it)",
+    ["resource"],
+)
 JOB_STATES = JobStateCollector()
 REGISTRY.register(JOB_STATES)
 #: Seconds, not hours: Prometheus base units (`promtool check metrics`); divide by 3600.
@@ -113,6 +121,8 @@ def _zero_known_labels() -> None:
         ERRORS.labels(kind=kind)
     for result in ("hit", "miss"):
         CACHE_LOOKUPS.labels(result=result)
+    for resource in LATE_RESOURCES:
+        UNWATCHED.labels(resource=resource).set(0)
 
 
 _zero_known_labels()
@@ -157,6 +167,12 @@ def indexed_status(status: Mapping[str, Any]) -> dict[str, Any]:
     if since is not None:  # the current phase's start, not the whole history
         kept["history"] = [{"phase": status.get("phase"), "since": since}]
     return kept
+
+
+@never_raises
+def set_unwatched(resource: str, unwatched: bool) -> None:
+    """A kind the operator reads is found served but not watched (1), or watched again (0)."""
+    UNWATCHED.labels(resource=resource).set(1 if unwatched else 0)
 
 
 @contextmanager

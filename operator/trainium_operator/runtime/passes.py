@@ -21,9 +21,9 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from trainium_operator.cluster import k8s, storage
+from trainium_operator.cluster import k8s, reads, storage
 from trainium_operator.cluster.observe import Views
-from trainium_operator.cluster.reads import Indices, Kind, Overlay, Reader, WatchReader
+from trainium_operator.cluster.reads import Indices, Kind, Overlay, Reader, Unwatched, WatchReader
 from trainium_operator.cluster.reconcile import Emit, Outcome, StaleRead
 from trainium_operator.domain.checkpoints import Checkpoint
 from trainium_operator.domain.lifecycle import TERMINAL
@@ -90,6 +90,8 @@ class Reads:
 
     indices: dict[Kind, Mapping[Any, Any]] = field(default_factory=dict)
     overlay: Overlay = field(default_factory=Overlay)
+    #: Kueue's kinds found served but not watched (reads.py): shared by every pass.
+    unwatched: Unwatched = field(default_factory=lambda: Unwatched(_unwatched_metric))
     #: Volcano queues by parent (a kopf index): the hierarchy as listed, never a handler's dict.
     queue_children: Mapping[str, Any] = field(default_factory=dict)
     #: Live precompile Volcano jobs by (namespace, cache entry) (a kopf index), once handed over.
@@ -103,7 +105,11 @@ class Reads:
         if len(self.indices) < len(Kind):
             return None
         indices: Indices = self.indices
-        return WatchReader(indices, self.overlay, fresh=fresh)
+        return WatchReader(indices, self.overlay, fresh=fresh, unwatched=self.unwatched)
+
+
+def _unwatched_metric(kind: Kind, unwatched: bool) -> None:
+    metrics.set_unwatched(reads.resource(kind), unwatched)
 
 
 class Passes:
