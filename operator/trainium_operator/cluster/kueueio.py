@@ -42,12 +42,7 @@ def finish_workload(workload: Json, condition: Json) -> Json:
         "metadata": {"resourceVersion": md["resourceVersion"]},
         "status": {"conditions": [*conds, condition]},
     }
-    out = k8s.request(
-        k8s.custom().patch_namespaced_custom_object_status,
-        GROUP, VERSION, md["namespace"], WORKLOADS, md["name"], body,
-        _content_type=k8s.MERGE_PATCH, guarded=True,
-    )  # fmt: skip
-    return out or {}  # type: ignore[no-any-return]
+    return _merge_patch(k8s.custom().patch_namespaced_custom_object_status, md, body)
 
 
 def set_active(workload: Json, active: bool) -> Json:
@@ -56,9 +51,13 @@ def set_active(workload: Json, active: bool) -> Json:
     md = workload["metadata"]
     guard = {"resourceVersion": md["resourceVersion"]}
     body: Json = {"metadata": guard, "spec": {"active": active}}
+    return _merge_patch(k8s.custom().patch_namespaced_custom_object, md, body)
+
+
+def _merge_patch(method: Any, md: Json, body: Json) -> Json:
+    """One guarded merge patch of a Workload (its body carries the resourceVersion read)."""
     out = k8s.request(
-        k8s.custom().patch_namespaced_custom_object,
-        GROUP, VERSION, md["namespace"], WORKLOADS, md["name"], body,
+        method, GROUP, VERSION, md["namespace"], WORKLOADS, md["name"], body,
         _content_type=k8s.MERGE_PATCH, guarded=True,
     )  # fmt: skip
     return out or {}  # type: ignore[no-any-return]
