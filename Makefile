@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 TOOLS := .tools/bin
 export PATH := $(abspath $(BIN)):$(abspath $(TOOLS)):$(PATH)
 
-.PHONY: help install run run-native test test-slow test-unit test-e2e test-chart test-xla test-reliability test-cluster bench bench-smoke lint \
+.PHONY: help install run run-native test test-slow test-unit test-e2e test-chart test-xla xla-env test-reliability test-cluster bench bench-smoke lint \
 	crds verify helm promtool render chart-docs clean
 
 help: ## Show the targets
@@ -69,8 +69,10 @@ test-e2e: $(STAMP) ## Only the operator end-to-end tests
 test-chart: $(STAMP) helm promtool ## Only the chart, alert and GitOps tests
 	$(BIN)/python -m pytest -q tests/chart tests/deploy tests/test_rbac.py
 
-test-xla: ## Trainer tests on torch-xla (PJRT CPU) in .venv-xla (~4 GB download, cached)
+xla-env: ## Create .venv-xla for make test-xla (~4 GB download, cached; .ci/run starts it early)
 	PYTHON=$(PYTHON) bash scripts/xla-env.sh
+
+test-xla: xla-env ## Trainer tests on torch-xla (PJRT CPU) in .venv-xla
 	# --confcutdir: tests/conftest.py serves the emulator (aiohttp), which .venv-xla does not have.
 	PJRT_DEVICE=CPU .venv-xla/bin/python -m pytest -q -p no:cacheprovider --confcutdir=tests/xla tests/xla
 

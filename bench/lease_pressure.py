@@ -39,8 +39,12 @@ from harness import OperatorProcess, make_emulator
 
 LEASE = "bench"
 GROUP, VERSION, PLURAL = "trainium.dev", "v1alpha1", "trainiumjobs"
-#: Log lines of a missed renew deadline: a lost term (old and new code), a late renewal (new).
-LAPSES = ("could not renew within", "renewed past the renew deadline")
+#: Log lines of a missed renew deadline: a lost term (old and new code), a late renewal (new:
+#: the Lease was kept, writes were refused until it was renewed).
+LOST, LATE = "could not renew within", "renewed past the renew deadline"
+LAPSES = (LOST, LATE)
+#: cgroup v1's cpu controller: where a `--cpu-millicores` quota is set (as a pod's CPU limit).
+CGROUP_CPU = Path("/sys/fs/cgroup/cpu")
 #: Requests counted as a flap's cost: everything but watches and the Lease's own.
 WINDOW_S = 60.0
 
@@ -48,6 +52,31 @@ WINDOW_S = 60.0
 def command() -> list[str]:
     return [sys.executable, "-m", "trainium_operator", "operator", "--all-namespaces",
             f"--leader-elect={LEASE}"]  # fmt: skip
+
+
+def quota_group(millicores: int) -> Path:
+    """A cgroup whose CFS quota is `millicores` of one CPU (what a pod's CPU limit sets)."""
+    group = CGROUP_CPU / f"bench-lease-{os.getpid()}"
+    group.mkdir()
+    period = int((group / "cpu.cfs_period_us").read_text())
+    (group / "cpu.cfs_quota_us").write_text(str(period * millicores // 1000))
+    return group
+
+
+def in_group(group: Path, argv: list[str]) -> list[str]:
+    """argv run inside `group`: the process joins it, then execs (no shell; children inherit)."""
+    join = (
+        "import os,sys; open(sys.argv[1],'w').write(str(os.getpid())); "
+        "os.execvp(sys.argv[2], sys.argv[2:])"
+    )
+    return [sys.executable, "-c", join, str(group / "cgroup.procs"), *argv]
+
+
+def throttled(group: Path) -> dict[str, float]:
+    """The group's CFS accounting: periods, throttled periods, seconds throttled."""
+    stat = dict(line.split() for line in (group / "cpu.stat").read_text().splitlines())
+    return {"periods": float(stat["nr_periods"]), "throttled": float(stat["nr_throttled"]),
+            "throttled_s": int(stat["throttled_time"]) / 1e9}  # fmt: skip
 
 
 def lease_writes(cluster: Cluster, since: float) -> list[float]:
@@ -121,14 +150,16 @@ def run(name: str, env: dict[str, str], args: argparse.Namespace, workdir: Path)
     busy: list[subprocess.Popen[bytes]] = []
     op_env = {**cluster.operator_env(), "POD_NAME": f"bench-{name}",
               "POD_NAMESPACE": cluster.namespace, **env}  # fmt: skip
-    op = OperatorProcess(["taskset", "-c", str(args.core), *command()], workdir / "op.log", op_env)
+    group = quota_group(args.cpu_millicores) if args.cpu_millicores else None
+    argv = in_group(group, command()) if group else ["taskset", "-c", str(args.core), *command()]
+    op = OperatorProcess(argv, workdir / "op.log", op_env)
     try:
         cluster.start_volcano(steps=("Running",))
         names = [f"j{i:04d}" for i in range(args.jobs)]
         cluster.create_jobs({n: good_spec(cluster.queue, f"c{n}") for n in names})
         op.start(timeout=120)
         cluster.wait(lambda: "acquired by" in op.log(), 120, "the replica acquiring the Lease")
-        busy = neighbours(args.neighbours, args.core)
+        busy = neighbours(0 if group else args.neighbours, args.core)
         t0 = time.monotonic()
         tick, next_burst = 0, t0
         while time.monotonic() - t0 < args.minutes * 60:
@@ -139,7 +170,8 @@ def run(name: str, env: dict[str, str], args: argparse.Namespace, workdir: Path)
             time.sleep(0.5)
         loaded_end = time.monotonic()
         log = op.log()
-        lost = sum(log.count(line) for line in LAPSES)
+        lost, late = log.count(LOST), log.count(LATE)
+        quota = throttled(group) if group else {}
         writes = lease_writes(cluster, t0)
         gaps = [b - a for a, b in itertools.pairwise(writes)]
         pid = op.process.pid if op.process else 0
@@ -174,9 +206,14 @@ def run(name: str, env: dict[str, str], args: argparse.Namespace, workdir: Path)
             proc.wait()
         op.stop()
         cluster.stop()
+        if args.keep_log:
+            Path(args.keep_log).with_suffix(f".{name}.log").write_text(op.log())
+        if group:
+            group.rmdir()
     return {
         "variant": name, "minutes": args.minutes, "jobs": args.jobs,
-        "neighbours": args.neighbours, "bursts": tick, "lost_terms": lost,
+        "neighbours": args.neighbours, "bursts": tick, "lost_terms": lost, "late_renewals": late,
+        "cpu_millicores": args.cpu_millicores, "quota": quota,
         "lease_writes": len(writes),
         "gap_p50_s": common.percentile(gaps, 50) if gaps else 0.0,
         "gap_p99_s": common.percentile(gaps, 99) if gaps else 0.0,
@@ -187,16 +224,26 @@ def run(name: str, env: dict[str, str], args: argparse.Namespace, workdir: Path)
 
 
 def report(results: list[dict[str, Any]]) -> str:
-    header = ["variant", "jobs", "busy neighbours", "minutes", "bursts", "lost terms",
+    header = ["variant", "jobs", "CPU", "minutes", "bursts", "lost terms", "late renewals",
               "Lease writes", "gap p50 s", "gap p99 s", "gap max s",
               "no flap: GET/LIST/writes (window)", "SIGSTOP flap (window)", "continued",
               "takeover flap: GET/LIST/writes"]  # fmt: skip
+
+    def cpu(r: dict[str, Any]) -> str:
+        if not r["cpu_millicores"]:
+            return f"1 core, {r['neighbours']} busy neighbours"
+        q = r["quota"]
+        return (
+            f"quota {r['cpu_millicores']}m (throttled {q['throttled']:.0f} of "
+            f"{q['periods']:.0f} periods)"
+        )
 
     def triple(c: dict[str, int]) -> str:
         return f"{c['gets']}/{c['lists']}/{c['writes']}"
 
     rows = [
-        [r["variant"], r["jobs"], r["neighbours"], r["minutes"], r["bursts"], r["lost_terms"],
+        [r["variant"], r["jobs"], cpu(r), r["minutes"], r["bursts"], r["lost_terms"],
+         r["late_renewals"],
          r["lease_writes"], f"{r['gap_p50_s']:.2f}", f"{r['gap_p99_s']:.2f}",
          f"{r['gap_max_s']:.2f}", triple(r["baseline"]), triple(r["stop_flap"]),
          r["stop_flap_continued"],
@@ -212,6 +259,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--minutes", type=float, default=4.0, help="the loaded run, before the flaps")
     p.add_argument("--neighbours", type=int, default=3, help="busy loops on the operator's core")
     p.add_argument("--core", type=int, default=0, help="the operator's (and neighbours') core")
+    p.add_argument(
+        "--cpu-millicores",
+        type=int,
+        default=0,
+        help="a CFS quota on the operator instead of taskset (cgroup v1 cpu; as the"
+        " chart's CPU request were a limit); 0: none",
+    )
+    p.add_argument(
+        "--keep-log", default="", help="keep each variant's operator log at PATH.NAME.log"
+    )
     p.add_argument("--burst-every", type=float, default=30.0, help="seconds between bursts")
     p.add_argument("--stop-seconds", type=float, default=12.0,
                    help="the SIGSTOP that forces a lost term (past the renew deadline, within"
