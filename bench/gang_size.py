@@ -22,8 +22,8 @@ import yaml
 from torchx.specs.overlays import set_overlay
 
 from trainium_operator.api.spec import TrainiumJobSpec, parse
-from trainium_operator.build import appdef, builders
-from trainium_operator.build.builders import Owner
+from trainium_operator.manifests import appdef, builders
+from trainium_operator.manifests.builders import Owner
 from trainium_trainer import rendezvous
 
 Json = dict[str, Any]

@@ -15,7 +15,7 @@ import yaml
 
 from helmchart import by_kind, one, render
 from trainium_operator.api.spec import parse
-from trainium_operator.build import builders
+from trainium_operator.manifests import builders
 from trainium_trainer import contract
 
 REPO = Path(__file__).resolve().parents[2]

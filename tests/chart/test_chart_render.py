@@ -240,7 +240,7 @@ def test_service_monitor_scrapes_the_metrics_service(helm_bin: Path) -> None:
 
 def test_pod_monitor_scrapes_the_trainers_named_port(helm_bin: Path) -> None:
     """Off by default; on, it selects training pods by the port the builders declare."""
-    from trainium_operator.build import builders
+    from trainium_operator.manifests import builders
     from trainium_trainer import contract
 
     assert not by_kind(render(), "PodMonitor")

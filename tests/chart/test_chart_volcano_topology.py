@@ -1,7 +1,7 @@
 """volcano.networkTopology: the ConfigMaps Volcano reads for spec.scheduling.placement.
 
 Off by default (Volcano's own chart owns both ConfigMaps); on, the controller's label discovery
-lists exactly the labels the operator's tier mapping assumes (build/placement.py), and the
+lists exactly the labels the operator's tier mapping assumes (manifests/placement.py), and the
 scheduler's conf enables the network-topology-aware plugin. tests/cluster/test_tier_placement.py
 applies the same rendering to a real vc-controller-manager and vc-scheduler.
 """
@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from helmchart import CHART, by_kind, helm, render
-from trainium_operator.build import placement
+from trainium_operator.manifests import placement
 
 Obj = dict[str, Any]
 ON = "volcano.networkTopology.enabled=true"

@@ -25,8 +25,8 @@ from torchx.runner import get_runner
 import procs
 from trainium_operator.api import naming
 from trainium_operator.api.spec import parse
-from trainium_operator.build import appdef
 from trainium_operator.local import runner as local
+from trainium_operator.manifests import appdef
 
 HERE = Path(__file__).resolve().parent
 WORKER = HERE / "dump_worker.py"

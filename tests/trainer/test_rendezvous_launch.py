@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from trainer_utils import free_port
 
-from trainium_operator.build import appdef
+from trainium_operator.manifests import appdef
 from trainium_trainer import contract
 
 LAUNCHERS = {

@@ -9,7 +9,7 @@ from typing import Any
 import yaml
 
 from trainium_operator.api.spec import TrainiumJobSpec, parse
-from trainium_operator.build.builders import Owner
+from trainium_operator.manifests.builders import Owner
 
 Json = dict[str, Any]
 
@@ -74,7 +74,7 @@ def node_pods(vcjob: Json) -> list[tuple[int, Json]]:
     the operator defines is expanded here: other `$(...)` text is the kubelet's business.
     """
     from trainium_operator.api import naming
-    from trainium_operator.build import appdef
+    from trainium_operator.manifests import appdef
     from trainium_trainer import contract, rendezvous
 
     (task,) = vcjob["spec"]["tasks"]

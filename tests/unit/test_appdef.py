@@ -13,7 +13,7 @@ from torch.distributed.run import config_from_args, parse_args
 from torchx.specs import macros
 
 from trainium_operator.api.spec import SpecError, parse
-from trainium_operator.build import appdef
+from trainium_operator.manifests import appdef
 from trainium_trainer import contract, rendezvous
 
 #: Values TorchX gives each replica; the same substitution its schedulers run on args and env.

@@ -16,7 +16,7 @@ import pytest
 from kubernetes.client import Configuration
 from support import example_spec
 
-from trainium_operator.build import builders
+from trainium_operator.manifests import builders
 
 
 def test_repeated_builds_parse_no_source(monkeypatch: pytest.MonkeyPatch) -> None:

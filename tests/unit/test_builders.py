@@ -14,9 +14,9 @@ from torch.distributed.run import config_from_args, parse_args
 
 from trainium_operator.api import naming
 from trainium_operator.api.spec import TrainiumJobSpec, parse
-from trainium_operator.build import builders, cache
-from trainium_operator.build.builders import Owner
 from trainium_operator.domain import budget
+from trainium_operator.manifests import builders, cache
+from trainium_operator.manifests.builders import Owner
 from trainium_trainer import config
 
 Json = dict[str, Any]

@@ -6,8 +6,8 @@ import pytest
 from support import job
 
 from trainium_operator.api.spec import parse
-from trainium_operator.build import cache
-from trainium_operator.build.builders import Owner
+from trainium_operator.manifests import cache
+from trainium_operator.manifests.builders import Owner
 
 SPEC = parse(job("w"))
 WRITER = Owner("w", "default", "uid-w")

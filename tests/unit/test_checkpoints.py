@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 from support import spec_of
 
-from trainium_operator.build import appdef, builders
-from trainium_operator.build.builders import Owner
 from trainium_operator.cluster.reconcile import Outcome
 from trainium_operator.domain import checkpoints, failures
 from trainium_operator.domain.checkpoints import Checkpoint
+from trainium_operator.manifests import appdef, builders
+from trainium_operator.manifests.builders import Owner
 from trainium_operator.runtime import pods
 from trainium_operator.runtime.passes import Passes
 from trainium_trainer import contract, termination

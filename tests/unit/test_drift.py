@@ -13,7 +13,7 @@ from support import TRAINER_SRC, example_spec
 
 from trainium_operator.api import crd, spec
 from trainium_operator.api.instances import INSTANCE_TYPES
-from trainium_operator.build import appdef, builders
+from trainium_operator.manifests import appdef, builders
 from trainium_trainer import config, contract
 
 Json = dict[str, Any]

@@ -7,11 +7,11 @@ from typing import Any
 from support import job
 
 from trainium_operator.api import spec
-from trainium_operator.build import builders, cache
-from trainium_operator.build.builders import Owner
 from trainium_operator.cluster import elasticio
 from trainium_operator.cluster.reads import Kind
 from trainium_operator.domain import elastic
+from trainium_operator.manifests import builders, cache
+from trainium_operator.manifests.builders import Owner
 from trainium_trainer import contract
 
 Json = dict[str, Any]

@@ -78,7 +78,7 @@ def test_tensorboard_serves_the_tutorial_jobs_events_from_its_claim() -> None:
     import kubernetes_validate
 
     from trainium_operator.api import naming
-    from trainium_operator.build import appdef, builders
+    from trainium_operator.manifests import appdef, builders
     from trainium_trainer.metrics import TENSORBOARD_DIR
 
     pod = yaml.safe_load((EXAMPLES / "tensorboard.yaml").read_text(encoding="utf-8"))

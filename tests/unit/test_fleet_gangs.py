@@ -17,8 +17,8 @@ from support import example_spec, load_example, node_pods, spec_of
 from torchx.specs.overlays import set_overlay
 
 from trainium_operator.api.spec import TrainiumJobSpec
-from trainium_operator.build import appdef, builders, workload
-from trainium_operator.build.builders import Owner
+from trainium_operator.manifests import appdef, builders, workload
+from trainium_operator.manifests.builders import Owner
 from trainium_trainer import contract, rendezvous
 
 Json = dict[str, Any]

@@ -9,11 +9,11 @@ import pytest
 from support import job
 
 from trainium_operator.api.spec import parse
-from trainium_operator.build import builders, workload
-from trainium_operator.build.builders import Owner
 from trainium_operator.domain import lifecycle
 from trainium_operator.domain.lifecycle import Action, Child, Observed, Phase, Rejection
 from trainium_operator.domain.quota import Admission, Quota, Workload, workload_state
+from trainium_operator.manifests import builders, workload
+from trainium_operator.manifests.builders import Owner
 
 Json = dict[str, Any]
 OWNER = Owner("bert", "team-a", "0c4a1f0e-1111-2222-3333-444455556666")

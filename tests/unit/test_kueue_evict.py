@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from trainium_operator.build import workload
 from trainium_operator.domain import kueuejob, lifecycle
 from trainium_operator.domain.lifecycle import Action, Child, Observed, Phase
 from trainium_operator.domain.quota import Admission, Quota, Workload, workload_state
+from trainium_operator.manifests import workload
 
 Json = dict[str, Any]
 NOW = "2026-11-28T03:00:00Z"

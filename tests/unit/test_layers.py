@@ -9,7 +9,7 @@ import trainium_operator
 
 ROOT = Path(trainium_operator.__file__).parent
 #: Lowest first: a module may import its own layer and those below, never one above.
-RANKS = {"api": 0, "domain": 1, "build": 2, "cluster": 3, "runtime": 4, "local": 4}
+RANKS = {"api": 0, "domain": 1, "manifests": 2, "cluster": 3, "runtime": 4, "local": 4}
 #: Beside each other, not on top of each other: neither backend imports the other.
 SIDE_BY_SIDE = {"runtime", "local"}
 TOP = {"cli", "__main__", "__init__"}

@@ -10,9 +10,9 @@ import pytest
 from support import job
 
 from trainium_operator.api import naming
-from trainium_operator.build import builders
-from trainium_operator.build.builders import Owner
 from trainium_operator.local import render
+from trainium_operator.manifests import builders
+from trainium_operator.manifests.builders import Owner
 
 Json = dict[str, Any]
 LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")

@@ -137,8 +137,8 @@ def test_the_builders_pods_are_named_as_naming_says() -> None:
     task gives the names pod_name makes, so every reader of a name agrees with the writer."""
     from support import node_pods, spec_of
 
-    from trainium_operator.build import builders
-    from trainium_operator.build.builders import Owner
+    from trainium_operator.manifests import builders
+    from trainium_operator.manifests.builders import Owner
 
     owner = Owner("bert", "default", "uid-1")
     for stage in STAGES:

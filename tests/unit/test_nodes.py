@@ -6,10 +6,10 @@ import pytest
 from support import job
 
 from trainium_operator.api.spec import parse
-from trainium_operator.build import builders
-from trainium_operator.build.builders import Owner
 from trainium_operator.domain import budget, nodes
 from trainium_operator.domain.failures import make_failure
+from trainium_operator.manifests import builders
+from trainium_operator.manifests.builders import Owner
 
 OWNER = Owner("bert", "team-a", "uid-1")
 NOW = "2026-11-22T06:40:00Z"

@@ -12,10 +12,10 @@ from support import job, spec_of
 from trainium_operator.api import crd
 from trainium_operator.api.instances import INSTANCE_TYPES, NETWORK_TOPOLOGY_TYPES
 from trainium_operator.api.spec import Placement, parse
-from trainium_operator.build import builders, placement
-from trainium_operator.build.builders import Owner
 from trainium_operator.domain import verdicts
 from trainium_operator.domain.lifecycle import Child, Observed, decide
+from trainium_operator.manifests import builders, placement
+from trainium_operator.manifests.builders import Owner
 
 Json = dict[str, Any]
 OWNER = Owner("bert", "team-a", "uid-1")

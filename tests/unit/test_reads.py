@@ -15,13 +15,13 @@ from support import job
 
 from trainium_operator.api import naming
 from trainium_operator.api.spec import parse
-from trainium_operator.build import cache
-from trainium_operator.build.builders import Owner
 from trainium_operator.cluster import cacheio, k8s, reads, watches
 from trainium_operator.cluster.observe import Views, observe
 from trainium_operator.cluster.reads import ApiReader, Kind, Overlay, WatchReader, slim
 from trainium_operator.cluster.reconcile import Outcome, reconcile
 from trainium_operator.domain import lifecycle
+from trainium_operator.manifests import cache
+from trainium_operator.manifests.builders import Owner
 from trainium_operator.runtime.passes import Passes
 
 Json = dict[str, Any]

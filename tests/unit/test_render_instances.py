@@ -15,7 +15,7 @@ from support import EXAMPLES
 
 from trainium_operator import cli
 from trainium_operator.api.instances import EFA_RESOURCE, INSTANCE_TYPES, LNC_ENV
-from trainium_operator.build import dra
+from trainium_operator.manifests import dra
 from trainium_trainer import contract
 
 Json = dict[str, Any]

@@ -19,7 +19,6 @@ import urllib3
 from kubernetes.client.exceptions import ApiException
 
 from trainium_operator.api import naming
-from trainium_operator.build.builders import ANNOTATION_OWNER_UID
 from trainium_operator.cluster import k8s, reconcile
 from trainium_operator.cluster.eventlooks import EventLook
 from trainium_operator.cluster.memory import Memory
@@ -28,6 +27,7 @@ from trainium_operator.cluster.reads import Kind
 from trainium_operator.cluster.reconcile import Outcome, Transition
 from trainium_operator.domain.lifecycle import Action
 from trainium_operator.domain.model import Rejection
+from trainium_operator.manifests.builders import ANNOTATION_OWNER_UID
 from trainium_operator.runtime import handlers
 from trainium_operator.runtime.leadership import NotLeader
 from trainium_operator.runtime.passes import RESYNC, VOLUME_KEY, Passes, backoff, next_look
@@ -503,9 +503,9 @@ def test_17_bug5_the_cause_is_the_pod_event_even_when_volcano_deleted_the_pod(
     """Volcano deletes a failed pod ~60 ms after it fails: the list then shows only its peer."""
     from test_failures import T0, T1, ended, pod
 
-    from trainium_operator.build import builders
-    from trainium_operator.build.builders import Owner
     from trainium_operator.cluster import observe
+    from trainium_operator.manifests import builders
+    from trainium_operator.manifests.builders import Owner
 
     stage = {builders.LABEL_STAGE: "train"}
     oom, peer = pod("w-0", ended(137, "OOMKilled", at=T0)), pod("w-1", ended(137, at=T1))
@@ -524,7 +524,7 @@ def test_17_bug5_the_cause_is_the_pod_event_even_when_volcano_deleted_the_pod(
 def test_17_bug5_the_pod_watch_keeps_the_failed_pod_until_a_pass_reads_it() -> None:
     from test_failures import ended, pod
 
-    from trainium_operator.build import builders
+    from trainium_operator.manifests import builders
 
     script = Script(ApiException(status=503), Outcome("Training"), Outcome("Training"))
     passes = runtime(script)
@@ -632,7 +632,7 @@ def test_watched_passes_read_precompiles_from_the_index_and_fresh_ones_check_it(
 
 def _pod_event(passes: Passes, type_: str, name: str, status: dict[str, Any]) -> None:
     """Deliver one pod watch event of the job's training gang to on_pod."""
-    from trainium_operator.build import builders
+    from trainium_operator.manifests import builders
     from trainium_trainer import contract
 
     memo = type("Memo", (), {"passes": passes})()
@@ -801,7 +801,7 @@ def test_a_failed_pods_first_log_read_is_kept_and_a_later_404_never_replaces_it(
     """Issue 25 bug 5: read (200), Volcano deletes the pod, read again (404): keep the first."""
     from test_failures import ended, pod
 
-    from trainium_operator.build import builders
+    from trainium_operator.manifests import builders
     from trainium_operator.runtime import pods
 
     answers: list[list[str] | Exception] = [
@@ -836,7 +836,7 @@ def test_a_failed_pods_first_log_read_is_kept_and_a_later_404_never_replaces_it(
 def test_the_pods_of_a_job_being_deleted_are_not_read(monkeypatch: pytest.MonkeyPatch) -> None:
     from test_failures import ended, pod
 
-    from trainium_operator.build import builders
+    from trainium_operator.manifests import builders
     from trainium_operator.runtime import pods
 
     monkeypatch.setattr(k8s, "pod_log_tail", lambda *_: pytest.fail("read a dying job's pod"))

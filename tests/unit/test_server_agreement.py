@@ -13,8 +13,8 @@ import yaml
 from support import job
 
 from trainium_operator.api import crd, spec, structural
-from trainium_operator.build import builders
-from trainium_operator.build.builders import Owner
+from trainium_operator.manifests import builders
+from trainium_operator.manifests.builders import Owner
 
 Json = dict[str, Any]
 NBSP = "\u00a0"

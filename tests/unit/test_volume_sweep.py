@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from trainium_operator.build.builders import ANNOTATION_OWNER, ANNOTATION_OWNER_UID
 from trainium_operator.cluster import k8s, storage
+from trainium_operator.manifests.builders import ANNOTATION_OWNER, ANNOTATION_OWNER_UID
 
 Json = dict[str, Any]
 

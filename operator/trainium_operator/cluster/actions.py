@@ -14,13 +14,13 @@ from kubernetes.client.exceptions import ApiException
 
 from trainium_operator.api import naming
 from trainium_operator.api.spec import TrainiumJobSpec
-from trainium_operator.build import builders, cache, dra
-from trainium_operator.build.builders import Owner
 from trainium_operator.cluster import cacheio, k8s, workloads
 from trainium_operator.cluster.observe import Seen
 from trainium_operator.cluster.reads import ApiReader, Kind, Reader
 from trainium_operator.domain.lifecycle import Action, Rejection
 from trainium_operator.domain.status import now_iso
+from trainium_operator.manifests import builders, cache, dra
+from trainium_operator.manifests.builders import Owner
 
 
 def perform(

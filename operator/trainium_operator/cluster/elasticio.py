@@ -14,12 +14,12 @@ from typing import Any
 from trainium_operator.api import naming
 from trainium_operator.api.instances import INSTANCE_TYPE_LABEL
 from trainium_operator.api.spec import TrainiumJobSpec
-from trainium_operator.build import cache
-from trainium_operator.build.builders import Owner
 from trainium_operator.cluster import k8s
 from trainium_operator.cluster.reads import Kind, Reader
 from trainium_operator.domain import capacity, checkpoints, elastic, nodes
 from trainium_operator.domain.lifecycle import Observed
+from trainium_operator.manifests import cache
+from trainium_operator.manifests.builders import Owner
 
 Json = dict[str, Any]
 #: Phases before the training gang first exists: the precompile sizes are compiled then.

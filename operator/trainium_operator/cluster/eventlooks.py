@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainium_operator.api import naming
-from trainium_operator.build import cache, dra
 from trainium_operator.cluster import k8s
 from trainium_operator.domain import lifecycle, unschedulable
 from trainium_operator.domain.lifecycle import Blocker, Child
+from trainium_operator.manifests import cache, dra
 
 Json = dict[str, Any]
 

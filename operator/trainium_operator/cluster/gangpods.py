@@ -8,10 +8,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from trainium_operator.build import builders
-from trainium_operator.build.builders import Owner
 from trainium_operator.cluster import k8s
 from trainium_operator.domain import failures
+from trainium_operator.manifests import builders
+from trainium_operator.manifests.builders import Owner
 
 Json = dict[str, Any]
 

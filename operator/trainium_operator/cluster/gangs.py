@@ -21,17 +21,17 @@ from typing import Any
 
 from trainium_operator.api import naming
 from trainium_operator.api.crd import GROUP
-from trainium_operator.build import cache
-from trainium_operator.build.builders import (
+from trainium_operator.cluster import k8s, reads
+from trainium_operator.cluster.reads import Kind, Reader
+from trainium_operator.domain import elastic
+from trainium_operator.domain.lifecycle import Blocker
+from trainium_operator.manifests import cache
+from trainium_operator.manifests.builders import (
     LABEL_JOB,
     LABEL_STAGE,
     Owner,
     controller_uid,
 )
-from trainium_operator.cluster import k8s, reads
-from trainium_operator.cluster.reads import Kind, Reader
-from trainium_operator.domain import elastic
-from trainium_operator.domain.lifecycle import Blocker
 
 Json = dict[str, Any]
 #: (body, type, reason, message, action): post one Event about the job (report.Emit).

@@ -8,8 +8,8 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from trainium_operator.build.workload import GROUP, VERSION
 from trainium_operator.cluster import k8s
+from trainium_operator.manifests.workload import GROUP, VERSION
 
 Json = dict[str, Any]
 WORKLOADS = "workloads"

@@ -12,9 +12,6 @@ from typing import Any
 
 from trainium_operator.api import naming
 from trainium_operator.api.spec import TrainiumJobSpec
-from trainium_operator.build import builders, cache, dra
-from trainium_operator.build.builders import Owner
-from trainium_operator.build.workload import Kueue
 from trainium_operator.cluster import fsx, gangs, k8s, reads, workloads
 from trainium_operator.cluster.eventlooks import (
     EventLook,
@@ -30,6 +27,9 @@ from trainium_operator.domain import budget, checkpoints, failures, lifecycle, u
 from trainium_operator.domain.checkpoints import Checkpoint
 from trainium_operator.domain.lifecycle import TERMINAL, Blocker, Child, Observed
 from trainium_operator.domain.verdicts import placement_note
+from trainium_operator.manifests import builders, cache, dra
+from trainium_operator.manifests.builders import Owner
+from trainium_operator.manifests.workload import Kueue
 
 Json = dict[str, Any]
 
@@ -68,7 +68,7 @@ class Views:
     #: What this job's earlier passes left for this one (its record keeps it).
     memory: Memory = field(default_factory=Memory)
     orphans: tuple[Any, Any] | None = None  #: kopf's node names, our bound pods (orphans.py)
-    #: The job's Kueue opt-in (its labels, build/workload.opt_in); None: Kueue plays no part.
+    #: The job's Kueue opt-in (its labels, manifests/workload.opt_in); None: Kueue plays no part.
     kueue: Kueue | None = None
 
     def has_children(self, queue: str) -> bool:

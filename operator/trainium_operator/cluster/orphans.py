@@ -16,12 +16,12 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from trainium_operator.build.builders import Owner
 from trainium_operator.cluster import k8s, reads
 from trainium_operator.cluster.reads import Kind, Reader
 from trainium_operator.domain import events, orphans
 from trainium_operator.domain.orphans import Orphan
 from trainium_operator.domain.status import now_iso
+from trainium_operator.manifests.builders import Owner
 
 Json = dict[str, Any]
 Emit = Callable[[Json, str, str, str, str], None]

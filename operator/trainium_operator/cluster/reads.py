@@ -48,8 +48,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from trainium_operator.build.builders import Owner, controlled_by
 from trainium_operator.cluster import cacheio, k8s, kueueio
+from trainium_operator.manifests.builders import Owner, controlled_by
 
 Json = dict[str, Any]
 
@@ -65,7 +65,7 @@ class Kind(enum.Enum):
     LEASE = "leases"  # compile-cache writer leases
     QUEUE = "queues"
     PRIORITY = "priorityclasses"  # spec.scheduling.priorityClassName must exist
-    WORKLOAD = "workloads"  # Kueue Workloads of our stages (build/workload.py)
+    WORKLOAD = "workloads"  # Kueue Workloads of our stages (manifests/workload.py)
     FLAVOR = "resourceflavors"  # Kueue ResourceFlavors: an admission's node labels
 
 

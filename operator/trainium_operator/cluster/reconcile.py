@@ -13,8 +13,6 @@ from typing import Any
 
 from trainium_operator.api import parsed
 from trainium_operator.api.spec import SpecError, TrainiumJobSpec
-from trainium_operator.build import cache, workload
-from trainium_operator.build.builders import Owner
 from trainium_operator.cluster import actions, elasticio, fsx, gangs, k8s, orphans, report, scrape
 from trainium_operator.cluster.memory import Memory
 from trainium_operator.cluster.observe import Seen, Views, observe
@@ -33,6 +31,8 @@ from trainium_operator.domain.failures import Failure
 from trainium_operator.domain.lifecycle import Action, Child, Decision, Observed, Phase
 from trainium_operator.domain.model import Rejection
 from trainium_operator.domain.status import now_iso
+from trainium_operator.manifests import cache, workload
+from trainium_operator.manifests.builders import Owner
 
 Json = dict[str, Any]
 #: Waits whose end arrives as a watch event (the claim, the queue, our PV): no polling for them.

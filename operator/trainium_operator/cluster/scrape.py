@@ -18,11 +18,11 @@ from typing import Any
 
 from trainium_operator.api import naming
 from trainium_operator.api.spec import TrainiumJobSpec
-from trainium_operator.build import builders
-from trainium_operator.build.builders import Owner
 from trainium_operator.cluster import gangpods, k8s
 from trainium_operator.domain import failures, progress
 from trainium_operator.domain.lifecycle import Child
+from trainium_operator.manifests import builders
+from trainium_operator.manifests.builders import Owner
 from trainium_trainer import contract
 
 Json = dict[str, Any]

@@ -12,10 +12,10 @@ from typing import Any
 
 from trainium_operator.api import naming
 from trainium_operator.api.spec import TrainiumJobSpec
-from trainium_operator.build.builders import ANNOTATION_OWNER, Owner, controller_uid, owner_uid
 from trainium_operator.cluster import fsx, k8s
 from trainium_operator.cluster.reads import Kind, Reader, ours
 from trainium_operator.domain.lifecycle import Blocker
+from trainium_operator.manifests.builders import ANNOTATION_OWNER, Owner, controller_uid, owner_uid
 
 Json = dict[str, Any]
 

@@ -16,7 +16,8 @@ from typing import Any
 import kopf
 
 from trainium_operator.api.crd import GROUP, PLURAL, VERSION
-from trainium_operator.build.builders import (
+from trainium_operator.cluster.reads import Kind, Overlay, slim
+from trainium_operator.manifests.builders import (
     ANNOTATION_OWNER,
     LABEL_JOB,
     LABEL_MANAGED_BY,
@@ -25,10 +26,9 @@ from trainium_operator.build.builders import (
     owner_name,
     owner_uid,
 )
-from trainium_operator.build.cache import LABEL_CACHE_ENTRY
-from trainium_operator.build.workload import GROUP as KUEUE_GROUP
-from trainium_operator.build.workload import VERSION as KUEUE_VERSION
-from trainium_operator.cluster.reads import Kind, Overlay, slim
+from trainium_operator.manifests.cache import LABEL_CACHE_ENTRY
+from trainium_operator.manifests.workload import GROUP as KUEUE_GROUP
+from trainium_operator.manifests.workload import VERSION as KUEUE_VERSION
 from trainium_trainer.contract import STAGE_PRECOMPILE as PRECOMPILE
 
 

@@ -1,6 +1,6 @@
 """A Kueue job's Workloads: read them (and what admits them), create them, mark them Finished.
 
-Only for jobs with the `kueue.x-k8s.io/queue-name` label (build/workload.opt_in); the
+Only for jobs with the `kueue.x-k8s.io/queue-name` label (manifests/workload.opt_in); the
 decisions are domain/quota.py's. Workloads and ResourceFlavors are read from the watches (with
 GETs while kopf is not known to watch them: reads.LATE); the LocalQueue and the
 WorkloadPriorityClass with a GET, and only while a stage waits.
@@ -13,15 +13,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trainium_operator.api.spec import TrainiumJobSpec
-from trainium_operator.build import builders, workload
-from trainium_operator.build.builders import Owner
-from trainium_operator.build.workload import Kueue
 from trainium_operator.cluster import kueueio, reads
 from trainium_operator.cluster.reads import Kind, Reader
 from trainium_operator.domain import elastic, kueuejob
 from trainium_operator.domain.model import Action, Blocker, Child, Observed, Phase
 from trainium_operator.domain.quota import FINISHES, Admission, Quota, workload_state
 from trainium_operator.domain.status import now_iso
+from trainium_operator.manifests import builders, workload
+from trainium_operator.manifests.builders import Owner
+from trainium_operator.manifests.workload import Kueue
 
 Json = dict[str, Any]
 STAGES = ("precompile", "train")

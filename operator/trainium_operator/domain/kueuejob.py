@@ -8,7 +8,7 @@ as Kueue's reconciler does for the jobs it manages:
   on SIGTERM), the job says why with Kueue's reason, and no runPolicy.maxRetries is spent (no
   Volcano retry is counted: the job is deleted, not restarted);
 - once that gang is gone, an evicted Workload still holding its reservation is requeued (its
-  admission cleared, QuotaReserved=False, Requeued: build/workload.requeued); when Kueue admits
+  admission cleared, QuotaReserved=False, Requeued: manifests/workload.requeued); when Kueue admits
   it again, quota.gate lets the stage be created again and the trainer resumes from the newest
   checkpoint;
 - runPolicy.suspend deactivates the Workloads (spec.active false: Kueue evicts them with

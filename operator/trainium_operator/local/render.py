@@ -17,10 +17,10 @@ import yaml
 from trainium_operator.api import naming, structural
 from trainium_operator.api.crd import GROUP, KIND, VERSION, version_schema
 from trainium_operator.api.spec import SpecError, TrainiumJobSpec, parse
-from trainium_operator.build import builders, dra
-from trainium_operator.build.builders import Owner
 from trainium_operator.cluster import fsx
 from trainium_operator.local import kubeyaml
+from trainium_operator.manifests import builders, dra
+from trainium_operator.manifests.builders import Owner
 
 Json = dict[str, Any]
 

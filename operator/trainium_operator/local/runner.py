@@ -29,8 +29,6 @@ from torchx.specs import AppState
 
 from trainium_operator.api import naming
 from trainium_operator.api.spec import TrainiumJobSpec, parse
-from trainium_operator.build import appdef, cache
-from trainium_operator.build.appdef import StageContext
 from trainium_operator.domain import checkpoints, lifecycle, status
 from trainium_operator.domain.cachekey import cache_key, cache_name
 from trainium_operator.domain.lifecycle import Action, Child, Decision, Observed, Phase
@@ -38,6 +36,8 @@ from trainium_operator.domain.status import now_iso, read_conditions
 from trainium_operator.local import logs as locallogs
 from trainium_operator.local import render
 from trainium_operator.local import view as localview
+from trainium_operator.manifests import appdef, cache
+from trainium_operator.manifests.appdef import StageContext
 from trainium_trainer import contract, rendezvous
 
 Json = dict[str, Any]

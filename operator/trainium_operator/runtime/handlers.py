@@ -23,20 +23,20 @@ import kopf
 
 from trainium_operator.api import naming
 from trainium_operator.api.crd import GROUP, PLURAL, VERSION
-from trainium_operator.build.builders import (
-    LABEL_JOB,
-    LABEL_MANAGED_BY,
-    MANAGED_BY,
-    owner_uid,
-)
-from trainium_operator.build.cache import LABEL_CACHE_ENTRY
-from trainium_operator.build.workload import GROUP as KUEUE_GROUP
-from trainium_operator.build.workload import VERSION as KUEUE_VERSION
 from trainium_operator.cluster import election as lease_io
 from trainium_operator.cluster import k8s, watches
 from trainium_operator.cluster.reconcile import reconcile
 from trainium_operator.domain import events
 from trainium_operator.domain.status import clip, one_line
+from trainium_operator.manifests.builders import (
+    LABEL_JOB,
+    LABEL_MANAGED_BY,
+    MANAGED_BY,
+    owner_uid,
+)
+from trainium_operator.manifests.cache import LABEL_CACHE_ENTRY
+from trainium_operator.manifests.workload import GROUP as KUEUE_GROUP
+from trainium_operator.manifests.workload import VERSION as KUEUE_VERSION
 from trainium_operator.runtime import essence, footprint, leadership, metrics, pods
 from trainium_operator.runtime.passes import WORKERS, Passes
 from trainium_operator.runtime.records import Key

@@ -15,14 +15,14 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from trainium_operator.build.builders import (
+from trainium_operator.cluster import k8s, scrape
+from trainium_operator.domain import checkpoints, failures
+from trainium_operator.manifests.builders import (
     ANNOTATION_OWNER,
     LABEL_STAGE,
     owner_name,
     owner_uid,
 )
-from trainium_operator.cluster import k8s, scrape
-from trainium_operator.domain import checkpoints, failures
 from trainium_operator.runtime.passes import Passes
 from trainium_operator.runtime.records import Key
 

@@ -255,7 +255,7 @@ def stage_env(spec: TrainiumJobSpec, ctx: StageContext) -> dict[str, str]:
 def resource(spec: TrainiumJobSpec) -> specs.Resource:
     """Whole Neuron devices and every EFA interface of the node, selected by instance type.
 
-    With spec.devices dra the Neuron devices come from the pod's claim instead (build/dra.py).
+    With spec.devices dra the Neuron devices come from the pod's claim instead (manifests/dra.py).
     """
     inst = spec.instance
     devices = {}

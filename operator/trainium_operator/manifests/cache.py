@@ -14,18 +14,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainium_operator.api.spec import TrainiumJobSpec
-from trainium_operator.build.builders import (
+
+# An entry's identity lives in cachekey.py (the builders label precompile jobs with it).
+from trainium_operator.domain.cachekey import LABEL_CACHE_ENTRY as LABEL_CACHE_ENTRY
+from trainium_operator.domain.cachekey import Identity as Identity
+from trainium_operator.domain.cachekey import identity as identity
+from trainium_operator.manifests.builders import (
     LABEL_CACHE_KEY,
     LABEL_CACHE_NAME,
     LABEL_MANAGED_BY,
     MANAGED_BY,
     Owner,
 )
-
-# An entry's identity lives in cachekey.py (the builders label precompile jobs with it).
-from trainium_operator.domain.cachekey import LABEL_CACHE_ENTRY as LABEL_CACHE_ENTRY
-from trainium_operator.domain.cachekey import Identity as Identity
-from trainium_operator.domain.cachekey import identity as identity
 
 Json = dict[str, Any]
 #: A record's states (records of older operators may say "Compiling": not Ready either).

@@ -30,10 +30,10 @@ from trainium_operator.api import naming
 from trainium_operator.api.crd import GROUP, KIND, VERSION
 from trainium_operator.api.instances import INSTANCE_TYPE_LABEL
 from trainium_operator.api.spec import TrainiumJobSpec
-from trainium_operator.build import appdef, dra, placement
-from trainium_operator.build.appdef import StageContext
 from trainium_operator.domain import nodes
 from trainium_operator.domain.cachekey import LABEL_CACHE_ENTRY, cache_key, cache_name, identity
+from trainium_operator.manifests import appdef, dra, placement
+from trainium_operator.manifests.appdef import StageContext
 from trainium_trainer import contract
 
 Json = dict[str, Any]
