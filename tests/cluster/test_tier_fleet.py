@@ -1,0 +1,194 @@
+"""Issue 35 on a real cluster: 1,024 fake nodes, a 1,024-node elastic job, and one queued behind it.
+
+The module adds 1,024 fake trn1.32xlarge nodes that carry a label and a NoSchedule taint of
+their own: only jobs that select the label and tolerate the taint land there (other modules'
+jobs never do), and the nodes are deleted at the module's end, so Volcano's per-cycle cost goes
+back to the tier's six nodes. An elastic job of 1,024 nodes (minNodes 1,023, one process per
+node, the global batch a multiple of both sizes) is admitted by the API server's CEL and
+Volcano's webhook, precompiles both sizes, and trains at 1,024 (progress from rank 0, the only
+pod that serves metrics). A node is lost (the Node deleted): the gang cannot form again, and
+after shrinkAfterSeconds the operator restarts it at 1,023 from the precompiled entry; the node
+comes back and the gang grows to 1,024 at the next checkpoint. A second 1,024-node job in the
+same Volcano queue then stays Pending (its PodGroup not enqueued, no pod bound) while the first
+runs; the first finishes and Succeeds, and the second is bound and Succeeds.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from cluster import Cluster, wait_until
+from harness import OperatorProcess
+from jobs import fsx_claim, small_job
+from kubelet import TRN1_32XLARGE, Behavior, FakeKubelet, Metrics
+
+Obj = dict[str, Any]
+FLEET = 1024
+POOL = "tier.trainium.dev/fleet"
+QUEUE = "fleet"
+NAMES = tuple(f"fleet-{i:04d}" for i in range(FLEET))
+TAINT = {"key": POOL, "value": "true", "effect": "NoSchedule"}
+SCHEDULING = {
+    "queue": QUEUE,
+    "nodeSelector": {POOL: "true"},
+    "tolerations": [{"key": POOL, "operator": "Equal", "value": "true", "effect": "NoSchedule"}],
+}
+#: Runs until stopped; rank 0 serves a checkpoint every 10 steps at 5 steps a second.
+TRAINS = Behavior(
+    outcome="RunForever",
+    metrics=Metrics(total_steps=100000, rate=5.0, checkpoint_every=10),
+    metrics_index=0,
+)
+TJ_PATH = "/apis/trainium.dev/v1alpha1/namespaces/{ns}/trainiumjobs/{name}"
+VC_PATH = "/apis/batch.volcano.sh/v1alpha1/namespaces/{ns}/jobs/{name}"
+PG_PATH = "/apis/scheduling.volcano.sh/v1beta1/namespaces/{ns}/podgroups"
+
+
+@pytest.fixture(scope="module")
+def fleet(cluster: Cluster, kubelet: FakeKubelet) -> Iterator[tuple[str, ...]]:
+    """1,024 labelled and tainted nodes and the `fleet` queue, for this module only."""
+    cluster.ensure_queue(QUEUE)
+    began = time.monotonic()
+    try:
+        kubelet.add_nodes(NAMES, TRN1_32XLARGE, labels={POOL: "true"}, taints=[TAINT])
+        print(f"\nfleet: {FLEET} nodes added in {time.monotonic() - began:.1f} s")
+        yield NAMES
+    finally:
+        began = time.monotonic()
+        kubelet.remove_nodes(NAMES)
+        print(f"\nfleet: {FLEET} nodes removed in {time.monotonic() - began:.1f} s")
+
+
+def status_of(cluster: Cluster, ns: str, name: str) -> Obj:
+    return dict((cluster.api.get(TJ_PATH.format(ns=ns, name=name)) or {}).get("status") or {})
+
+
+def gang_pods(kubelet: FakeKubelet, ns: str, gang: str) -> list[str]:
+    """The pods of gang the fake kubelet runs now (bound, started, not ended)."""
+    return [n for n in kubelet.running(ns) if n.startswith(f"{gang}-node-")]
+
+
+def podgroups(cluster: Cluster, ns: str) -> dict[str, Obj]:
+    """Volcano job name -> its PodGroup."""
+    listing = cluster.api.request("GET", PG_PATH.format(ns=ns))["items"]
+    return {
+        ref["name"]: pg
+        for pg in listing
+        for ref in pg["metadata"].get("ownerReferences") or ()
+        if ref.get("kind") == "Job"
+    }
+
+
+def pods_of(cluster: Cluster, ns: str, job: str) -> list[Obj]:
+    path = f"/api/v1/namespaces/{ns}/pods?labelSelector=trainium.dev/job-name%3D{job}"
+    return list(cluster.api.request("GET", path)["items"])
+
+
+def test_a_1024_node_elastic_job_trains_shrinks_grows_and_a_second_queues_behind_it(
+    cluster: Cluster,
+    kubelet: FakeKubelet,
+    fleet: tuple[str, ...],
+    running_operator: OperatorProcess,
+    ns: str,
+) -> None:
+    fsx_claim(cluster, ns)
+    kubelet.plan({"trainium.dev/stage": "train", "trainium.dev/job-name": "fleet"}, TRAINS,
+                 namespace=ns)  # fmt: skip
+    elastic = {"minNodes": FLEET - 1, "globalBatchSize": FLEET * (FLEET - 1),
+               "batchSizePerProcess": 1, "shrinkAfterSeconds": 10}  # fmt: skip
+    body = small_job("fleet", ns, nodes=FLEET, nprocPerNode=1, elastic=elastic,
+                     precompile={"policy": "IfNotCached"}, scheduling=SCHEDULING)  # fmt: skip
+    created = time.monotonic()
+    cluster.kubectl("create", "-f", "-", stdin=_json(body))
+    marks: dict[str, float] = {}
+
+    def compile_bound() -> dict[str, float] | None:
+        bound = kubelet.bound(ns, f"fleet-compile-n{FLEET}-node-")
+        return bound if len(bound) == FLEET else None
+
+    bound = wait_until(compile_bound, 240, f"the {FLEET}-node precompile gang bound", every=0.5)
+    marks["create -> 1024 precompile pods bound"] = max(bound.values()) - created
+
+    def training_at(size: int) -> Obj | None:
+        """The status once a gang of `size` trains: its pods run and rank 0 served a step."""
+        status = status_of(cluster, ns, "fleet")
+        name = status.get("trainingJob")
+        if not name or (status.get("elastic") or {}).get("currentNodes") != size:
+            return None
+        if len(gang_pods(kubelet, ns, name)) != size:
+            return None
+        gang = cluster.api.get(VC_PATH.format(ns=ns, name=name)) or {}
+        progress = status.get("progress") or {}
+        ours = progress.get("gang") == gang.get("metadata", {}).get("uid")
+        return status if ours and progress.get("step", 0) > 0 else None
+
+    status = wait_until(lambda: training_at(FLEET), 300, f"training at {FLEET}", every=1)
+    marks["training at 1024 (rank 0 stepping)"] = time.monotonic() - created
+    assert status["elastic"]["display"] == f"{FLEET}/{FLEET}"
+    groups = podgroups(cluster, ns)
+    assert sorted(groups) == sorted(
+        ["fleet-compile-n1024", "fleet-compile-n1023", status["trainingJob"]]
+    ), sorted(groups)
+
+    # A node of the gang (not rank 0's) dies; there is no spare in the pool.
+    gang = status["trainingJob"]
+    lost = _node_of(cluster, ns, f"{gang}-node-{FLEET - 1}")
+    loss = time.monotonic()
+    kubelet.lose_node(lost)
+    status = wait_until(lambda: training_at(FLEET - 1), 300, "training at 1023", every=1)
+    marks["node lost -> training at 1023"] = time.monotonic() - loss
+    assert status["elastic"]["lastResize"]["kind"] == "Shrink", status["elastic"]
+    assert status["elastic"]["display"] == f"{FLEET - 1}/{FLEET}"
+    assert status["cache"]["entry"], status.get("cache")
+
+    # The node comes back: the gang grows to 1,024 at the next checkpoint.
+    back = time.monotonic()
+    kubelet.add_node(lost, TRN1_32XLARGE, labels={POOL: "true"}, taints=[TAINT], heartbeat=False)
+    status = wait_until(lambda: training_at(FLEET), 300, "training at 1024 again", every=1)
+    marks["node back -> training at 1024"] = time.monotonic() - back
+    assert status["elastic"]["resizes"] == 2 and status["elastic"]["lastResize"]["kind"] == "Grow"
+
+    # A second 1,024-node job in the same queue waits: its PodGroup is not enqueued.
+    second = small_job("queued", ns, nodes=FLEET, scheduling=SCHEDULING)
+    cluster.kubectl("create", "-f", "-", stdin=_json(second))
+
+    def seen_pending() -> Obj | None:
+        group = podgroups(cluster, ns).get("queued-train")
+        if not group or (group.get("status") or {}).get("phase") != "Pending":
+            return None
+        return group if (group["status"].get("conditions") or []) else None
+
+    group = wait_until(seen_pending, 120, "the second job's PodGroup seen Pending", every=1)
+    assert not pods_of(cluster, ns, "queued"), "the second job got pods while the first runs"
+    assert len(gang_pods(kubelet, ns, status["trainingJob"])) == FLEET
+    print(f"\nfleet: second job waits: {group['status']}")
+
+    # The first finishes; the second is bound and runs to its end.
+    done = time.monotonic()
+    kubelet.finish(ns)
+    wait_until(lambda: status_of(cluster, ns, "fleet").get("phase") == "Succeeded", 240,
+               "the first job Succeeded", every=1)  # fmt: skip
+    marks["finish -> first Succeeded"] = time.monotonic() - done
+    wait_until(lambda: status_of(cluster, ns, "queued").get("phase") == "Succeeded", 300,
+               "the second job Succeeded", every=1)  # fmt: skip
+    marks["first Succeeded -> second Succeeded"] = time.monotonic() - done
+    bound = [p for p in pods_of(cluster, ns, "queued") if p["spec"].get("nodeName")]
+    assert len(bound) == FLEET, len(bound)
+    print("\nfleet timings: " + "; ".join(f"{k} {v:.1f} s" for k, v in marks.items()))
+
+
+def _node_of(cluster: Cluster, ns: str, pod: str) -> str:
+    found = cluster.api.get(f"/api/v1/namespaces/{ns}/pods/{pod}") or {}
+    node = str((found.get("spec") or {}).get("nodeName") or "")
+    assert node, f"pod {pod} is not bound"
+    return node
+
+
+def _json(body: Obj) -> str:
+    import json
+
+    return json.dumps(body)
