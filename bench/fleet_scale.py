@@ -39,7 +39,6 @@ import threading
 import time
 import urllib.error
 from collections import Counter, defaultdict
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -120,6 +119,7 @@ class Seen:
     #: Volcano job name -> its stage label; pod events of the namespace.
     stages: dict[str, str] = field(default_factory=dict)
     pod_events: int = 0
+    vcjob_events: int = 0
 
 
 def phase_of(kind: str, obj: Obj) -> str | None:
@@ -182,6 +182,7 @@ class Watches:
                     seen.bound[job].setdefault(meta["uid"], at)
                 return
             seen.added.setdefault((kind, name), at)
+            seen.vcjob_events += kind == "vcjobs"
             phase = phase_of(kind, obj)
             if phase:
                 seen.phases.setdefault((kind, name, phase), at)
@@ -256,6 +257,7 @@ class Result:
     rss_peak_mb: float
     rss_end_mb: float
     life_s: float
+    passes: int
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -323,12 +325,11 @@ class Stage:
         return self.operator.process.pid
 
     def grow(self, nodes: int) -> None:
-        """Register fake trn1.32xlarge nodes until the fleet has `nodes` (8 client threads)."""
+        """Register fake trn1.32xlarge nodes until the fleet has `nodes` (in parallel, without
+        heartbeats: the tier runs no node lifecycle controller to read them)."""
         assert self.kubelet is not None
         have = len(self.kubelet.nodes)
-        names = [f"trn1-32xl-{i}" for i in range(have, nodes)]
-        with ThreadPoolExecutor(8) as pool:
-            list(pool.map(lambda n: self.kubelet.add_node(n, TRN1_32XLARGE), names))  # type: ignore[union-attr]
+        self.kubelet.add_nodes([f"trn1-32xl-{i}" for i in range(have, nodes)], TRN1_32XLARGE)
 
     def run(self, nodes: int) -> Result:
         """One job of `nodes` nodes from create to Succeeded; its figures."""
@@ -343,6 +344,7 @@ class Stage:
         Path(f"/proc/{pid}/clear_refs").write_text("5")  # VmHWM from here on
         cpu0, rss0, since = common.cpu_seconds(pid), common.rss_mb(pid), utc_now()
         spy = self._profile(pid, nodes)
+        passes0 = self._passes()
         began = time.monotonic()
         self.cluster.api.request("POST", f"{TJS}/namespaces/{ns}/trainiumjobs", body)
         seen = self.watches.get(ns)
@@ -357,14 +359,20 @@ class Stage:
                 spy.wait(60)
         cpu1 = common.cpu_seconds(pid)
         peak, rss1 = common.rss_mb(pid, "VmHWM"), common.rss_mb(pid)
+        passes = self._passes() - passes0
         until = utc_now()
         time.sleep(2)  # the audit log's last lines of this job
         self.audit.read()
         result = Result(nodes, seen, job, self.audit.between(since, until), cpu1 - cpu0, rss0,
-                        peak, rss1, done - began)  # fmt: skip
+                        peak, rss1, done - began, passes)  # fmt: skip
         if self._phase(seen, job) != "Succeeded":
             result.notes.append(f"{job} ended {self._phase(seen, job)}")
         return result
+
+    def _passes(self) -> int:
+        """The operator's reconcile passes so far (any job), from its /metrics."""
+        assert self.operator is not None
+        return self.operator.passes()
 
     def _profile(self, pid: int, nodes: int) -> subprocess.Popen[bytes] | None:
         """py-spy sampling the operator (collapsed stacks, all threads) until the job ends."""
@@ -449,11 +457,14 @@ def bodies(r: Result) -> dict[str, int]:
 def costs(r: Result) -> list[object]:
     events = r.seen.pod_events
     return [r.nodes, r.cpu_s, events, r.cpu_s * 1000 / events if events else "-",
+            r.seen.vcjob_events, r.passes,
+            r.cpu_s * 1000 / r.passes if r.passes else "-",
             r.rss_start_mb, r.rss_peak_mb, r.rss_end_mb,
             (r.rss_peak_mb - r.rss_start_mb) * 1024 / r.nodes]  # fmt: skip
 
 
-COSTS = ["nodes", "operator CPU s", "pod events", "CPU ms / pod event", "RSS start MB",
+COSTS = ["nodes", "operator CPU s", "pod events", "CPU ms / pod event", "vcjob events", "passes",
+         "CPU ms / pass", "RSS start MB",
          "RSS peak MB", "RSS end MB", "peak - start KB / pod"]  # fmt: skip
 
 
