@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import json
 import os
 import signal
@@ -39,6 +40,7 @@ import threading
 import time
 import urllib.error
 from collections import Counter, defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -325,11 +327,14 @@ class Stage:
         return self.operator.process.pid
 
     def grow(self, nodes: int) -> None:
-        """Register fake trn1.32xlarge nodes until the fleet has `nodes` (in parallel, without
-        heartbeats: the tier runs no node lifecycle controller to read them)."""
-        assert self.kubelet is not None
-        have = len(self.kubelet.nodes)
-        self.kubelet.add_nodes([f"trn1-32xl-{i}" for i in range(have, nodes)], TRN1_32XLARGE)
+        """Register fake trn1.32xlarge nodes until the fleet has `nodes` (8 at a time), with
+        their CSINodes (Volcano finds no room for the FSx volume without one) and without
+        heartbeats (the tier runs no node lifecycle controller to read them)."""
+        kubelet = self.kubelet
+        assert kubelet is not None
+        add = functools.partial(kubelet.add_node, kind=TRN1_32XLARGE, heartbeat=False)
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(add, [f"trn1-32xl-{i}" for i in range(len(kubelet.nodes), nodes)]))
 
     def run(self, nodes: int) -> Result:
         """One job of `nodes` nodes from create to Succeeded; its figures."""
