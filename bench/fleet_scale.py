@@ -272,6 +272,16 @@ class Result:
         return out
 
 
+def quiet(pid: int, timeout: float = 60.0) -> None:
+    """Until the process spends under 5% of a core for a second (it digested what came)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        before = common.cpu_seconds(pid)
+        time.sleep(1)
+        if common.cpu_seconds(pid) - before < 0.05:
+            return
+
+
 class Stage:
     """The control plane, the fleet's nodes, the bench's watches and the operator."""
 
@@ -344,8 +354,8 @@ class Stage:
         fsx_claim(self.cluster, ns)
         body = small_job(job, ns, nodes=nodes, precompile={"policy": "IfNotCached"},
                          cache={"name": f"fleet-{nodes}"})  # fmt: skip
-        time.sleep(1)  # the nodes' and claim's events are not the job's
         pid = self.pid
+        quiet(pid)  # the new nodes' and the claim's events are not the job's
         Path(f"/proc/{pid}/clear_refs").write_text("5")  # VmHWM from here on
         cpu0, rss0, since = common.cpu_seconds(pid), common.rss_mb(pid), utc_now()
         spy = self._profile(pid, nodes)
@@ -473,6 +483,13 @@ COSTS = ["nodes", "operator CPU s", "pod events", "CPU ms / pod event", "vcjob e
          "RSS peak MB", "RSS end MB", "peak - start KB / pod"]  # fmt: skip
 
 
+def requests(r: Result) -> list[int]:
+    """Reads (get, list), writes, and watches (kopf's, started again when the server ends one)."""
+    counted = verbs(r)
+    writes = sum(n for v, n in counted.items() if v in WRITES)
+    return [counted["get"] + counted["list"], writes, counted["watch"]]
+
+
 def verbs(r: Result) -> Counter[str]:
     return Counter(e["verb"] for e in r.requests)
 
@@ -511,9 +528,10 @@ def main(argv: list[str] | None = None) -> int:
                        [[r.nodes, *[bodies(r).get(k, "-") for k in keys]] for r in results]),
           end="\n\n")  # fmt: skip
     print(common.table(COSTS, [costs(r) for r in results]), end="\n\n")
-    names = sorted({v for r in results for v in verbs(r)})
-    rows = [[r.nodes, len(r.requests), *[verbs(r).get(v, 0) for v in names]] for r in results]
-    print(common.table(["nodes", "requests", *names], rows), end="\n\n")
+    names = sorted({v for r in results for v in verbs(r)} - {"watch"})
+    rows = [[r.nodes, *requests(r), *[verbs(r).get(v, 0) for v in names]] for r in results]
+    print(common.table(["nodes", "reads", "writes", "watches (re)started", *names], rows),
+          end="\n\n")  # fmt: skip
     per = sorted({f"{e['verb']} {resource(e)}" for r in results for e in r.requests})
     counted = [Counter(f"{e['verb']} {resource(e)}" for e in r.requests) for r in results]
     print(common.table(["request", *[f"{r.nodes} nodes" for r in results]],
