@@ -471,18 +471,21 @@ class FakeKubelet:
     ) -> None:
         """Register a Ready node of `kind`; its only taints are `taints` (TaintNodesByCondition's
         not-ready one is lifted). heartbeat: post its status every 30 s; csi: with a CSINode for
-        the FSx driver (without one, the scheduler sets no CSI volume limit on the node)."""
+        the FSx driver (without one, Volcano finds no room for an FSx volume on the node)."""
         body = node_object(name, kind, zone, self.port, labels)
-        self.api.request("POST", "/api/v1/nodes", body)
+        node = self.api.request("POST", "/api/v1/nodes", body)
         if heartbeat:
             path = f"/api/v1/nodes/{name}/status"
             self.api.merge_patch(path, {"status": _node_status(self.port)})
         # TaintNodesByCondition put node.kubernetes.io/not-ready on the new node: lift it.
         self.api.merge_patch(f"/api/v1/nodes/{name}", {"spec": {"taints": taints or None}})
         if csi:
+            # Owned by its Node, as the kubelet makes it: the garbage collector deletes it.
+            owner = {"apiVersion": "v1", "kind": "Node", "name": name,
+                     "uid": node["metadata"]["uid"]}  # fmt: skip
             self.api.request("POST", "/apis/storage.k8s.io/v1/csinodes", {
                 "apiVersion": "storage.k8s.io/v1", "kind": "CSINode",
-                "metadata": {"name": name},
+                "metadata": {"name": name, "ownerReferences": [owner]},
                 "spec": {"drivers": [{"name": FSX_DRIVER, "nodeID": name,
                                       "topologyKeys": None}]},
             })  # fmt: skip
@@ -498,20 +501,20 @@ class FakeKubelet:
         labels: Mapping[str, str] | None = None,
         taints: list[Obj] | None = None,
     ) -> None:
-        """add_node for many nodes at once, in parallel, without heartbeats or CSINodes (a
-        fleet: its jobs' FSx volumes then have no per-node limit)."""
+        """add_node for many nodes at once, in parallel, without heartbeats (a fleet)."""
         add = functools.partial(
-            self.add_node, kind=kind, labels=labels, taints=taints, heartbeat=False, csi=False
+            self.add_node, kind=kind, labels=labels, taints=taints, heartbeat=False
         )
         with ThreadPoolExecutor(WORKERS, thread_name_prefix="add-node") as pool:
             list(pool.map(add, names))
 
     def remove_nodes(self, names: Iterable[str]) -> None:
-        """Delete many nodes (and their CSINodes) in parallel; one already gone is skipped."""
+        """Delete many nodes in parallel (their CSINodes go with them: the garbage collector's);
+        one already gone is skipped."""
 
         def remove(name: str) -> None:
             try:
-                self.lose_node(name)
+                self.lose_node(name, csinode=False)
             except urllib.error.HTTPError as err:
                 if err.code != 404:
                     raise
@@ -519,7 +522,7 @@ class FakeKubelet:
         with ThreadPoolExecutor(WORKERS, thread_name_prefix="remove-node") as pool:
             list(pool.map(remove, names))
 
-    def lose_node(self, name: str) -> list[str]:
+    def lose_node(self, name: str, csinode: bool = True) -> list[str]:
         """The instance behind node `name` is gone, as EKS sees it: nothing runs or reports there
         any more, and the cloud controller deletes the Node (the operator then removes its gang
         pods; kube-controller-manager's pod GC would 40+ s later). The names of the pods that
@@ -533,9 +536,14 @@ class FakeKubelet:
         for uid in gone:
             self._stop_feed(uid)
         self.api.request("DELETE", f"/api/v1/nodes/{name}")
-        if name in self._csi:
+        if name in self._csi:  # now, not when the garbage collector gets to it (csinode)
             self._csi.discard(name)
-            self.api.request("DELETE", f"/apis/storage.k8s.io/v1/csinodes/{name}")
+            if csinode:
+                try:
+                    self.api.request("DELETE", f"/apis/storage.k8s.io/v1/csinodes/{name}")
+                except urllib.error.HTTPError as err:
+                    if err.code != 404:
+                        raise
         return sorted(p["metadata"]["name"] for p in gone.values())
 
     def _heartbeat(self) -> None:
@@ -631,17 +639,25 @@ class FakeKubelet:
     # -- pods ----------------------------------------------------------------------------------
 
     def _watch_pods(self) -> None:
+        """List once, then watch on from the newest version seen (bookmarks keep it fresh), and
+        list again only when the server has forgotten it (410): at fleet size a list of every
+        pod each time a watch times out costs more than all the events between."""
+        version: str | None = None
         while not self._stop.is_set():
-            listing = self.api.request("GET", "/api/v1/pods")
-            for pod in listing["items"]:
-                self._on_pod(pod)
-            version = listing["metadata"]["resourceVersion"]
+            if version is None:
+                listing = self.api.request("GET", "/api/v1/pods", timeout=120)
+                for pod in listing["items"]:
+                    self._on_pod(pod)
+                version = listing["metadata"]["resourceVersion"]
             try:
-                for event in self.api.watch("/api/v1/pods", version, timeout=30):
+                path = "/api/v1/pods?allowWatchBookmarks=true"
+                for event in self.api.watch(path, version, timeout=30):
                     if self._stop.is_set():
                         return
                     if event["type"] == "ERROR":
-                        break  # 410 Gone: list again
+                        version = None  # 410 Gone: list again
+                        break
+                    version = event["object"]["metadata"].get("resourceVersion") or version
                     if event["type"] in ("ADDED", "MODIFIED"):
                         self._on_pod(event["object"])
             except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
