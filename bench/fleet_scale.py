@@ -1,11 +1,12 @@
 """Fleet-size gangs on the real-cluster tier: what one job of N nodes costs, at 8, 128 and 1,024.
 
-    python bench/fleet_scale.py --cluster ASSETS [--sizes 8 128 1024]
+    python bench/fleet_scale.py --cluster ASSETS [--sizes 8 128 1024] [--warm-up 2]
 
 ASSETS is the tier's TRAINIUM_CLUSTER_ASSETS (default: that variable). One control plane with
 real Volcano (tests/cluster/cluster.py), fake trn1.32xlarge nodes played by the tier's kubelet
 (tests/cluster/kubelet.py), and the operator as a process under a ServiceAccount token of its own
-(cluster-admin), so the API server's audit log names its requests. The sizes run one after the
+(cluster-admin), so the API server's audit log names its requests. A warm-up job (2 nodes, not
+measured; none with --smoke) takes the operator's first-use costs. The sizes run one after the
 other in one run: before each, the fleet grows to N nodes; then one TrainiumJob of N nodes
 (precompile IfNotCached, a cache of its own: a miss, so both stages run) goes from create to
 Succeeded, in a namespace of its own. Every time is the bench's monotonic clock when a watch
@@ -500,10 +501,12 @@ def main(argv: list[str] | None = None) -> int:
                    default=os.environ.get("TRAINIUM_CLUSTER_ASSETS") or None,
                    help="the tier's binaries (default: $TRAINIUM_CLUSTER_ASSETS)")  # fmt: skip
     p.add_argument("--sizes", nargs="+", type=int, default=[8, 128, 1024])
+    p.add_argument("--warm-up", type=int, default=2, metavar="NODES",
+                   help="a job of this size first, not measured (0: none)")  # fmt: skip
     p.add_argument("--operator-env", nargs="*", default=[], metavar="KEY=VALUE")
     p.add_argument("--profile", metavar="PY_SPY", help="sample the operator with this py-spy "
                    "binary: profile-N.txt (collapsed stacks) in the logs' directory")  # fmt: skip
-    args = common.parse(p, argv, sizes=[8])
+    args = common.parse(p, argv, sizes=[8], warm_up=0)
     if args.cluster is None:
         p.error("--cluster ASSETS or TRAINIUM_CLUSTER_ASSETS is required")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # finally blocks stop the cluster
@@ -512,7 +515,8 @@ def main(argv: list[str] | None = None) -> int:
     began, results = time.monotonic(), []
     work = Path(tempfile.mkdtemp(prefix="bench-fleet-"))
     with Stage(args.cluster.resolve(), work, env, args.profile) as stage:
-        stage.run(2, "warm-up")  # the operator's first-use costs (imports, first build) go here
+        if args.warm_up:  # the operator's first-use costs (imports, first build) go here
+            stage.run(args.warm_up, "warm-up")
         for nodes in sorted(args.sizes):
             result = stage.run(nodes)
             print(f"# {nodes} nodes: {shares(result)} {costs(result)} {dict(verbs(result))}"
