@@ -12,6 +12,13 @@ Pods get distinct loopback IPs (127.N.x.y), so a pod whose behavior has `metrics
 `metrics`, where the operator reads them; `stall(namespace)` stops their steps. A behavior with
 `init_exit_code` fails the pod's first init container (the trainer's preflight) as the kubelet
 reports it, and `fail_node(node, behavior)` fails the pods running on one node now.
+
+At fleet size (issue 35: 1,024 nodes) the kubelet stays cheap: `add_nodes` registers many nodes
+in parallel (with labels and taints that keep other tests' pods off them) and `remove_nodes`
+takes them away; its requests go over a pool of kept-alive connections; pod actions run on
+several workers, each pod's in order on one of them; nodes added with `heartbeat=False` post no
+status every 30 s (the tier runs no node lifecycle controller, so nobody reads heartbeats), and
+a behavior's `metrics_index` serves metrics from one task index only (rank 0), not every pod.
 """
 
 from __future__ import annotations
@@ -20,20 +27,24 @@ import datetime
 import functools
 import heapq
 import http.server
+import io
 import itertools
 import json
 import logging
+import queue
 import random
 import ssl
 import threading
 import time
 import urllib.error
 import urllib.parse
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import urllib3
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
 
 from cluster import Api, free_port
@@ -49,6 +60,10 @@ ANNOTATION = "tier.trainium.dev/"
 #: cannot be pulled, never starting (stays Pending), or running until deleted.
 KUBELET_CONDITIONS = ("PodScheduled", "Initialized", "ContainersReady", "Ready")
 OUTCOMES = ("Exit", "OOMKilled", "ErrImagePull", "NeverStart", "RunForever")
+#: Volcano's annotation with a pod's index in its task (the node rank of a one-task gang).
+TASK_INDEX = "volcano.sh/task-index"
+#: Threads that play pods (each pod's actions on one of them, in order) and that add nodes.
+WORKERS = 8
 
 
 @dataclass(frozen=True)
@@ -161,6 +176,8 @@ class Behavior:
     run_seconds: float = 1.0
     #: Serve rank 0's live metrics on the pod's IP and named port while it runs.
     metrics: Metrics | None = None
+    #: Only the pod of this Volcano task index serves them (None: every pod with the port).
+    metrics_index: int | None = None
     #: Non-zero: the pod's first init container (the preflight) fails with this exit code and
     #: `init_message` as its termination message and log; the pod is Failed, nothing else runs.
     init_exit_code: int = 0
@@ -220,7 +237,9 @@ def _now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def node_object(name: str, kind: NodeType, zone: str, port: int) -> Obj:
+def node_object(
+    name: str, kind: NodeType, zone: str, port: int, labels: Mapping[str, str] | None = None
+) -> Obj:
     """A Node as a Trainium instance's kubelet registers it (status carries the capacity)."""
     capacity = kind.capacity()
     return {
@@ -234,6 +253,7 @@ def node_object(name: str, kind: NodeType, zone: str, port: int) -> Obj:
                 "kubernetes.io/hostname": name,
                 "kubernetes.io/os": "linux",
                 "kubernetes.io/arch": "amd64",
+                **(labels or {}),
             },
         },
         "status": {"capacity": capacity, "allocatable": capacity, **_node_status(port)},
@@ -280,11 +300,45 @@ def terminated(exit_code: int, reason: str, message: str, started_at: str) -> Ob
     return {"terminated": state}
 
 
+class PooledApi(Api):
+    """The tier's Api over a pool of kept-alive connections (at fleet size a TLS handshake per
+    request costs more than the request); failures raise urllib's HTTPError, as Api's do."""
+
+    def __init__(self, api: Api, size: int) -> None:
+        self.server, self.token, self.context = api.server, api.token, api.context
+        # One retry of a request whose kept-alive connection the server had closed: a repeated
+        # create answers 409 and a repeated delete 404, which the kubelet takes as done.
+        retry = urllib3.Retry(total=1, allowed_methods=None, redirect=0, status=0)
+        self.pool = urllib3.PoolManager(
+            maxsize=size, block=True, ssl_context=api.context, retries=retry
+        )
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        content_type: str = "application/json",
+        timeout: float = 30,
+    ) -> Obj:
+        """One request; raises urllib.error.HTTPError on a non-2xx answer."""
+        data = None if body is None else json.dumps(body).encode()
+        headers = {"Authorization": f"Bearer {self.token}", "Accept": "application/json"}
+        if data is not None:
+            headers["Content-Type"] = content_type
+        url = self.server + path
+        answer = self.pool.request(method, url, body=data, headers=headers, timeout=timeout)
+        if answer.status >= 300:
+            fp = io.BytesIO(answer.data)
+            raise urllib.error.HTTPError(url, answer.status, answer.reason or "", None, fp)  # type: ignore[arg-type]
+        return json.loads(answer.data) if answer.data else {}
+
+
 class FakeKubelet:
     """Plays the kubelet of every fake node: pod phases, deletions, logs, node heartbeats."""
 
     def __init__(self, api: Api, cert: tuple[Path, Path]) -> None:
-        self.api = api
+        self.api: Api = PooledApi(api, 2 * WORKERS)
         self.cert = cert
         self.nodes: dict[str, NodeType] = {}
         self.plans: list[Plan] = []
@@ -294,13 +348,20 @@ class FakeKubelet:
         self._running: dict[str, Obj] = {}  # pod uid -> pod, while its containers run
         self._ending: set[str] = set()
         self._seen: set[str] = set()
+        self._bound: dict[str, dict[str, float]] = {}  # namespace -> pod name -> first seen
         self._ip = itertools.count(2)
         # Loopback pod IPs (reachable without setup); a random second octet keeps two tiers on
         # one machine apart (a taken address:port is skipped anyway).
         self._net = random.randrange(16, 250)
         self._feeds: dict[str, Feed] = {}  # pod uid -> its metrics endpoint
         self._pod_ips: dict[str, str] = {}  # pod uid -> its IP (one for the pod's life)
-        self._timers: list[tuple[float, int, Callable[[], None]]] = []
+        self._timers: list[tuple[float, int, str, Callable[[], None]]] = []
+        # One queue per worker thread; a pod's actions all go to one (by its uid), in order.
+        self._queues: list[queue.SimpleQueue[Callable[[], None] | None]] = [
+            queue.SimpleQueue() for _ in range(WORKERS)
+        ]
+        self._beats: set[str] = set()  # nodes that post a status every 30 s
+        self._csi: set[str] = set()  # nodes registered with a CSINode
         self._seq = itertools.count()
         self._lock = threading.Condition()
         self._stop = threading.Event()
@@ -329,13 +390,15 @@ class FakeKubelet:
         """Drop the plans of a namespace (a test's end)."""
         with self._lock:
             self.plans = [p for p in self.plans if p.namespace != namespace]
+            self._bound.pop(namespace, None)
 
     def finish(self, namespace: str, behavior: Behavior | None = None) -> int:
         """End every running pod of namespace now (as behavior says; default exit 0)."""
         with self._lock:
             pods = [p for p in self._running.values() if p["metadata"]["namespace"] == namespace]
         for pod in pods:
-            self._after(0, functools.partial(self._finish, pod, behavior or Behavior()))
+            action = functools.partial(self._finish, pod, behavior or Behavior())
+            self._after(0, action, pod["metadata"]["uid"])
         return len(pods)
 
     def fail_node(self, node: str, behavior: Behavior) -> list[str]:
@@ -347,7 +410,8 @@ class FakeKubelet:
             for container in pod["spec"]["containers"]:
                 key = (meta["namespace"], meta["name"], container["name"])
                 self._logs[key] = "".join(f"{line}\n" for line in behavior.logs)
-            self._after(0, lambda pod=pod: self._finish(pod, behavior))
+            uid = meta["uid"]
+            self._after(0, lambda pod=pod: self._finish(pod, behavior), uid)
         return sorted(p["metadata"]["name"] for p in pods)
 
     def stall(self, namespace: str) -> int:
@@ -383,42 +447,107 @@ class FakeKubelet:
             uid: p["metadata"]["name"] for uid, p in pods if p["metadata"]["namespace"] == namespace
         }
 
+    def bound(self, namespace: str, prefix: str = "") -> dict[str, float]:
+        """Pod name -> when this kubelet first saw it bound to one of its nodes (monotonic), for
+        the pods of namespace whose name starts with prefix (a pod's name once, the first)."""
+        with self._lock:
+            seen = dict(self._bound.get(namespace, {}))
+        return {name: t for name, t in seen.items() if name.startswith(prefix)}
+
     def logs(self, namespace: str, pod: str, container: str) -> str | None:
         return self._logs.get((namespace, pod, container))
 
     # -- nodes ---------------------------------------------------------------------------------
 
-    def add_node(self, name: str, kind: NodeType, zone: str = "us-west-2d") -> None:
-        """Register a Ready node of `kind` (taint removed) with a CSINode for the FSx driver."""
-        self.api.request("POST", "/api/v1/nodes", node_object(name, kind, zone, self.port))
-        self.api.merge_patch(f"/api/v1/nodes/{name}/status", {"status": _node_status(self.port)})
+    def add_node(
+        self,
+        name: str,
+        kind: NodeType,
+        zone: str = "us-west-2d",
+        labels: Mapping[str, str] | None = None,
+        taints: list[Obj] | None = None,
+        heartbeat: bool = True,
+        csi: bool = True,
+    ) -> None:
+        """Register a Ready node of `kind`; its only taints are `taints` (TaintNodesByCondition's
+        not-ready one is lifted). heartbeat: post its status every 30 s; csi: with a CSINode for
+        the FSx driver (without one, Volcano finds no room for an FSx volume on the node)."""
+        body = node_object(name, kind, zone, self.port, labels)
+        node = self.api.request("POST", "/api/v1/nodes", body)
+        if heartbeat:
+            path = f"/api/v1/nodes/{name}/status"
+            self.api.merge_patch(path, {"status": _node_status(self.port)})
         # TaintNodesByCondition put node.kubernetes.io/not-ready on the new node: lift it.
-        self.api.merge_patch(f"/api/v1/nodes/{name}", {"spec": {"taints": None}})
-        self.api.request("POST", "/apis/storage.k8s.io/v1/csinodes", {
-            "apiVersion": "storage.k8s.io/v1", "kind": "CSINode",
-            "metadata": {"name": name},
-            "spec": {"drivers": [{"name": FSX_DRIVER, "nodeID": name, "topologyKeys": None}]},
-        })  # fmt: skip
+        self.api.merge_patch(f"/api/v1/nodes/{name}", {"spec": {"taints": taints or None}})
+        if csi:
+            # Owned by its Node, as the kubelet makes it: the garbage collector deletes it.
+            owner = {"apiVersion": "v1", "kind": "Node", "name": name,
+                     "uid": node["metadata"]["uid"]}  # fmt: skip
+            self.api.request("POST", "/apis/storage.k8s.io/v1/csinodes", {
+                "apiVersion": "storage.k8s.io/v1", "kind": "CSINode",
+                "metadata": {"name": name, "ownerReferences": [owner]},
+                "spec": {"drivers": [{"name": FSX_DRIVER, "nodeID": name,
+                                      "topologyKeys": None}]},
+            })  # fmt: skip
+            self._csi.add(name)
+        if heartbeat:
+            self._beats.add(name)
         self.nodes[name] = kind
 
-    def lose_node(self, name: str) -> list[str]:
+    def add_nodes(
+        self,
+        names: Iterable[str],
+        kind: NodeType,
+        labels: Mapping[str, str] | None = None,
+        taints: list[Obj] | None = None,
+    ) -> None:
+        """add_node for many nodes at once, in parallel, without heartbeats (a fleet)."""
+        add = functools.partial(
+            self.add_node, kind=kind, labels=labels, taints=taints, heartbeat=False
+        )
+        with ThreadPoolExecutor(WORKERS, thread_name_prefix="add-node") as pool:
+            list(pool.map(add, names))
+
+    def remove_nodes(self, names: Iterable[str]) -> None:
+        """Delete many nodes in parallel (their CSINodes go with them: the garbage collector's);
+        one already gone is skipped."""
+
+        def remove(name: str) -> None:
+            try:
+                self.lose_node(name, csinode=False)
+            except urllib.error.HTTPError as err:
+                if err.code != 404:
+                    raise
+
+        with ThreadPoolExecutor(WORKERS, thread_name_prefix="remove-node") as pool:
+            list(pool.map(remove, names))
+
+    def lose_node(self, name: str, csinode: bool = True) -> list[str]:
         """The instance behind node `name` is gone, as EKS sees it: nothing runs or reports there
         any more, and the cloud controller deletes the Node (the operator then removes its gang
         pods; kube-controller-manager's pod GC would 40+ s later). The names of the pods that
         ran there."""
         with self._lock:
             self.nodes.pop(name, None)
+            self._beats.discard(name)
             gone = {u: p for u, p in self._running.items() if p["spec"].get("nodeName") == name}
             for uid in gone:
                 self._running.pop(uid, None)
         for uid in gone:
             self._stop_feed(uid)
         self.api.request("DELETE", f"/api/v1/nodes/{name}")
-        self.api.request("DELETE", f"/apis/storage.k8s.io/v1/csinodes/{name}")
+        if name in self._csi:  # now, not when the garbage collector gets to it (csinode)
+            self._csi.discard(name)
+            if csinode:
+                try:
+                    self.api.request("DELETE", f"/apis/storage.k8s.io/v1/csinodes/{name}")
+                except urllib.error.HTTPError as err:
+                    if err.code != 404:
+                        raise
         return sorted(p["metadata"]["name"] for p in gone.values())
 
     def _heartbeat(self) -> None:
-        for name in list(self.nodes):
+        for name in [n for n in list(self.nodes) if n in self._beats]:
             self.api.merge_patch(
                 f"/api/v1/nodes/{name}/status", {"status": _node_status(self.port)}
             )
@@ -430,12 +559,19 @@ class FakeKubelet:
             thread = threading.Thread(target=self._guard(target), daemon=True, name=target.__name__)
             thread.start()
             self._threads.append(thread)
+        for i, actions in enumerate(self._queues):
+            play = functools.partial(self._play, actions)
+            thread = threading.Thread(target=play, daemon=True, name=f"play-{i}")
+            thread.start()
+            self._threads.append(thread)
         self._every(30, self._heartbeat)
 
     def stop(self) -> None:
         self._stop.set()
         with self._lock:
             self._lock.notify_all()
+        for actions in self._queues:
+            actions.put(None)
         self._server.shutdown()
         for uid in list(self._feeds):
             self._stop_feed(uid)
@@ -457,9 +593,11 @@ class FakeKubelet:
 
         return run
 
-    def _after(self, delay: float, action: Callable[[], None]) -> None:
+    def _after(self, delay: float, action: Callable[[], None], key: str = "") -> None:
+        """Run action after delay on the worker of key (a pod's uid: its actions in order)."""
         with self._lock:
-            heapq.heappush(self._timers, (time.monotonic() + delay, next(self._seq), action))
+            due = (time.monotonic() + delay, next(self._seq), key, action)
+            heapq.heappush(self._timers, due)
             self._lock.notify_all()
 
     def _every(self, period: float, action: Callable[[], None]) -> None:
@@ -470,16 +608,25 @@ class FakeKubelet:
         self._after(period, again)
 
     def _work(self) -> None:
+        """Hand each action to its key's worker when it is due."""
         while not self._stop.is_set():
             with self._lock:
                 while not self._stop.is_set():
                     wait = self._timers[0][0] - time.monotonic() if self._timers else 1.0
                     if self._timers and wait <= 0:
-                        _, _, action = heapq.heappop(self._timers)
+                        _, _, key, action = heapq.heappop(self._timers)
                         break
                     self._lock.wait(min(wait, 1.0))
                 else:
                     return
+            self._queues[hash(key) % WORKERS].put(action)
+
+    def _play(self, actions: queue.SimpleQueue[Callable[[], None] | None]) -> None:
+        """One worker: run its actions in order until stopped."""
+        while True:
+            action = actions.get()
+            if action is None or self._stop.is_set():
+                return
             try:
                 action()
             except urllib.error.HTTPError as err:
@@ -492,17 +639,25 @@ class FakeKubelet:
     # -- pods ----------------------------------------------------------------------------------
 
     def _watch_pods(self) -> None:
+        """List once, then watch on from the newest version seen (bookmarks keep it fresh), and
+        list again only when the server has forgotten it (410): at fleet size a list of every
+        pod each time a watch times out costs more than all the events between."""
+        version: str | None = None
         while not self._stop.is_set():
-            listing = self.api.request("GET", "/api/v1/pods")
-            for pod in listing["items"]:
-                self._on_pod(pod)
-            version = listing["metadata"]["resourceVersion"]
+            if version is None:
+                listing = self.api.request("GET", "/api/v1/pods", timeout=120)
+                for pod in listing["items"]:
+                    self._on_pod(pod)
+                version = listing["metadata"]["resourceVersion"]
             try:
-                for event in self.api.watch("/api/v1/pods", version, timeout=30):
+                path = "/api/v1/pods?allowWatchBookmarks=true"
+                for event in self.api.watch(path, version, timeout=30):
                     if self._stop.is_set():
                         return
                     if event["type"] == "ERROR":
-                        break  # 410 Gone: list again
+                        version = None  # 410 Gone: list again
+                        break
+                    version = event["object"]["metadata"].get("resourceVersion") or version
                     if event["type"] in ("ADDED", "MODIFIED"):
                         self._on_pod(event["object"])
             except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
@@ -530,11 +685,13 @@ class FakeKubelet:
             if meta.get("deletionTimestamp"):
                 if uid not in self._ending:
                     self._ending.add(uid)
-                    self._after(0, lambda: self._end(pod))
+                    self._after(0, lambda: self._end(pod), uid)
                 return
             if uid in self._seen or phase in ("Succeeded", "Failed"):
                 return
             self._seen.add(uid)
+            bound = self._bound.setdefault(meta["namespace"], {})
+            bound.setdefault(meta["name"], time.monotonic())
             behavior = self._behavior(pod)
         for container in spec["containers"]:
             key = (meta["namespace"], meta["name"], container["name"])
@@ -543,7 +700,7 @@ class FakeKubelet:
             failing = i == 0 and behavior.init_exit_code
             text = f"{behavior.init_message}\n" if failing and behavior.init_message else ""
             self._logs[(meta["namespace"], meta["name"], container["name"])] = text
-        self._after(0.1, lambda: self._begin(pod, behavior))
+        self._after(0.1, lambda: self._begin(pod, behavior), uid)
 
     def _path(self, pod: Obj) -> str:
         meta = pod["metadata"]
@@ -600,7 +757,7 @@ class FakeKubelet:
             return
         started = _now()
         self._started[pod["metadata"]["uid"]] = started
-        ip = self._serve_metrics(pod, behavior.metrics) if behavior.metrics else None
+        ip = self._serve_metrics(pod, behavior.metrics) if self._serves(pod, behavior) else None
         status = self._base_status(pod, "Running", ready=True, ip=ip)
         running = {"running": {"startedAt": started}}
         status["containerStatuses"] = [container_status(c, running, True) for c in containers]
@@ -611,7 +768,18 @@ class FakeKubelet:
         with self._lock:
             self._running[pod["metadata"]["uid"]] = pod
         if behavior.outcome != "RunForever":
-            self._after(behavior.run_seconds, lambda: self._finish(pod, behavior))
+            uid = pod["metadata"]["uid"]
+            self._after(behavior.run_seconds, lambda: self._finish(pod, behavior), uid)
+
+    @staticmethod
+    def _serves(pod: Obj, behavior: Behavior) -> bool:
+        """Whether the pod serves metrics: its behavior has some, for its task index or all."""
+        if behavior.metrics is None:
+            return False
+        if behavior.metrics_index is None:
+            return True
+        index = (pod["metadata"].get("annotations") or {}).get(TASK_INDEX)
+        return index == str(behavior.metrics_index)
 
     def _finish(self, pod: Obj, behavior: Behavior) -> None:
         uid = pod["metadata"]["uid"]
@@ -718,17 +886,17 @@ class FakeKubelet:
         return tail.decode(errors="ignore")
 
     def _end(self, pod: Obj) -> None:
-        """A graceful deletion: stop the containers, report them, then remove the pod."""
+        """A graceful deletion: stop the containers, report them, then remove the pod.
+
+        `pod` is the deletion's watch event (its status is the newest: this pod's earlier
+        actions ran before this one, on the same worker), so no read is needed first."""
         meta = pod["metadata"]
-        current = self.api.get(f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}")
-        if current is None or current["metadata"]["uid"] != meta["uid"]:
-            return
-        phase = (current.get("status") or {}).get("phase")
+        phase = (pod.get("status") or {}).get("phase")
         with self._lock:
             was_running = self._running.pop(meta["uid"], None) is not None
         self._stop_feed(meta["uid"])
         if phase not in ("Succeeded", "Failed") and was_running:
-            self._terminate(current, 137, "Error", "")
+            self._terminate(pod, 137, "Error", "")
         body = {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0,
                 "preconditions": {"uid": meta["uid"]}}  # fmt: skip
         self.api.request("DELETE", self._path(pod).removesuffix("/status"), body)

@@ -203,3 +203,19 @@ def test_only_a_live_gangs_pods_go_and_the_event_says_what_follows(
 def test_a_pod_is_ours_by_its_gangs_name() -> None:
     assert decide.gang_of(Orphan("ns", "j-train-1a2b-node-3-0", "u", "n")) == "j-train-1a2b"
     assert decide.gang_of(Orphan("ns", "someone-else", "u", "n")) == ""
+
+
+def test_a_pass_over_a_fleet_gang_on_live_nodes_parses_only_the_orphan(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """1,024 pods on nodes that exist and one on a deleted node: only that one becomes an
+    Orphan (issue 35: every pass parsed every pod, 80% of a 1,024-node job's pass CPU)."""
+    parsed: list[Any] = []
+    real = decide.from_index
+    monkeypatch.setattr(decide, "from_index", lambda e: parsed.append(e) or real(e))
+    live = tuple(f"n{i}" for i in range(1024))
+    gang = [pod(f"p{i}", f"n{i}") for i in range(1024)]
+    count, _ = run(monkeypatch, Api(nodes=set(live)), indices(*gang, pod("p1024", "gone"),
+                                                              nodes=live))  # fmt: skip
+    assert count == 1
+    assert [e["name"] for e in parsed] == ["j-train-node-1024-0"]

@@ -847,3 +847,42 @@ def test_the_pods_of_a_job_being_deleted_are_not_read(monkeypatch: pytest.Monkey
     shown = {"metadata": meta, "spec": {}, "status": pod("w-0", ended(137))["status"]}
     asyncio.run(pods.changed(passes, "MODIFIED", shown, {builders.LABEL_STAGE: "train"}, None))
     assert passes.records.get(KEY) is None and not step(passes)
+
+
+def test_a_gangs_killed_peers_get_a_few_log_reads_not_one_each(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 35: a 1,024-node gang's restart kills 1,023 peers (exit 137 on their deletion):
+    the operator read every one's log (944 reads in 4 minutes on the tier, each through the
+    API server to a kubelet). A few peers of one gang instance say what all would; a pod that
+    failed on its own is always read, and so are the peers of the gang's next instance."""
+    from test_failures import ended, pod
+
+    from trainium_operator.build import builders
+    from trainium_operator.runtime import pods, records
+
+    reads: list[str] = []
+    monkeypatch.setattr(k8s, "pod_log_tail", lambda ns, name, *_: reads.append(name) or [])
+    passes = runtime(Script())
+    owner = [{"kind": "Job", "name": "j-train", "uid": "vc-1", "controller": True}]
+
+    def event(name: str, version: str, state: Any, deleted: bool = True) -> None:
+        meta: dict[str, Any] = {
+            "name": name, "namespace": "ns", "uid": f"uid-{name}-{version}",
+            "annotations": {builders.ANNOTATION_OWNER_UID: KEY, pods.JOB_VERSION: version},
+            "ownerReferences": owner,
+        }  # fmt: skip
+        if deleted:
+            meta.update(deletionTimestamp="2026-01-01T00:00:00Z", deletionGracePeriodSeconds=30)
+        shown = {"metadata": meta, "spec": {}, "status": pod(name, state)["status"]}
+        asyncio.run(pods.changed(passes, "MODIFIED", shown, {builders.LABEL_STAGE: "train"}, None))
+
+    killed = ended(137, at="2026-01-01T00:00:05Z")
+    for i in range(100):
+        event(f"j-train-node-{i}", "1", killed)
+    assert len(reads) == records.PEER_LOGS
+    event("j-train-node-100", "1", ended(1), deleted=False)  # failed on its own: read
+    assert reads[-1] == "j-train-node-100"
+    for i in range(20):  # the restarted gang's peers are another instance
+        event(f"j-train-node-{i}", "2", killed)
+    assert len(reads) == 2 * records.PEER_LOGS + 1

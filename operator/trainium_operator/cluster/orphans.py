@@ -42,9 +42,12 @@ def reap(body: Json, indices: tuple[Index, Index] | None, emit: Emit, read: Read
     nodes, pods = indices
     meta = body["metadata"]
     owner = Owner(meta["name"], meta["namespace"], str(meta.get("uid") or ""))
-    bound = [o for e in _values(pods, ("job", owner.uid)) if (o := orphans.from_index(e))]
+    # One lookup per pod, and an Orphan only for a pod whose node the index lacks: a pass of a
+    # 1,024-pod gang parsed every entry (80% of its CPU, bench/fleet_scale.py), now almost none.
+    absent = [e for e in _values(pods, ("job", owner.uid)) if not _exists(nodes, e.get("node"))]
+    bound = [o for e in absent if (o := orphans.from_index(e))]
     removed = 0
-    for pod in orphans.orphaned(bound, lambda node: bool(_values(nodes, node))):
+    for pod in orphans.orphaned(bound, lambda node: _exists(nodes, node)):
         outcome = orphans.fate(pod, _gang(pod, owner, read))
         if outcome is None or _node_exists(pod.node) or not _remove(pod):
             continue
@@ -69,6 +72,11 @@ def _values(index: Index, key: Any) -> list[Any]:
         except RuntimeError:  # "changed size during iteration": read again
             continue
     return list(index.get(key, ()))
+
+
+def _exists(nodes: Index, node: Any) -> bool:
+    """Whether the node index has `node` (kopf drops a key with its last object): no copy."""
+    return isinstance(node, str) and bool(nodes.get(node))
 
 
 def _node_exists(name: str) -> bool:

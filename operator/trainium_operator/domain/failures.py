@@ -202,6 +202,12 @@ _KILLED = frozenset({137, EXIT_SIGTERM})
 _NOT_A_CAUSE = SECONDARY | {"Interrupted"}
 
 
+def killed_by_deletion(pod: Json) -> bool:
+    """Whether the pod's failed container was killed by its pod's deletion (a stopped peer)."""
+    term = _failed_container(pod.get("status") or {})
+    return term is not None and _killed_by_deletion(pod, term[1])
+
+
 def _killed_by_deletion(pod: Json, term: Json) -> bool:
     """Killed by a signal once its pod was being deleted, not on its own.
 

@@ -28,6 +28,8 @@ from trainium_operator.runtime.records import Key
 
 Json = dict[str, Any]
 log = logging.getLogger(__name__)
+#: Volcano's annotation with the job version a pod was made for (a restart makes the next).
+JOB_VERSION = "volcano.sh/job-version"
 
 
 async def changed(
@@ -44,7 +46,7 @@ async def changed(
         return
     if troubled(pod["status"]):
         shown = as_shown(pod, labels)
-        tail = await _log_tail(passes, key, shown)
+        tail = await _log_tail(passes, key, shown, gang_instance(meta))
         passes.pod_event(key, shown, context=context, log=tail)
     elif newer or addressed:
         passes.wake(key, context=context or contextvars.copy_context())
@@ -83,8 +85,17 @@ def as_shown(pod: Json, labels: Mapping[str, str]) -> Json:
     }
 
 
-async def _log_tail(passes: Passes, key: Key, pod: Json) -> tuple[str, ...]:
-    """The failed container's log tail, read once per pod; () when gone or unreadable."""
+def gang_instance(meta: Mapping[str, Any]) -> str:
+    """Which run of which Volcano job the pod was made for: its owner's uid and job version."""
+    owners = [o.get("uid") for o in meta.get("ownerReferences") or () if o.get("controller")]
+    version = (meta.get("annotations") or {}).get(JOB_VERSION, "")
+    return f"{owners[0] if owners else ''}/{version}"
+
+
+async def _log_tail(passes: Passes, key: Key, pod: Json, instance: str) -> tuple[str, ...]:
+    """The failed container's log tail, read once per pod; () when gone or unreadable.
+
+    A peer killed by its deletion is read only for the first few of its gang instance."""
     md = pod["metadata"]
     container = failures.failed_container(pod)
     if not container or not md.get("uid") or passes.records.has_log(key, md["uid"]):
@@ -94,6 +105,8 @@ async def _log_tail(passes: Passes, key: Key, pod: Json) -> tuple[str, ...]:
     shown = failures.classify_pod(pod)
     if shown is not None and shown.reason in failures.GANG_DISRUPTIONS:
         return ()  # the disruption explains it: no log read delays telling the pass
+    if failures.killed_by_deletion(pod) and not passes.records.peer_read(key, instance):
+        return ()  # a peer stopped with its gang: the first few read say what the rest would
     try:
         job = passes.records.get(key)
         namespace = md.get("namespace") or (job.namespace if job else "")

@@ -27,6 +27,11 @@ _GONE_KEPT = 4096
 #: Log tails kept per job (oldest dropped): a read one is never read again, so a 404 or an
 #: empty read after Volcano deleted the pod cannot replace it (issue 25, bug 5).
 _LOGS_KEPT = 64
+#: Log reads per gang instance of pods killed by their deletion (the peers Volcano stops when
+#: one pod fails): a few say what all would; one each is 1,023 reads at 1,024 nodes (issue 35).
+PEER_LOGS = 8
+#: Gang instances whose peer reads are counted per job (the newest kept).
+_INSTANCES_KEPT = 4
 
 
 @dataclass
@@ -59,6 +64,8 @@ class JobRecord:
     #: The failed container's log tail, read as its pod's watch event arrived (pod uid ->
     #: lines): by the pass, Volcano may have deleted the pod and its log with it. Kept once read.
     pod_logs: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    #: Log reads tried of killed peers, per gang instance (Volcano job uid and version).
+    peer_reads: dict[str, int] = field(default_factory=dict)
 
     @property
     def pods_changed(self) -> bool:
@@ -149,6 +156,18 @@ class Records:
                     record.pod_logs[uid] = log
                     while len(record.pod_logs) > _LOGS_KEPT:
                         del record.pod_logs[next(iter(record.pod_logs))]
+
+    def peer_read(self, key: Key, instance: str) -> bool:
+        """Whether a killed peer's log of this gang instance may be read (counts the read)."""
+        with self.lock:
+            record = self._by_key.get(key)
+            if record is None:
+                return True
+            tried = record.peer_reads.pop(instance, 0)
+            record.peer_reads[instance] = tried + 1  # newest last
+            while len(record.peer_reads) > _INSTANCES_KEPT:
+                del record.peer_reads[next(iter(record.peer_reads))]
+            return tried < PEER_LOGS
 
     def has_log(self, key: Key, uid: str) -> bool:
         """Whether the failed container's log tail of this pod was read already."""
