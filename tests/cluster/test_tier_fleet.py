@@ -29,10 +29,10 @@ from harness import OperatorProcess
 from jobs import fsx_claim, small_job
 from kubelet import TRN1_32XLARGE, Behavior, FakeKubelet, Metrics
 from trainium_operator.api import spec as specs
-from trainium_operator.build import cache
-from trainium_operator.build.builders import Owner
 from trainium_operator.domain import elastic as sizes
 from trainium_operator.domain.status import now_iso
+from trainium_operator.manifests import cache
+from trainium_operator.manifests.builders import Owner
 
 Obj = dict[str, Any]
 FLEET = 1024

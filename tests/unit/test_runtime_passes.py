@@ -858,7 +858,7 @@ def test_a_gangs_killed_peers_get_a_few_log_reads_not_one_each(
     failed on its own is always read, and so are the peers of the gang's next instance."""
     from test_failures import ended, pod
 
-    from trainium_operator.build import builders
+    from trainium_operator.manifests import builders
     from trainium_operator.runtime import pods, records
 
     reads: list[str] = []
