@@ -46,7 +46,9 @@ async def changed(
         return
     if troubled(pod["status"]):
         shown = as_shown(pod, labels)
-        tail = await _log_tail(passes, key, shown, gang_instance(meta))
+        # A deleted pod's log is gone with it (the API server answers 404): read none.
+        gone = type == "DELETED"
+        tail = () if gone else await _log_tail(passes, key, shown, gang_instance(meta))
         passes.pod_event(key, shown, context=context, log=tail)
     elif newer or addressed:
         passes.wake(key, context=context or contextvars.copy_context())
