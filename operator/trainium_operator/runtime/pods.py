@@ -107,7 +107,7 @@ async def _log_tail(passes: Passes, key: Key, pod: Json, instance: str) -> tuple
     shown = failures.classify_pod(pod)
     if shown is not None and shown.reason in failures.GANG_DISRUPTIONS:
         return ()  # the disruption explains it: no log read delays telling the pass
-    if failures.killed_by_deletion(pod) and not passes.records.peer_read(key, instance):
+    if failures.stopped_peer(pod) and not passes.records.peer_read(key, instance):
         return ()  # a peer stopped with its gang: the first few read say what the rest would
     try:
         job = passes.records.get(key)
