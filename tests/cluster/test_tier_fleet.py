@@ -15,7 +15,7 @@ runs (Volcano enqueues its PodGroup and makes its pods: the PodGroup's minResour
 only, not the Neuron devices, so only the allocate finds it does not fit); the first finishes
 and Succeeds, and the second is bound and Succeeds.
 
-Opt-in (TRAINIUM_TIER_FLEET=1): on the loaded 2-core machine the module took 17 minutes (far
+Opt-in (TRAINIUM_TIER_FLEET=1): on the loaded 2-core machine the module took 17-22 minutes (far
 over the tier's budget): each 1,024-pod gang costs minutes of API-server time there.
 """
 
@@ -43,7 +43,7 @@ from trainium_operator.domain.status import now_iso
 Obj = dict[str, Any]
 OPT_IN = "TRAINIUM_TIER_FLEET"
 pytestmark = pytest.mark.skipif(
-    os.environ.get(OPT_IN) != "1", reason=f"{OPT_IN}=1 runs the 1,024-node module (~17 minutes)"
+    os.environ.get(OPT_IN) != "1", reason=f"{OPT_IN}=1 runs the 1,024-node module (17-22 minutes)"
 )
 FLEET = 1024
 POOL = "tier.trainium.dev/fleet"
