@@ -10,13 +10,19 @@ two more 1,024-pod gangs would double the module's time) and trains at 1,024 (pr
 rank 0, the only pod that serves metrics). A node is lost (the Node deleted): the gang cannot
 form again, and after shrinkAfterSeconds the operator restarts it at 1,023 from the cached
 entry; the node comes back and the gang grows to 1,024 at the next checkpoint. A second
-1,024-node job in the same Volcano queue then stays Pending (its PodGroup not enqueued, no pod)
-while the first runs; the first finishes and Succeeds, and the second is bound and Succeeds.
+1,024-node job in the same Volcano queue then waits, none of its pods bound, while the first
+runs (Volcano enqueues its PodGroup and makes its pods: the PodGroup's minResources count pods
+only, not the Neuron devices, so only the allocate finds it does not fit); the first finishes
+and Succeeds, and the second is bound and Succeeds.
+
+Opt-in (TRAINIUM_TIER_FLEET=1): on the loaded 2-core machine the module took 17-22 minutes (far
+over the tier's budget): each 1,024-pod gang costs minutes of API-server time there.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import time
 import uuid
 from collections.abc import Iterator
@@ -35,6 +41,10 @@ from trainium_operator.manifests import cache
 from trainium_operator.manifests.builders import Owner
 
 Obj = dict[str, Any]
+OPT_IN = "TRAINIUM_TIER_FLEET"
+pytestmark = pytest.mark.skipif(
+    os.environ.get(OPT_IN) != "1", reason=f"{OPT_IN}=1 runs the 1,024-node module (17-22 minutes)"
+)
 FLEET = 1024
 POOL = "tier.trainium.dev/fleet"
 QUEUE = "fleet"
@@ -91,11 +101,6 @@ def podgroups(cluster: Cluster, ns: str) -> dict[str, Obj]:
         for ref in pg["metadata"].get("ownerReferences") or ()
         if ref.get("kind") == "Job"
     }
-
-
-def pods_of(cluster: Cluster, ns: str, job: str) -> list[Obj]:
-    path = f"/api/v1/namespaces/{ns}/pods?labelSelector=trainium.dev/job-name%3D{job}"
-    return list(cluster.api.request("GET", path)["items"])
 
 
 def mark(what: str, seconds: float) -> None:
@@ -182,21 +187,20 @@ def test_a_1024_node_elastic_job_trains_shrinks_grows_and_a_second_queues_behind
     mark("node back -> training at 1024", time.monotonic() - back)
     assert status["elastic"]["resizes"] == 2 and status["elastic"]["lastResize"]["kind"] == "Grow"
 
-    # A second 1,024-node job in the same queue waits: its PodGroup is not enqueued.
+    # A second 1,024-node job in the same queue waits: Volcano sees it and binds none of it.
     second = small_job("queued", ns, nodes=FLEET, scheduling=SCHEDULING)
     cluster.kubectl("create", "-f", "-", stdin=json.dumps(second))
 
-    def seen_pending() -> Obj | None:
-        group = podgroups(cluster, ns).get("queued-train")
-        if not group or (group.get("status") or {}).get("phase") != "Pending":
-            return None
-        return group if (group["status"].get("conditions") or []) else None
+    def seen_unschedulable() -> Obj | None:
+        group = podgroups(cluster, ns).get("queued-train") or {}
+        conditions = (group.get("status") or {}).get("conditions") or []
+        return group if any(c.get("type") == "Unschedulable" for c in conditions) else None
 
-    group = wait_until(seen_pending, 120, "the second job's PodGroup seen Pending", every=1)
-    print(f"\nfleet: second job waits: {group['status']}")
-    # Still queued as the first ends: not enqueued, no pod, the first's gang whole.
-    assert podgroups(cluster, ns)["queued-train"]["status"]["phase"] == "Pending"
-    assert not pods_of(cluster, ns, "queued"), "the second job got pods while the first runs"
+    group = wait_until(seen_unschedulable, DEADLINE, "the second gang seen unschedulable")
+    print(f"\nfleet: second job waits: {json.dumps(group['status'])[:400]}")
+    # Still queued as the first ends: none of its pods bound, the first's gang whole.
+    assert podgroups(cluster, ns)["queued-train"]["status"]["phase"] in ("Pending", "Inqueue")
+    assert not kubelet.bound(ns, "queued-train-node-"), "the second job got nodes"
     assert len(gang_pods(kubelet, ns, status["trainingJob"])) == FLEET
 
     # The first finishes; the second is bound and runs to its end.

@@ -866,23 +866,38 @@ def test_a_gangs_killed_peers_get_a_few_log_reads_not_one_each(
     passes = runtime(Script())
     owner = [{"kind": "Job", "name": "j-train", "uid": "vc-1", "controller": True}]
 
-    def event(name: str, version: str, state: Any, deleted: bool = True) -> None:
+    def event(
+        name: str,
+        version: str,
+        state: Any,
+        deleted: bool = True,
+        kind: str = "MODIFIED",
+        grace: int = 30,
+    ) -> None:
         meta: dict[str, Any] = {
             "name": name, "namespace": "ns", "uid": f"uid-{name}-{version}",
             "annotations": {builders.ANNOTATION_OWNER_UID: KEY, pods.JOB_VERSION: version},
             "ownerReferences": owner,
         }  # fmt: skip
         if deleted:
-            meta.update(deletionTimestamp="2026-01-01T00:00:00Z", deletionGracePeriodSeconds=30)
+            when = "2026-01-01T00:00:00Z" if grace else "2026-01-01T00:00:09Z"
+            meta.update(deletionTimestamp=when, deletionGracePeriodSeconds=grace)
         shown = {"metadata": meta, "spec": {}, "status": pod(name, state)["status"]}
-        asyncio.run(pods.changed(passes, "MODIFIED", shown, {builders.LABEL_STAGE: "train"}, None))
+        asyncio.run(pods.changed(passes, kind, shown, {builders.LABEL_STAGE: "train"}, None))
 
     killed = ended(137, at="2026-01-01T00:00:05Z")
     for i in range(100):
         event(f"j-train-node-{i}", "1", killed)
+        # The kubelet's last delete (grace 0) 4 s after the kill: still a peer, not read again.
+        event(f"j-train-node-{i}", "1", killed, grace=0)
     assert len(reads) == records.PEER_LOGS
     event("j-train-node-100", "1", ended(1), deleted=False)  # failed on its own: read
     assert reads[-1] == "j-train-node-100"
     for i in range(20):  # the restarted gang's peers are another instance
         event(f"j-train-node-{i}", "2", killed)
+    assert len(reads) == 2 * records.PEER_LOGS + 1
+    # A pod's deletion event: its log went with it. The kubelet's last delete (grace 0) makes
+    # a peer look as if it ended before its deletion: it was read once each on the tier.
+    for i in range(20):
+        event(f"j-train-node-{i}", "3", ended(1), deleted=False, kind="DELETED")
     assert len(reads) == 2 * records.PEER_LOGS + 1

@@ -202,10 +202,15 @@ _KILLED = frozenset({137, EXIT_SIGTERM})
 _NOT_A_CAUSE = SECONDARY | {"Interrupted"}
 
 
-def killed_by_deletion(pod: Json) -> bool:
-    """Whether the pod's failed container was killed by its pod's deletion (a stopped peer)."""
+def stopped_peer(pod: Json) -> bool:
+    """Whether the pod's failed container was killed by a signal (not OOM) and its pod is being
+    deleted: most likely a peer its gang's stop killed. Looser than _killed_by_deletion: the
+    kubelet's last delete (grace 0) moves deletionTimestamp past the kill."""
     term = _failed_container(pod.get("status") or {})
-    return term is not None and _killed_by_deletion(pod, term[1])
+    if term is None or not (pod.get("metadata") or {}).get("deletionTimestamp"):
+        return False
+    state = term[1]
+    return state.get("exitCode") in _KILLED and state.get("reason") != "OOMKilled"
 
 
 def _killed_by_deletion(pod: Json, term: Json) -> bool:

@@ -46,7 +46,9 @@ async def changed(
         return
     if troubled(pod["status"]):
         shown = as_shown(pod, labels)
-        tail = await _log_tail(passes, key, shown, gang_instance(meta))
+        # A deleted pod's log is gone with it (the API server answers 404): read none.
+        gone = type == "DELETED"
+        tail = () if gone else await _log_tail(passes, key, shown, gang_instance(meta))
         passes.pod_event(key, shown, context=context, log=tail)
     elif newer or addressed:
         passes.wake(key, context=context or contextvars.copy_context())
@@ -105,7 +107,7 @@ async def _log_tail(passes: Passes, key: Key, pod: Json, instance: str) -> tuple
     shown = failures.classify_pod(pod)
     if shown is not None and shown.reason in failures.GANG_DISRUPTIONS:
         return ()  # the disruption explains it: no log read delays telling the pass
-    if failures.killed_by_deletion(pod) and not passes.records.peer_read(key, instance):
+    if failures.stopped_peer(pod) and not passes.records.peer_read(key, instance):
         return ()  # a peer stopped with its gang: the first few read say what the rest would
     try:
         job = passes.records.get(key)
