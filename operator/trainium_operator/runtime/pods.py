@@ -20,6 +20,7 @@ from trainium_operator.domain import checkpoints, failures
 from trainium_operator.manifests.builders import (
     ANNOTATION_OWNER,
     LABEL_STAGE,
+    controller_uid,
     owner_name,
     owner_uid,
 )
@@ -89,9 +90,8 @@ def as_shown(pod: Json, labels: Mapping[str, str]) -> Json:
 
 def gang_instance(meta: Mapping[str, Any]) -> str:
     """Which run of which Volcano job the pod was made for: its owner's uid and job version."""
-    owners = [o.get("uid") for o in meta.get("ownerReferences") or () if o.get("controller")]
     version = (meta.get("annotations") or {}).get(JOB_VERSION, "")
-    return f"{owners[0] if owners else ''}/{version}"
+    return f"{controller_uid(meta)}/{version}"
 
 
 async def _log_tail(passes: Passes, key: Key, pod: Json, instance: str) -> tuple[str, ...]:
