@@ -4,6 +4,7 @@ nothing per health probe, text or JSON, and a metrics port that is taken stops i
 from __future__ import annotations
 
 import json
+import re
 import socket
 import subprocess
 import sys
@@ -25,6 +26,17 @@ from harness import (
 )
 
 TJ = "trainiumjobs.v1alpha1.trainium.dev"
+#: Kueue is optional: where its CRDs are not installed (this worker's emulator until a Kueue test
+#: module ran on it), kopf says once that it cannot watch its kinds. Any other kind unresolved is
+#: a fault the test must see.
+OPTIONAL_GROUPS = {"kueue.x-k8s.io"}
+
+
+def optional_kinds_unresolved(line: str) -> bool:
+    """kopf's line that kinds have no CRD, naming only optional ones."""
+    groups = set(re.findall(r"group='([^']*)'", line))
+    unresolved = "Unresolved resources cannot be served" in line
+    return unresolved and bool(groups) and groups <= OPTIONAL_GROUPS
 
 
 @pytest.fixture
@@ -78,7 +90,8 @@ def test_an_elected_start_up_logs_no_warning(
     proc = started(request, OperatorProcess(command, tmp_path / "operator.log", env))
     wait_for(lambda: logged(proc, "acquired by op-0"), timeout=30, what="the Lease acquired")
     start_up = proc.log()  # the start-up; kopf's own stop may warn of streams it left unread
-    assert [ln for ln in start_up.splitlines() if "WARNING" in ln] == []
+    warned = [ln for ln in start_up.splitlines() if "WARNING" in ln]
+    assert [ln for ln in warned if not optional_kinds_unresolved(ln)] == []
     assert proc.stop() == 0
     assert logged(proc, "standing for the Lease") and logged(proc, "shutting down")
 

@@ -29,8 +29,9 @@ VCJOBS = "batch.volcano.sh/v1alpha1/jobs"
 
 @pytest.fixture
 def reading_operator(crd: Path, request: pytest.FixtureRequest, tmp_path: Path) -> OperatorProcess:
-    """The operator reading rank 0 every second (the chart's progressIntervalSeconds)."""
-    env = {"TRAINIUM_PROGRESS_INTERVAL_SECONDS": "1"}
+    """The operator reading rank 0 every second (the chart's progressIntervalSeconds), writing
+    progress every 5 s (progressWriteSeconds; the chart's minute made this test wait one)."""
+    env = {"TRAINIUM_PROGRESS_INTERVAL_SECONDS": "1", "TRAINIUM_PROGRESS_WRITE_SECONDS": "5"}
     return started(request, OperatorProcess(OPERATOR_COMMAND, tmp_path / "operator.log", env=env))
 
 
@@ -82,9 +83,9 @@ def test_progress_and_eta_show_in_kubectl_get(
     )
     assert first["samplesPerSecond"] == 512.0 and first["eta"] == "-"
     trainer.log({"step": 400, "loss": 2.5, "samples_per_second": 600.0})
-    # The next write waits a minute after the first (one status write a minute per job).
+    # The next write waits progressWriteSeconds after the first (one status write per interval).
     later = wait_for(lambda: (status(ns, "watched").get("progress") or {}).get("step") == 400
-                     and status(ns, "watched")["progress"], timeout=90,
+                     and status(ns, "watched")["progress"], timeout=30,
                      what="step 400 on status")  # fmt: skip
     assert isinstance(later["etaSeconds"], int) and later["eta"] != "-"
     out = kubectl("get", "tj", "watched", "-n", ns, "-o", f"custom-columns={printer_columns()}")

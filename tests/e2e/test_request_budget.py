@@ -130,7 +130,7 @@ def test_a_missing_priority_class_is_watched_not_polled(
     fleet.wait(lambda: blocked(fleet, "later", "PriorityClassNotFound"), 30, "no class")
     time.sleep(1)
     seen = len(fleet.operator_requests())
-    time.sleep(25)  # a poll backed off from 10 s would have looked twice
+    time.sleep(12)  # a poll, even one backed off from 10 s, would have looked
     sent = [r for r in fleet.operator_requests()[seen:] if r.verb != "watch"]
     assert sent == [], sorted({(r.verb, r.resource, r.code) for r in sent})
     body = {"metadata": {"name": "urgent"}, "value": 1000}

@@ -120,3 +120,29 @@ def test_a_create_resent_after_a_lost_answer_is_already_there(slept: list[float]
     calls, call = flaky(ConnectionResetError(104, "reset"), api_error(409, "AlreadyExists"))
     assert k8s.exists_is_ok(call, {"metadata": {}}) is None  # already there: nothing created now
     assert len(calls) == 2
+
+
+class _Raw:
+    """An unread answer (`_preload_content=False`): the body as the API server sent it."""
+
+    def __init__(self, body: object) -> None:
+        self.data = json.dumps(body).encode()
+
+
+def test_lists_are_read_as_sent_not_through_typed_objects(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[dict[str, object]] = []
+    node = {"metadata": {"name": "n-1", "labels": {"a": "b"}}, "status": {"allocatable": {}}}
+
+    class Core:
+        def list_node(self, **kw: object) -> _Raw:
+            calls.append(kw)
+            return _Raw({"kind": "NodeList", "items": [node, "not an object"]})
+
+        def list_namespaced_pod(self, namespace: str, **kw: object) -> _Raw:
+            calls.append(kw)
+            return _Raw({"kind": "PodList", "items": None})
+
+    monkeypatch.setattr(k8s, "core", Core)
+    assert k8s.list_nodes("a=b") == [node]
+    assert k8s.list_pods("ns", "a=b") == []
+    assert all(kw["_preload_content"] is False for kw in calls)

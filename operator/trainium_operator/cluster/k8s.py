@@ -372,14 +372,20 @@ def coordination() -> client.CoordinationV1Api:
 
 def list_pods(namespace: str, selector: str) -> list[Json]:
     """Pods matching a label selector."""
-    found = request(core().list_namespaced_pod, namespace, label_selector=selector)
-    return [to_dict(p) or {} for p in found.items]
+    return listed_items(request(core().list_namespaced_pod, namespace, label_selector=selector,
+                                _preload_content=False))  # fmt: skip
 
 
 def list_nodes(selector: str) -> list[Json]:
     """Nodes matching a label selector (an elastic job counts the ones that could hold it)."""
-    found = request(core().list_node, label_selector=selector)
-    return [to_dict(n) or {} for n in found.items]
+    return listed_items(request(core().list_node, label_selector=selector, _preload_content=False))
+
+
+def listed_items(answer: Any) -> list[Json]:
+    """A list's items as the API server sent them: building typed objects and serializing them
+    back cost 0.19 s of CPU for 1,024 Nodes against 0.013 s for json.loads (issue 35's note)."""
+    items = json.loads(answer.data).get("items") or []
+    return [item for item in items if isinstance(item, dict)]
 
 
 def pod_log_tail(namespace: str, pod: str, container: str, lines: int) -> list[str]:
