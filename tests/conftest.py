@@ -22,6 +22,7 @@ os.environ["KUBECONFIG"] = str(SESSION_DIR / "kubeconfig")
 import procs  # noqa: E402
 from harness import OPERATORS, EmulatorServer, apply, kubectl, make_emulator, write_kubeconfig  # noqa: E402
 from k8s_semantics import ApiRequest  # noqa: E402
+from suites import SLOW  # noqa: E402
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -41,22 +42,6 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
     return None
 
 
-#: Tests of many minutes, each training in several processes: `make test-slow` runs them (CI
-#: too), `make test` does not. Paths relative to tests/: a whole directory, a file, or one test
-#: (`file::name`, every parametrization of it).
-SLOW = (
-    "local/",  # `trainium run` end to end: TorchX, torchrun, precompile, then training
-    "trainer/test_elastic.py",  # native shrink-and-grow runs of 3 compiled processes
-    "trainer/test_native.py",  # torch.compile runs
-    "trainer/test_preemption.py",  # SIGTERM under torchrun, then resume
-    "trainer/test_resume.py",  # killed and resumed runs compared with uninterrupted ones
-    # The four slowest trainer tests of `make test` (17-27 s each on 2 cores, 3-4 trainer
-    # processes apiece, ~9 s of CPU each for torch's and transformers' imports): issue 34 item 1.
-    "trainer/test_training.py::test_stdout_is_json_lines_only",
-    "trainer/test_training.py::test_two_process_ddp_matches_one_process",
-    "trainer/test_training.py::test_tiny_model_with_the_defaults_learns_in_40_steps",
-    "trainer/test_rendezvous_launch.py::test_another_node_dials_pod_0",
-)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -1,11 +1,11 @@
-"""conftest.SLOW names what exists: a renamed test would otherwise move back into `make test`."""
+"""suites.SLOW names what exists: a renamed test would otherwise move back into `make test`."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
-from conftest import SLOW
+from suites import SLOW
 
 HERE = Path(__file__).parent
 
