@@ -57,7 +57,7 @@ render: $(STAMP) ## Print the manifests the operator would create for the BERT t
 test: $(STAMP) helm promtool ## Unit, fast trainer, chart, emulator and end-to-end tests
 	$(BIN)/python -m pytest -q -p no:cacheprovider -n 2 --dist loadscope -m "not slow"
 
-test-slow: $(STAMP) ## Multi-process training tests (tests/local, trainer elastic/native/resume)
+test-slow: $(STAMP) ## Multi-process training tests (tests/local, trainer elastic/native/resume; tests/suites.py)
 	$(BIN)/python -m pytest -q -p no:cacheprovider -m slow
 
 test-unit: $(STAMP) ## Only the fast unit tests
