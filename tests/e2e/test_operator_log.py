@@ -24,12 +24,13 @@ from harness import (
     started,
     wait_for,
 )
+from trainium_operator.manifests import workload
 
 TJ = "trainiumjobs.v1alpha1.trainium.dev"
 #: Kueue is optional: where its CRDs are not installed (this worker's emulator until a Kueue test
 #: module ran on it), kopf says once that it cannot watch its kinds. Any other kind unresolved is
 #: a fault the test must see.
-OPTIONAL_GROUPS = {"kueue.x-k8s.io"}
+OPTIONAL_GROUPS = {workload.GROUP}
 
 
 def optional_kinds_unresolved(line: str) -> bool:
