@@ -95,3 +95,37 @@ def test_trainium_commands_run(argv: list[str]) -> None:
     proc = subprocess.run([str(VENV / "bin" / "trainium"), *argv[1:]], cwd=REPO,
                           capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
+
+
+def anchor(title: str) -> str:
+    """GitHub's heading anchor: lower case, punctuation dropped, spaces as hyphens."""
+    return re.sub(r"[^\w\- ]", "", title.strip().lower()).replace(" ", "-")
+
+
+def test_the_contents_list_every_section_in_order() -> None:
+    """A reader finds install, a first job and Kueue from the top (issue 43, item 7)."""
+    heads = re.findall(r"^(##+) (.+)$", README, flags=re.M)
+    listed = re.findall(r"^( *)- \[(.+?)\]\(#([^)]+)\)$", README, flags=re.M)
+    assert [(len(i) // 2, t, a) for i, t, a in listed] == [
+        (len(h) - 2, t, anchor(t)) for h, t in heads
+    ]
+    top = README.split("\n## ", 1)[0]
+    for section in ("install", "two-commands", "a-trainiumjob", "quota-with-kueue"):
+        assert f"(#{section})" in top
+
+
+def test_kubectl_get_samples_show_the_crds_columns() -> None:
+    """Every `kubectl get tj` sample header is what the CRD prints (its columns of priority 0)."""
+    crd = yaml.safe_load((REPO / "crds" / "trainiumjobs.trainium.dev.yaml").read_text())
+    [version] = crd["spec"]["versions"]
+    cols = [c["name"].upper() for c in version["additionalPrinterColumns"] if not c.get("priority")]
+    headers = [line.split() for line in README.splitlines() if line.startswith("NAME  ")]
+    assert len(headers) >= 2
+    for header in headers:
+        assert header == ["NAME", *cols], header
+
+
+def test_the_phase_sentence_allows_kueues_way_back_to_pending() -> None:
+    """A Kueue job goes Precompiling -> Pending -> Training: the README may not say otherwise."""
+    assert "never moves back" not in README and "never\nmoves back" not in README
+    assert "`Precompiling` -> `Pending` -> `Training`" in " ".join(README.split())
