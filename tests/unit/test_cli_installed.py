@@ -167,3 +167,44 @@ def test_the_failed_job_hint_names_the_namespace(crd: None, ns: str) -> None:
     # The hint is a command a user can paste: it prints the log tail, a line each.
     pasted = kubectl("get", "tj", "oom", "-n", ns, "-o", f"jsonpath={logs.TAIL_PATH}")
     assert pasted.stdout == "step 9 loss 2.1\nKilled\n"
+
+
+CLOSED_PIPE = [
+    ["render", "-f", "examples/bert-claim.yaml", "-o", "json"],
+    ["render", "-f", "examples/bert-claim.yaml"],
+    ["--version"],
+    *[[*c, "--help"] for c in HELP],
+]
+
+
+@pytest.mark.parametrize("command", CLOSED_PIPE, ids=" ".join)
+def test_a_closed_pipe_ends_quietly(command: list[str]) -> None:
+    """`trainium ... | head -1`: no BrokenPipeError traceback; 141 (SIGPIPE's) as kubectl."""
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before the first write: every write meets EPIPE
+    try:
+        proc = subprocess.run([str(TRAINIUM), *command], stdout=write, stderr=subprocess.PIPE,
+                              text=True, timeout=120, check=False, cwd=Path(__file__).parents[2],
+                              stdin=subprocess.DEVNULL)  # fmt: skip
+    finally:
+        os.close(write)
+    assert proc.stderr == ""
+    # argparse prints --help and --version itself and ignores a failed write: those end 0.
+    assert proc.returncode == (0 if command[-1] in ("--help", "--version") else 141)
+
+
+def test_followed_logs_stop_on_a_closed_pipe(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`trainium logs -f | head`: the pod threads stop and the command ends (no hang)."""
+    import io
+    import itertools
+
+    from trainium_operator.cli import logs as cli_logs
+
+    class Closed(io.StringIO):
+        def write(self, s: str) -> int:
+            raise BrokenPipeError
+
+    monkeypatch.setattr(sys, "stdout", Closed())
+    endless = [(n, f"p{n}", (f"[default0]:line {i}" for i in itertools.count())) for n in (0, 1)]
+    with pytest.raises(BrokenPipeError):
+        cli_logs._print_labelled(endless, logs.Target("train", None, None, 1), parallel=True)

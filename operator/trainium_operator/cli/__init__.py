@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
 from collections.abc import Callable, Sequence
 
@@ -71,6 +73,24 @@ def parse(argv: list[str]) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `trainium` console script."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        try:
+            return _command(argv)
+        finally:  # (--help's SystemExit too) what is still buffered meets a closed pipe here
+            sys.stdout.flush()
+    except BrokenPipeError:
+        return closed_pipe()
+
+
+def closed_pipe() -> int:
+    """stdout's reader left (`| head -1`): end quietly with SIGPIPE's shell code, as kubectl."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())  # so the interpreter's own flush at exit finds no pipe
+    return 128 + signal.SIGPIPE
+
+
+def _command(argv: list[str]) -> int:
+    """Run one command; a usage mistake is one `error:` line and 2, a failed command 1."""
     try:
         if argv[:1] == ["operator"]:
             from trainium_operator.cli import operator

@@ -142,13 +142,21 @@ def _print_labelled(streams: list[tuple[int, str, Any]], target: Any, parallel: 
     from trainium_operator.domain import logs
 
     lock = threading.Lock()
+    broken = threading.Event()
 
     def pump(node: int, lines: Any) -> None:
         for line in lines:
             out = logs.label(line, node, target)
-            if out is not None:
-                with lock:
+            if out is None:
+                continue
+            with lock:
+                try:
                     print(out, flush=parallel)
+                except BrokenPipeError:
+                    if not parallel:
+                        raise
+                    broken.set()  # the main thread ends the command
+                    return
 
     if not parallel:
         for node, _name, lines in streams:
@@ -159,4 +167,8 @@ def _print_labelled(streams: list[tuple[int, str, Any]], target: Any, parallel: 
         t.start()
     for t in threads:
         while t.is_alive():  # join with a timeout: Ctrl-C still reaches the main thread
+            if broken.is_set():
+                raise BrokenPipeError
             t.join(0.5)
+    if broken.is_set():
+        raise BrokenPipeError
