@@ -144,3 +144,16 @@ def test_no_wildcards_no_secrets_every_binding_names_the_service_account(helm_bi
         assert b["subjects"] == [
             {"kind": "ServiceAccount", "name": SA.name, "namespace": SA.namespace}
         ]
+
+
+KUEUE = {k for k in CLUSTER_SCOPED | NAMESPACED if k[0] == "kueue.x-k8s.io"}
+
+
+def test_kueue_rules_can_be_left_out(helm_bin: Path) -> None:
+    """rbac.kueue=false: not one kueue.x-k8s.io rule, cluster-wide or per namespace (issue 43)."""
+    for extra in ([], ["watchNamespaces={team-a}"]):
+        docs = render("rbac.kueue=false", "rbac.userRoles=false", *extra)
+        for role in by_kind(docs, "ClusterRole") + by_kind(docs, "Role"):
+            assert not set(flat(role)) & KUEUE, role["metadata"]["name"]
+    [application] = named(render("rbac.kueue=false"), "ClusterRole", "-application")
+    assert set(flat(application)) == set(CLUSTER_SCOPED | NAMESPACED) - KUEUE

@@ -35,6 +35,7 @@ Nodes (read only). */}}
   # spec.scheduling.priorityClassName must exist before a stage is submitted; watch: its
   # creation wakes the jobs that wait for it (no polling)
   verbs: [get, list, watch]
+{{- if .Values.rbac.kueue }}
 - apiGroups: [kueue.x-k8s.io]
   resources: [resourceflavors]
   # a Kueue job's admission names its flavor: its nodeLabels and tolerations reach the gang
@@ -43,6 +44,7 @@ Nodes (read only). */}}
   resources: [workloadpriorityclasses]
   # the kueue.x-k8s.io/priority-class label: its value goes on the Workload
   verbs: [get]
+{{- end }}
 - apiGroups: [""]
   resources: [nodes]
   # spec.elastic: the nodes that could hold the gang, counted when a shrink or grow may be due;
@@ -94,6 +96,7 @@ collector through ownerReferences, so no delete on children but a pod whose Node
   resources: [leases]
   # one writer per compile-cache entry
   verbs: [get, list, watch, create, patch, delete]
+{{- if .Values.rbac.kueue }}
 - apiGroups: [kueue.x-k8s.io]
   resources: [workloads]
   # a Kueue job (label kueue.x-k8s.io/queue-name) owns one Workload per stage; watch: its
@@ -110,6 +113,7 @@ collector through ownerReferences, so no delete on children but a pod whose Node
   resources: [localqueues]
   # a waiting job's condition names a LocalQueue that does not exist
   verbs: [get]
+{{- end }}
 - apiGroups: [resource.k8s.io]
   resources: [resourceclaimtemplates]
   # spec.devices dra: the job's template of Neuron device claims, created before each stage
