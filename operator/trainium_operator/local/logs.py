@@ -67,5 +67,9 @@ def last_step(logs: Path, stage: str) -> int | None:
 
 
 def compiled_files(cache_dirs: list[Path]) -> int:
-    """Compiled graphs in a stage's cache so far: Inductor's kernels (.so), Neuron's NEFFs."""
+    """Compiled files in a stage's cache so far: Inductor's kernels (.so), Neuron's NEFFs.
+
+    One FX graph compiles to many kernels: the heartbeat says kernel files, the [cache] line
+    (the compiler's own counters) FX graphs, so the two numbers never read as one count.
+    """
     return sum(1 for d in cache_dirs for p in d.rglob("*") if p.suffix in COMPILED_SUFFIXES)

@@ -372,7 +372,7 @@ def doing(run: LocalRun, wait: str) -> str:
     cache_dirs = sorted(root.glob(f"{cache_name(run.spec, run.key)}_*"))
     compiled = locallogs.compiled_files(cache_dirs)
     if compiled or run.spec.effective_backend == contract.BACKEND_NATIVE:
-        return f"{now}; {compiled} compiled graphs in the cache so far"
+        return f"{now}; {compiled} compiled kernel files in the cache so far"
     return now
 
 

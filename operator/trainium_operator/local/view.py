@@ -18,18 +18,28 @@ from trainium_operator.domain.logs import counted
 
 
 class TrainView:
-    """The training stage's bar: step of total, elapsed, ETA, loss and throughput."""
+    """The training stage's bar: step of total, elapsed, ETA, step rate, loss and throughput.
+
+    The step rate is the trainer's, not the bar's: each record's samples/s timed the window
+    since the previous record, so window seconds = samples in it / samples/s. Records reach the
+    runner in bursts (it reads metrics.jsonl once a pass), so a rate timed by their arrival read
+    97,040 step/s (issue 43); the first record's window (imports, the first compile) is left out.
+    """
 
     def __init__(self, total: int | None) -> None:
         self.total = total
         self._bar: Any = None
         #: The last step's record was shown: what follows is the trainer's wind-down.
         self.done = False
+        self._last: tuple[int, float] | None = None  # (step, samples) of the previous record
+        self._steps = 0  # steps in the timed windows ...
+        self._seconds = 0.0  # ... and their seconds, by the trainer's clock
 
     def show(self, record: dict[str, Any]) -> None:
         """Move the bar to this record's step."""
         step = int(record.get("step", 0))
         loss, rate = float(record.get("loss", 0.0)), float(record.get("samples_per_second", 0.0))
+        self._time(step, record.get("samples"), rate)
         self.done = self.total is not None and step >= self.total
         bar = self._bar or self._open(step)
         if bar is None:
@@ -37,23 +47,45 @@ class TrainView:
             print(f"[train] step {step}/{total} loss {loss:.4f} {rate:.1f} samples/s", flush=True)
             return
         bar.update(max(0, step - bar.n))
-        bar.set_postfix_str(f"loss {loss:.4f}, {rate:.1f} samples/s", refresh=True)
+        bar.set_postfix_str(f"{self.timing(step)}, loss {loss:.4f}, {rate:.1f} samples/s")
         if self.done:
             self.close()  # the last step: evaluation and export must not count into its rate
 
-    def _open(self, first_step: int) -> Any:
-        """The bar, started at the first record's step (a resumed run starts there).
+    def _time(self, step: int, samples: Any, samples_per_second: float) -> None:
+        """Add the window this record timed (from the previous record) to the step rate."""
+        last, self._last = self._last, (step, float(samples)) if samples is not None else None
+        if last is None or self._last is None or samples_per_second <= 0:
+            return
+        steps, window_samples = step - last[0], self._last[1] - last[1]
+        if steps > 0 and window_samples > 0:
+            self._steps += steps
+            self._seconds += window_samples / samples_per_second
 
-        Starting there, not one step before, leaves the rate unknown until a second record times
-        some steps: one step counted microseconds after the bar opened read as 50,000 step/s.
-        """
+    def steps_per_second(self) -> float | None:
+        """Steps a second over the timed windows; None until two records time one."""
+        return self._steps / self._seconds if self._seconds > 0 else None
+
+    def timing(self, step: int) -> str:
+        """`ETA 00:04, 5.00 step/s`, with `?` for what is not known yet."""
+        from tqdm import tqdm
+
+        rate = self.steps_per_second()
+        if rate is None:
+            return "ETA ?, ? step/s"
+        eta = "?" if self.total is None else tqdm.format_interval(max(0, self.total - step) / rate)
+        return f"ETA {eta}, {rate:.2f} step/s"
+
+    def _open(self, first_step: int) -> Any:
+        """The bar, started at the first record's step (a resumed run starts there)."""
         try:
             from tqdm import tqdm
         except ImportError:
             return None
+        left = "{desc} {percentage:3.0f}%|{bar}| " if self.total else "{desc} "
         self._bar = tqdm(
             total=self.total, initial=first_step, desc="[train]", unit="step",
             file=sys.stderr, dynamic_ncols=True, mininterval=0.5,
+            bar_format=left + "{n_fmt}/{total_fmt} [{elapsed} elapsed{postfix}]",
         )  # fmt: skip
         return self._bar
 
@@ -182,7 +214,7 @@ def compile_cache_lines(summary: dict[str, Any]) -> list[str]:
 def compile_cache_line(stage: str, counts: dict[str, Any]) -> str:
     """One stage's `[cache]` line: hit (nothing compiled) or miss (how many graphs compiled)."""
     hits, misses = int(counts.get("fxgraph_cache_hit", 0)), int(counts.get("fxgraph_cache_miss", 0))
-    outcome = f"miss, compiled {misses} graphs" if misses else "hit, compiled nothing new"
+    outcome = f"miss, compiled {misses} FX graphs" if misses else "hit, compiled nothing new"
     where = f"{counts.get('compiler', '?')} in {counts.get('dir') or 'its default directory'}"
     counted = f"{hits} FX-graph hits, {misses} misses"
     return f"[cache] {stage}: compile cache {outcome} ({counted}; {where})"
