@@ -50,6 +50,7 @@ def cmd_render(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     """Run a job on this machine through TorchX's local scheduler."""
+    from trainium_operator.local import interrupt
     from trainium_operator.local import runner as local
 
     docs = render.load_jobs(args.filename)
@@ -58,5 +59,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     runs = Path(args.runs_dir)
     # The file is read again while each job runs: a change of runPolicy.suspend is followed.
     follow = [local.follow_file(args.filename, d["metadata"]["name"]) for d in docs]
-    ok = all(local.run(doc, runs, args.quiet, f) for doc, f in zip(docs, follow, strict=True))
+    try:
+        ok = all(local.run(doc, runs, args.quiet, f) for doc, f in zip(docs, follow, strict=True))
+    except interrupt.Interrupted as stopped:  # Ctrl-C: checkpointed, status.json says so
+        print(stopped, file=sys.stderr, flush=True)
+        return stopped.code
     return 0 if ok else 1

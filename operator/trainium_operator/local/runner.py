@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import socket
 import sys
 import time
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from torchx.runner import get_runner
+from torchx.schedulers.local_scheduler import SignalException
 from torchx.specs import AppState
 
 from trainium_operator.api import naming
@@ -33,8 +35,8 @@ from trainium_operator.domain import checkpoints, lifecycle, status
 from trainium_operator.domain.cachekey import cache_key, cache_name
 from trainium_operator.domain.lifecycle import Action, Child, Decision, Observed, Phase
 from trainium_operator.domain.status import now_iso, read_conditions
+from trainium_operator.local import interrupt, render
 from trainium_operator.local import logs as locallogs
-from trainium_operator.local import render
 from trainium_operator.local import view as localview
 from trainium_operator.manifests import appdef, cache
 from trainium_operator.manifests.appdef import StageContext
@@ -263,9 +265,16 @@ def ensure_synthetic_data(run: LocalRun, where: str) -> None:
 
 
 def rotate_outputs(run: LocalRun) -> None:
-    """A new local run trains afresh; the previous run's outputs move to history, not away."""
+    """A new local run trains afresh; the previous run's outputs move to history, not away.
+
+    After a run stopped by Ctrl-C the outputs stay: the trainer resumes from their checkpoint.
+    """
     out = Path(appdef.output_dir(run.spec, stage_context(run, appdef.TRAIN)))
-    if out.exists():
+    resume = interrupt.resumable(run.root / "status.json", run.key)
+    if resume is not None and out.exists():
+        print(f"[run] {run.name}: resuming the interrupted run from its checkpoint at step "
+              f"{resume.get('step')}", flush=True)  # fmt: skip
+    elif out.exists():
         dest = run.root / "history" / time.strftime("%Y%m%d-%H%M%S")
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.move(str(out), str(dest))
@@ -277,10 +286,9 @@ def rotate_outputs(run: LocalRun) -> None:
             path.unlink()
 
 
-def report(run: LocalRun, decision: Decision) -> None:
-    """Write status.json like the status subresource and print phase transitions."""
+def render_status(run: LocalRun, decision: Decision) -> Json:
+    """status.json's content for this decision, as the status subresource would hold it."""
     previous = run.status
-    now = time.monotonic()
     frame = status.Frame(
         decision, previous, generation=1, now=now_iso(), cache_key=run.key,
         cache_name=cache_name(run.spec, run.key),
@@ -290,7 +298,14 @@ def report(run: LocalRun, decision: Decision) -> None:
     new = status.render(frame)
     if (kept := checkpoints.carried(previous, reported_checkpoint(run))) is not None:
         new["lastCheckpoint"] = kept.to_status()
-    old_phase = previous.get("phase")
+    return new
+
+
+def report(run: LocalRun, decision: Decision) -> None:
+    """Write status.json like the status subresource and print phase transitions."""
+    now = time.monotonic()
+    new = render_status(run, decision)
+    old_phase = run.status.get("phase")
     if old_phase != new["phase"]:
         if old_phase:
             run.phase_seconds[old_phase] = now - run.phase_started.get(old_phase, now)
@@ -303,8 +318,28 @@ def report(run: LocalRun, decision: Decision) -> None:
             print(localview.precompile_line(run.spec, logs / "precompile"), flush=True)
         elif new["phase"] == Phase.TRAINING.value:
             print(localview.train_line(run.spec, logs / "train"), flush=True)
+    write_status(run, new)
+
+
+def write_status(run: LocalRun, new: Json) -> None:
+    """Keep and write status.json."""
     run.status = new
     (run.root / "status.json").write_text(json.dumps(new, indent=2))
+
+
+def stop_interrupted(run: LocalRun, runner: Any, by: str) -> str:
+    """Ctrl-C: stop the live stage (the trainer checkpoints on SIGTERM), say so on status."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the checkpoint
+    stage = next(iter(run.apps), None)
+    for live in list(run.apps):
+        stop(run, live, runner)  # TorchX waits up to 10 s for the SIGTERM, then SIGKILLs
+    stopped = lifecycle.decide(replace(observe(run, runner), suspend=True))
+    new = render_status(run, stopped)
+    message = interrupt.message(run.name, new.get("lastCheckpoint"), stage, by)
+    write_status(run, render_status(run, interrupt.decision(stopped, message)))
+    if run.view is not None:
+        run.view.close()
+    return f"[interrupted] {message}"
 
 
 def reported_checkpoint(run: LocalRun) -> checkpoints.Checkpoint | None:
@@ -427,24 +462,41 @@ def run(
     rotate_outputs(job)
     print(localview.plan_line(name, job.spec, job.cache_record.is_file()), flush=True)
     runner = get_runner()
-    seen = 0
     beat = beat or localview.Heartbeat()
     try:
-        while True:
-            now_suspended = suspend() if suspend is not None else None
-            job.suspend = job.suspend if now_suspended is None else now_suspended
-            decision = lifecycle.decide(observe(job, runner))
-            seen = seen if quiet else progress(job, seen)  # the bar is current before a phase line
-            report(job, decision)
-            if decision.phase in lifecycle.TERMINAL:
-                break
-            heartbeat(job, beat, quiet)
-            act(job, decision, runner)
-            if Action.CREATE_STORAGE in decision.actions:
-                synth = (doc["metadata"].get("annotations") or {}).get(SYNTH_ANNOTATION)
-                if synth:
-                    ensure_synthetic_data(job, synth)
-            time.sleep(POLL_SECONDS)
+        loop(job, doc, runner, quiet, suspend, beat)
+    except (KeyboardInterrupt, SignalException) as exc:
+        if (signum := interrupt.signal_of(exc)) is None:
+            raise
+        line = stop_interrupted(job, runner, interrupt.cause(signum))
+        raise interrupt.Interrupted(line, 128 + signum) from None
     finally:
         runner.close()
     return finish(job)
+
+
+def loop(
+    job: LocalRun,
+    doc: Json,
+    runner: Any,
+    quiet: bool,
+    suspend: SuspendSource | None,
+    beat: localview.Heartbeat,
+) -> None:
+    """Observe, decide, report and act once a POLL_SECONDS until the job is finished."""
+    seen = 0
+    while True:
+        now_suspended = suspend() if suspend is not None else None
+        job.suspend = job.suspend if now_suspended is None else now_suspended
+        decision = lifecycle.decide(observe(job, runner))
+        seen = seen if quiet else progress(job, seen)  # the bar is current before a phase line
+        report(job, decision)
+        if decision.phase in lifecycle.TERMINAL:
+            return
+        heartbeat(job, beat, quiet)
+        act(job, decision, runner)
+        if Action.CREATE_STORAGE in decision.actions:
+            synth = (doc["metadata"].get("annotations") or {}).get(SYNTH_ANNOTATION)
+            if synth:
+                ensure_synthetic_data(job, synth)
+        time.sleep(POLL_SECONDS)
