@@ -195,7 +195,7 @@ def test_full_lifecycle_then_cache_hit(
     # describe shows the transitions alone: each stage's pending span is on its phase's entry.
     phases = [e["phase"] for e in st["history"]]
     assert phases == ["Precompiling", "Training", "Succeeded"], phases
-    spans = [s.split("/") for e in st["history"][:2] for s in e["gangPending"]]
+    spans = [s.split("/") for e in st["history"][:2] for s in e["waitedForGang"]]
     assert spans and all(since <= until for since, until in spans), spans
     assert set(st["cost"]["instanceHours"]) >= {"waiting", "compiling", "training", "restarts"}
     posted = events(ns)

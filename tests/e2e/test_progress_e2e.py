@@ -130,3 +130,24 @@ def test_a_stalled_gang_is_hung_and_restarted_against_the_budget(
     st = status(ns, "stuck")
     assert st["restarts"] == 1 and st["lastFailure"]["reason"] == "Hung"
     assert st["phase"] == "Training"
+
+
+def test_describe_of_a_job_that_never_logged_a_step_shows_no_progress_bookkeeping(
+    reading_operator: OperatorProcess, ns: str, k8s: EmulatorServer
+) -> None:
+    """Issue 43, item 6: `kubectl describe` showed `Progress: Advanced At / Observed At` on a
+    gang whose trainer never answered, and `Gang Pending` lists above each history entry's
+    Phase (describe sorts keys and puts nothing between list items)."""
+    from harness import free_port
+
+    start_training(k8s, ns, "silent")
+    rank0_pod(k8s, ns, "silent", free_port())  # nothing listens there: no reading
+    passes = reading_operator.passes()
+    wait_for(lambda: reading_operator.passes() >= passes + 3, what="a few passes reading rank 0")
+    out = kubectl("describe", "trainiumjobs.v1alpha1.trainium.dev", "silent", "-n", ns).stdout
+    assert "progress" not in status(ns, "silent")
+    assert "Advanced At" not in out and "Observed At" not in out, out
+    lines = [ln.strip() for ln in out.splitlines()]
+    history = lines[lines.index("History:") + 1 :]
+    assert history[0].startswith("Phase:"), out  # each entry starts at its phase
+    assert not any(ln.startswith("Gang Pending") for ln in lines), out

@@ -57,7 +57,7 @@ def test_gang_pending_spans_fill_the_waiting_bucket_and_keep_the_total() -> None
         previous = new
     entries = previous["history"]
     # describe shows the transitions; each phase carries its gang's unscheduled spans.
-    assert [(e["phase"], e.get("gangPending")) for e in entries] == [  # type: ignore[union-attr, index]
+    assert [(e["phase"], e.get("waitedForGang")) for e in entries] == [  # type: ignore[union-attr, index]
         ("Pending", None),
         ("Precompiling", ["2026-11-22T10:05:00Z/2026-11-22T10:10:00Z"]),
         ("Training", ["2026-11-22T10:35:00Z/2026-11-22T11:00:00Z",
@@ -85,8 +85,8 @@ def test_a_phase_change_closes_the_stages_pending_span() -> None:
     train = st("Training", "GangPending")
     entries = history.advance(pre, train, "t2", gang_pending=True)
     assert entries == [
-        {"phase": "Precompiling", "since": "t1", "gangPending": ["t1/t2"]},
-        {"phase": "Training", "since": "t2", "gangPending": ["t2/"]},
+        {"phase": "Precompiling", "since": "t1", "waitedForGang": ["t1/t2"]},
+        {"phase": "Training", "since": "t2", "waitedForGang": ["t2/"]},
     ]
 
 
@@ -105,7 +105,7 @@ def test_an_older_operators_history_is_read_and_rewritten_in_place() -> None:
     previous = {"phase": "Training", "history": OLD_HISTORY,
                 "conditions": [{"type": "Running", "reason": "GangPending"}]}  # fmt: skip
     entries = history.advance(previous, st("Training", "GangRunning"), "2026-11-22T12:15:00Z")
-    assert [(e["phase"], e.get("gangPending")) for e in entries] == [
+    assert [(e["phase"], e.get("waitedForGang")) for e in entries] == [
         ("Precompiling", ["2026-11-22T10:05:00Z/2026-11-22T10:10:00Z"]),
         ("Training", ["2026-11-22T10:35:00Z/2026-11-22T11:00:00Z",
                       "2026-11-22T12:05:00Z/2026-11-22T12:15:00Z"]),
@@ -135,3 +135,19 @@ def test_a_clock_that_stepped_back_costs_zero_not_a_stuck_pass() -> None:
                            "storage": {"claimName": "c"}}})  # fmt: skip
     got = history.job_cost(spec, entries, "2026-11-22T11:58:00Z")
     assert got.total_hours == 0
+
+
+def test_gang_pending_lists_are_renamed_so_describe_starts_each_entry_at_phase() -> None:
+    """Issue 43: `kubectl describe` sorts an entry's keys and puts nothing between entries, so
+    `gangPending` printed above its entry's Phase, as if it belonged to the entry before."""
+    previous = {"phase": "Training", "history": [
+        {"phase": "Precompiling", "since": "t1", "gangPending": ["t1/t2"]},
+        {"phase": "Training", "since": "t3", "gangPending": ["t3/"]},
+    ]}  # fmt: skip
+    entries = history.advance(previous, st("Training", "GangRunning"), "t4")
+    assert entries == [
+        {"phase": "Precompiling", "since": "t1", "waitedForGang": ["t1/t2"]},
+        {"phase": "Training", "since": "t3", "waitedForGang": ["t3/t4"]},
+    ]
+    for entry in entries:
+        assert sorted(entry)[0] == "phase"  # describe's first line of each entry

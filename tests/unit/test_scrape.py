@@ -123,7 +123,14 @@ def test_the_interval_comes_from_the_chart(monkeypatch: pytest.MonkeyPatch) -> N
 def test_a_trainer_that_does_not_answer_is_no_reading(monkeypatch: pytest.MonkeyPatch) -> None:
     with_pods(monkeypatch, [pod(1)])  # nothing listens on port 1
     seen = scrape.look(parse(job()), OWNER, scrape.Sight(Child.RUNNING, "uid-1", {}, T0))
-    assert seen.write == {"gang": "uid-1", "advancedAt": T0, "observedAt": T0}
+    # Nothing for status (issue 43: describe showed Advanced At / Observed At on a job that
+    # never logged a step); the job's record keeps the first sight for the next reading.
+    assert seen.write is None
+    assert seen.latest == {"gang": "uid-1", "advancedAt": T0, "observedAt": T0}
+    old = {"gang": "uid-0", "step": 40, "totalSteps": 100, "advancedAt": T0, "observedAt": T0}
+    seen = scrape.look(parse(job()), OWNER,
+                       scrape.Sight(Child.RUNNING, "uid-1", {"progress": old}, T0))  # fmt: skip
+    assert seen.write == scrape.CLEAR  # a replaced gang's step is not this one's
 
 
 def test_a_stalled_step_past_the_deadline_is_hung_with_the_log_tail(

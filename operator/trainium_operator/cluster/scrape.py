@@ -137,6 +137,8 @@ def _read(
     hung = failures.make_failure("Hung", why, _log_tail(owner, pod)) if why else None
     due = progress.write_due(previous, new, sight.now, write_every())
     write = new if due or hung else None
+    if write is None and "step" not in new and previous and previous.get("gang") != new["gang"]:
+        write = CLEAR  # an earlier gang's step and ETA are not this one's
     return Reading(write=write, hung=hung, next_read_in=interval(), read_at=sight.clock, latest=new)
 
 

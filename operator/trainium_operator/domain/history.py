@@ -1,10 +1,13 @@
 """Pure: the job's phase history on status, and the cost estimate computed from it.
 
 status.history lists when each phase began and the gang's restarts (the Running condition's
-reason `Restarting`, since/until); a phase's entry also lists, as `gangPending`, the spans its
+reason `Restarting`, since/until); a phase's entry also lists, as `waitedForGang`, the spans its
 stage's gang was created but not running yet ("since/until" intervals: nodes launching, images
 pulling), so the cost of a job can be told after the fact and after an operator restart:
 nothing lives only in the operator's memory, and `kubectl describe` shows the transitions.
+`kubectl describe` prints each entry's keys sorted, with nothing between entries: the spans'
+key sorts after `phase` and `since`, so every entry starts at its Phase line (as `gangPending`
+they printed first and read as part of the entry before; issue 43).
 """
 
 from __future__ import annotations
@@ -25,7 +28,9 @@ GANG_PENDING = "GangPending"
 SPANS = frozenset({RESTARTING, GANG_PENDING})
 MAX_ENTRIES = 100
 #: A phase entry's list of gang-pending spans, "since/until" ("since/" while open).
-PENDING = "gangPending"
+PENDING = "waitedForGang"
+#: The same list as an operator before issue 43 named it: read, renamed at the next write.
+LEGACY_PENDING = "gangPending"
 #: Spans kept per phase (each replaced or resized gang waits anew): the latest ones.
 MAX_PENDING = 20
 log = logging.getLogger(__name__)
@@ -56,19 +61,28 @@ def advance(previous: Json, new: Json, now: str, *, gang_pending: bool = False) 
 
 def upgraded(history: Any) -> list[Json]:
     """A copy of status.history in this form: GangPending entries an older operator wrote move
-    into the phase entry before them, as spans."""
+    into the phase entry before them, as spans; its gangPending lists become waitedForGang."""
     entries: list[Json] = []
     for entry in history if isinstance(history, list) else ():
         if not isinstance(entry, dict) or not isinstance(entry.get("since"), str):
             continue
         if entry.get("phase") != GANG_PENDING:
-            entries.append(dict(entry))
+            entries.append(_renamed(entry))
             continue
         owner = _phase_entry(entries)
         if owner is not None:
             spans = [*(owner.get(PENDING) or ()), f"{entry['since']}/{entry.get('until') or ''}"]
             owner[PENDING] = spans[-MAX_PENDING:]
     return entries
+
+
+def _renamed(entry: Json) -> Json:
+    """A copy of a phase entry with an older operator's gangPending spans as waitedForGang."""
+    out = dict(entry)
+    legacy = out.pop(LEGACY_PENDING, None)
+    if legacy and PENDING not in out:
+        out[PENDING] = list(legacy)[-MAX_PENDING:]
+    return out
 
 
 def _phase_entry(entries: list[Json]) -> Json | None:

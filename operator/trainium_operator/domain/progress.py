@@ -169,8 +169,13 @@ def write_due(
     now: str,
     every: float = WRITE_EVERY_SECONDS,
 ) -> bool:
-    """Whether this reading goes on status: a new gang at once, else at most once per `every`."""
-    if new == previous:
+    """Whether this reading goes on status: a new gang at once, else at most once per `every`.
+
+    Never before the first step is read: a gang's first sight alone (advancedAt, observedAt)
+    is bookkeeping `kubectl describe` showed on a job that never logged a step (issue 43); the
+    reading stays in the job's record for the next one.
+    """
+    if new == previous or "step" not in new:
         return False
     if not previous or previous.get("gang") != new.get("gang") or "step" not in previous:
         return True
