@@ -58,7 +58,8 @@ def test_make_render_prints_only_yaml() -> None:
 def test_the_readme_job_renders_and_names_what_it_skipped() -> None:
     from trainium_operator.local import render
 
-    [doc] = [d for b in blocks("yaml") if (d := yaml.safe_load(b)).get("kind") == "TrainiumJob"]
+    docs = [d for b in blocks("yaml") for d in yaml.safe_load_all(b)]
+    [doc] = [d for d in docs if d.get("kind") == "TrainiumJob"]
     rendered = render.render_job(doc)
     assert [m["kind"] for m in rendered.manifests] == ["Job", "Job"]
     [note] = rendered.notes
@@ -129,3 +130,14 @@ def test_the_phase_sentence_allows_kueues_way_back_to_pending() -> None:
     """A Kueue job goes Precompiling -> Pending -> Training: the README may not say otherwise."""
     assert "never moves back" not in README and "never\nmoves back" not in README
     assert "`Precompiling` -> `Pending` -> `Training`" in " ".join(README.split())
+
+
+def test_the_kueue_setup_in_the_readme_is_the_file_users_apply() -> None:
+    """README shows examples/kueue-setup.yaml verbatim and says to apply it (issue 43, item 4)."""
+    section = README.split("## Quota with Kueue", 1)[1].split("\n## ", 1)[0]
+    setup = (REPO / "examples" / "kueue-setup.yaml").read_text()
+    body = setup[setup.index("apiVersion") :]
+    assert f"```yaml\n{body}```" in section
+    assert "kubectl apply -f examples/kueue-setup.yaml" in section
+    install = README.split("\n## Install", 1)[1].split("\n## ", 1)[0]
+    assert "Kueue v0.19 or later" in install and "Kueue v0.19 or later" in section

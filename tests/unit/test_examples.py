@@ -11,7 +11,7 @@ from support import EXAMPLES, example_spec
 from trainium_operator.api import crd
 
 #: Examples that are not TrainiumJobs (they go with one).
-COMPANIONS = {"tensorboard.yaml"}
+COMPANIONS = {"tensorboard.yaml", "kueue-setup.yaml"}
 EXAMPLE_FILES = sorted(p for p in EXAMPLES.glob("*.yaml") if p.name not in COMPANIONS)
 REQUIRED = {
     "bert-large-pretrain.yaml",
@@ -93,3 +93,39 @@ def test_tensorboard_serves_the_tutorial_jobs_events_from_its_claim() -> None:
     logdir = container["command"][container["command"].index("--logdir") + 1]
     assert logdir == f"{appdef.output_dir(spec, ctx)}/{TENSORBOARD_DIR}"
     assert container["volumeMounts"][0]["mountPath"] == spec.storage.mountPath
+
+
+def test_the_kueue_setup_has_what_the_kueue_example_names() -> None:
+    """examples/kueue-setup.yaml holds the namespace, LocalQueue and WorkloadPriorityClass that
+    kueue-bert.yaml's labels name, a flavor of its instance type, and a ClusterQueue covering
+    every resource its pods request (issue 43, item 4: README gave no such objects)."""
+    from trainium_operator.local import render
+
+    setup = list(yaml.safe_load_all((EXAMPLES / "kueue-setup.yaml").read_text()))
+    by_kind = {d["kind"]: d for d in setup}
+    job = yaml.safe_load((EXAMPLES / "kueue-bert.yaml").read_text())
+    labels, ns = job["metadata"]["labels"], job["metadata"]["namespace"]
+    assert by_kind["Namespace"]["metadata"]["name"] == ns
+    local = by_kind["LocalQueue"]
+    assert (local["metadata"]["name"], local["metadata"]["namespace"]) == (
+        labels["kueue.x-k8s.io/queue-name"], ns)  # fmt: skip
+    assert (
+        by_kind["WorkloadPriorityClass"]["metadata"]["name"]
+        == (labels["kueue.x-k8s.io/priority-class"])
+    )
+    cq, flavor = by_kind["ClusterQueue"], by_kind["ResourceFlavor"]
+    assert local["spec"]["clusterQueue"] == cq["metadata"]["name"]
+    instance = flavor["spec"]["nodeLabels"]["node.kubernetes.io/instance-type"]
+    assert instance == job["spec"]["instanceType"]
+    [group] = cq["spec"]["resourceGroups"]
+    assert [f["name"] for f in group["flavors"]] == [flavor["metadata"]["name"]]
+    requested = {
+        name
+        for m in render.render_job(job).manifests
+        for task in m["spec"]["tasks"]
+        for c in task["template"]["spec"]["containers"]
+        + task["template"]["spec"].get("initContainers", [])
+        for part in ("requests", "limits")
+        for name in (c.get("resources") or {}).get(part) or {}
+    }
+    assert requested and requested <= set(group["coveredResources"]), requested
