@@ -17,6 +17,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from trainium_trainer import contract
 from trainium_trainer.config import apply_compiler_defaults
@@ -134,6 +135,21 @@ class Runtime:
         """Tensors to host memory before torch.save (no-op on CPU)."""
         return obj
 
+    def snapshot(self, obj: Any) -> Any:
+        """A host copy of obj that no later step can change: a background write reads it.
+
+        to_cpu first (XLA: one batched transfer; native: .cpu() each); a tensor it handed back
+        as is (host memory already, the live tensor) is cloned, once per view of a storage, so
+        tied weights stay tied in the file.
+        """
+        leaves, spec = tree_flatten(obj)
+        copied = tree_flatten(self.to_cpu(obj))[0]
+        copies: dict[tuple[Any, ...], torch.Tensor] = {}
+        if len(copied) != len(leaves):
+            copied = leaves
+        owned = [_own(live, host, copies) for live, host in zip(leaves, copied, strict=True)]
+        return tree_unflatten(owned, spec)
+
     def save(self, obj: Any, path: Path) -> None:
         """Serialise obj to path (the caller makes it atomic)."""
         torch.save(self.to_cpu(obj), path)
@@ -232,6 +248,17 @@ class XlaRuntime(Runtime):
         One `.cpu()` per tensor is one device round trip each (~1,600 for BERT-large).
         """
         return self._xm._maybe_convert_to_cpu(obj)
+
+
+def _own(live: Any, host: Any, copies: dict[tuple[Any, ...], torch.Tensor]) -> Any:
+    """host, or a clone of it when it is the live tensor itself (same view: same clone)."""
+    if not isinstance(host, torch.Tensor) or host is not live:
+        return host
+    storage = host.untyped_storage().data_ptr()
+    key = (storage, host.storage_offset(), host.shape, host.stride(), host.dtype)
+    if key not in copies:
+        copies[key] = host.detach().clone()
+    return copies[key]
 
 
 def make_runtime(prefer: str = "auto") -> Runtime:
