@@ -169,10 +169,13 @@ def test_resume_takes_the_newest_complete_checkpoint_of_either_tier(tmp_path: Pa
 def test_a_snapshot_never_sees_later_in_place_updates_and_keeps_ties() -> None:
     weight = torch.ones(4, 4)
     state = {"a": weight, "tied": weight, "row": weight[1], "step": 3, "groups": [{"lr": 0.1}]}
-    copy = make_runtime("cpu").snapshot(state)
+    buffers: dict[int, torch.Tensor] = {}
+    copy = make_runtime("cpu").snapshot(state, buffers)
     weight.add_(1.0)
     assert torch.equal(copy["a"], torch.ones(4, 4)) and torch.equal(copy["row"], torch.ones(4))
     assert copy["tied"] is copy["a"] and copy["step"] == 3 and copy["groups"] == [{"lr": 0.1}]
+    again = make_runtime("cpu").snapshot(state, buffers)  # the next one reuses the buffers
+    assert again["a"] is copy["a"] and torch.equal(again["a"], weight)
 
 
 def _saved(directory: Path) -> dict[int, dict[str, Any]]:

@@ -12,6 +12,8 @@ import concurrent.futures
 from collections.abc import Callable
 from pathlib import Path
 
+import torch
+
 Write = Callable[[], Path]
 
 
@@ -21,6 +23,8 @@ class Writer:
     def __init__(self) -> None:
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._pending: tuple[int, concurrent.futures.Future[Path]] | None = None
+        #: Host buffers Runtime.snapshot copies into, reused once the write that read them ended.
+        self.buffers: dict[int, torch.Tensor] = {}
 
     @property
     def busy(self) -> bool:
@@ -50,7 +54,8 @@ class Writer:
         return [(step, future.result())]
 
     def close(self) -> None:
-        """Wait for the write in flight (its result is dropped) and stop the thread."""
+        """Wait for the write in flight (its result is dropped), stop the thread, free buffers."""
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None
+        self.buffers.clear()

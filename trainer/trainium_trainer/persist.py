@@ -38,7 +38,8 @@ def save(t: Trainer, step: int) -> None:
         payload = _payload(t, step, t.rt.to_cpu)
         _landed(t, [(step, _persist(t.cfg, step, payload, previous))])
         return
-    payload = _payload(t, step, t.rt.snapshot)
+    _landed(t, t.writer.flush())  # the write in flight read the buffers this copy reuses
+    payload = _payload(t, step, lambda state: t.rt.snapshot(state, t.writer.buffers))
     _landed(t, t.writer.submit(step, lambda: _persist(t.cfg, step, payload, previous)))
 
 
