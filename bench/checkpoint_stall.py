@@ -124,6 +124,9 @@ def main(argv: list[str] | None = None) -> int:
     cfg = t.cfg
     print(f"state: {state_mb(t):,.0f} MB (causal-lm {cfg.model_config}, seq len {cfg.seq_len}, "
           f"{cfg.precision}, {cfg.optimizer}); {args.rounds} rounds")  # fmt: skip
+    per_round = [[r + 1, *(samples[m][r][0] * 1e3 for m in MODES)] for r in range(args.rounds)]
+    print(common.table(["round", *(f"{m} stall ms" for m in MODES)], per_round))
+    print()
     header = ["mode", "median stall ms", "median landed ms", "stall / sync stall"]
     print(common.table(header, rows))
     print(f"\n(load average at the end: {os.getloadavg()[0]:.1f})")

@@ -216,3 +216,20 @@ def _leaves(obj: Any) -> list[torch.Tensor]:
     from torch.utils._pytree import tree_flatten
 
     return [x for x in tree_flatten(obj)[0] if isinstance(x, torch.Tensor)]
+
+
+def test_two_gloo_processes_agree_on_the_step_to_resume_from_either_tier(
+    bert_data: Path, tmp_path: Path
+) -> None:
+    """The local tier is newer than the shared one: both ranks take its step (gloo agreement)."""
+    out = tmp_path / "out"
+    args = [*_args(bert_data, out, "--local-checkpoint-dir", str(out / "local"))]
+    first = run_trainer([*args, "--max-steps", "10"], nproc=2)
+    assert first.returncode == 0, first.stderr[-3000:]
+    for suffix in (".pt", ".json"):  # as if killed while copying step 10 to the shared volume
+        checkpoint.checkpoint_path(out / "checkpoints", 10).with_suffix(suffix).unlink()
+    again = run_trainer([*args, "--max-steps", "12"], nproc=2)
+    assert again.returncode == 0, again.stderr[-3000:]
+    (back,) = events(again.stdout, "resumed")
+    assert back["step"] == 10 and Path(back["path"]).parent == out / "local", back
+    assert [s for s, _ in checkpoint.complete_checkpoints(out / "checkpoints")] == [5, 12]

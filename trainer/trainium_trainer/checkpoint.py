@@ -3,7 +3,8 @@
 A checkpoint is written to a temp file in the same directory, fsynced, then renamed; then its
 manifest (size and SHA-256) is written the same way. A checkpoint counts only with its manifest,
 so a write killed midway is never taken; one whose bytes no longer match is skipped on resume and
-set aside, so it neither loads silently nor outranks fresh checkpoints when pruning.
+set aside, so it neither loads silently nor outranks fresh checkpoints when pruning. A node-local
+tier (--local-checkpoint-dir) holds the same files; resume takes the newest complete one of any.
 """
 
 from __future__ import annotations
