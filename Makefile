@@ -97,6 +97,7 @@ bench: $(STAMP) ## Benchmarks behind BENCHMARKS.md (BENCH_JOBS="100 500 1000")
 	$(BIN)/python bench/operator_scale.py --jobs $(BENCH_JOBS)
 	$(BIN)/python bench/compile_cache.py
 	$(BIN)/python bench/trainer_loop.py
+	$(BIN)/python bench/checkpoint_stall.py
 	$(BIN)/python bench/native_compile.py
 	if [ -x .venv-xla/bin/python ]; then PJRT_DEVICE=CPU .venv-xla/bin/python bench/xla_graphs.py; \
 	else echo "bench/xla_graphs.py skipped: run make test-xla first (builds .venv-xla)"; fi

@@ -47,6 +47,7 @@ BENCHES = (
     Bench("operator_scale.py"),
     Bench("compile_cache.py"),
     Bench("trainer_loop.py"),
+    Bench("checkpoint_stall.py"),
     Bench("native_compile.py"),
     Bench("lease_pressure.py"),
     Bench("xla_graphs.py", "xla"),

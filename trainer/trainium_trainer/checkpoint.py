@@ -3,7 +3,8 @@
 A checkpoint is written to a temp file in the same directory, fsynced, then renamed; then its
 manifest (size and SHA-256) is written the same way. A checkpoint counts only with its manifest,
 so a write killed midway is never taken; one whose bytes no longer match is skipped on resume and
-set aside, so it neither loads silently nor outranks fresh checkpoints when pruning.
+set aside, so it neither loads silently nor outranks fresh checkpoints when pruning. A node-local
+tier (--local-checkpoint-dir) holds the same files; resume takes the newest complete one of any.
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ import json
 import os
 import random
 import re
+import shutil
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -79,6 +81,22 @@ def write(path: Path, step: int, save: Callable[[Path], None]) -> None:
 
 #: torch.save's own words for a failed write (caffe2/serialize/inline_container.cc).
 _WRITE_FAILED = ("file write failed", "No space left on device", "Disk quota exceeded")
+
+
+def copy(source: Path, path: Path) -> None:
+    """Copy a complete checkpoint to another tier, atomically, then its manifest (same bytes)."""
+    atomic_write(path, lambda temp: _copy_bytes(source, temp))
+    try:
+        text = manifest_path(source).read_text(encoding="utf-8")
+        atomic_write(manifest_path(path), lambda temp: write_text(temp, text))
+    except BaseException:
+        path.unlink(missing_ok=True)
+        raise
+
+
+def _copy_bytes(source: Path, target: Path) -> None:
+    """shutil.copyfile without its return value (atomic_write wants a None writer)."""
+    shutil.copyfile(source, target)
 
 
 def write_failure(exc: BaseException) -> str | None:
@@ -170,9 +188,26 @@ def set_aside(path: Path) -> None:
             item.rename(item.with_name(CORRUPT_PREFIX + item.name))
 
 
-def load_latest(directory: Path, quarantine: bool = False) -> tuple[Path, dict[str, Any]] | None:
-    """The newest checkpoint that verifies and loads; bad ones are reported (and set aside)."""
-    for _, path in reversed(complete_checkpoints(directory)):
+def newest_first(directories: Sequence[Path], upto: int | None = None) -> list[tuple[int, Path]]:
+    """Complete checkpoints of every tier, newest step first (a tie: the earlier tier first)."""
+    found = [
+        (step, tier, path)
+        for tier, directory in enumerate(directories)
+        for step, path in complete_checkpoints(directory)
+        if upto is None or step <= upto
+    ]
+    return [(step, path) for step, _, path in sorted(found, key=lambda f: (-f[0], f[1]))]
+
+
+def load_latest(
+    directory: Path | Sequence[Path], quarantine: bool = False, upto: int | None = None
+) -> tuple[Path, dict[str, Any]] | None:
+    """The newest checkpoint (of any tier, at most step `upto`) that verifies and loads.
+
+    Bad ones are reported (and set aside).
+    """
+    tiers = [directory] if isinstance(directory, Path) else list(directory)
+    for _, path in newest_first(tiers, upto):
         try:
             return path, load(path)
         except Exception as exc:  # any unreadable file: fall back to the previous one
@@ -182,12 +217,20 @@ def load_latest(directory: Path, quarantine: bool = False) -> tuple[Path, dict[s
     return None
 
 
-def resolve_resume(cfg: RunConfig, is_main: bool) -> tuple[Path, dict[str, Any]] | None:
-    """What --resume asks for: auto (latest good one, if any), never, or an explicit PATH."""
+def tiers(cfg: RunConfig) -> list[Path]:
+    """Where checkpoints live: the shared volume, then the node-local tier if there is one."""
+    local = [cfg.local_checkpoint_dir] if cfg.local_checkpoint_dir else []
+    return [cfg.checkpoint_dir, *local]
+
+
+def resolve_resume(
+    cfg: RunConfig, is_main: bool, upto: int | None = None
+) -> tuple[Path, dict[str, Any]] | None:
+    """What --resume asks for: auto (latest good one of any tier, if any), never, or a PATH."""
     if cfg.resume == "never" or cfg.extract_graphs_only:
         return None  # graph extraction must trace every step from the start
     if cfg.resume == "auto":
-        return load_latest(cfg.checkpoint_dir, quarantine=is_main)
+        return load_latest(tiers(cfg), quarantine=is_main, upto=upto)
     path = Path(cfg.resume)
     if not path.is_file():
         raise UsageError(f"--resume {cfg.resume}: no such checkpoint file")

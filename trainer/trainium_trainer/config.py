@@ -41,6 +41,10 @@ class RunConfig:
     checkpoint_every: int = 0
     checkpoint_minutes: float = 30.0
     keep_checkpoints: int = 3
+    #: Checkpoint by a host copy and a background write (the stall: the copy only).
+    checkpoint_async: bool = True
+    #: A node-local tier rank 0 writes first (resume takes the newest of either); None: none.
+    local_checkpoint_dir: Path | None = None
     resume: str = "auto"
     seed: int = 0
     log_every: int = 10
@@ -114,6 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="also checkpoint when this many minutes passed since the last one; 0: off",
     )
     p.add_argument("--keep-checkpoints", type=_positive(int), default=3)
+    _add_async_flags(p)
     p.add_argument("--resume", default="auto", help="auto | never | PATH to a checkpoint")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--log-every", type=_positive(int), default=10)
@@ -162,6 +167,24 @@ def _add_batch_flags(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="resume a checkpoint trained with another global batch (the data continues at the "
         "samples it consumed)",
+    )
+
+
+def _add_async_flags(p: argparse.ArgumentParser) -> None:
+    """Checkpoints that do not stop training: a host copy, then a background write (issue 42)."""
+    p.add_argument(
+        "--checkpoint-async",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="copy the state to host memory and write it in the background (the step waits "
+        "for the copy only; SIGTERM and the last step wait for the write); --no-checkpoint-async:"
+        " write before the next step",
+    )
+    p.add_argument(
+        "--local-checkpoint-dir",
+        type=Path,
+        help="node-local tier (e.g. an emptyDir) written before the shared volume; resume "
+        "takes the newest complete checkpoint of either",
     )
 
 

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from trainium_trainer import contract
 from trainium_trainer.config import apply_compiler_defaults
@@ -134,6 +135,21 @@ class Runtime:
         """Tensors to host memory before torch.save (no-op on CPU)."""
         return obj
 
+    def snapshot(self, obj: Any, buffers: dict[int, torch.Tensor]) -> Any:
+        """A host copy of obj that no later step can change: a background write reads it.
+
+        Each tensor is copied into a host buffer kept in `buffers` for the next snapshot (the
+        caller's previous snapshot must be written by then): fresh memory costs page faults,
+        ~3x the copy itself. Once per view of a storage, so tied weights stay tied in the file.
+        """
+        leaves, spec = tree_flatten(obj)
+        views: dict[tuple[Any, ...], torch.Tensor] = {}
+        for leaf in leaves:
+            if isinstance(leaf, torch.Tensor) and _view(leaf) not in views:
+                views[_view(leaf)] = _host_copy(leaf, buffers, len(views))
+        copied = [views[_view(x)] if isinstance(x, torch.Tensor) else x for x in leaves]
+        return tree_unflatten(copied, spec)
+
     def save(self, obj: Any, path: Path) -> None:
         """Serialise obj to path (the caller makes it atomic)."""
         torch.save(self.to_cpu(obj), path)
@@ -232,6 +248,32 @@ class XlaRuntime(Runtime):
         One `.cpu()` per tensor is one device round trip each (~1,600 for BERT-large).
         """
         return self._xm._maybe_convert_to_cpu(obj)
+
+    def snapshot(self, obj: Any, buffers: dict[int, torch.Tensor]) -> Any:
+        """to_cpu's batched transfer makes new host tensors; one already on the host is copied."""
+        leaves, spec = tree_flatten(obj)
+        moved = tree_flatten(self.to_cpu(obj))[0]
+        if len(moved) != len(leaves):  # another structure: copy what is on the host already
+            return super().snapshot(self.to_cpu(obj), buffers)
+        copied = [
+            host.detach().clone() if isinstance(host, torch.Tensor) and host is live else host
+            for live, host in zip(leaves, moved, strict=True)
+        ]
+        return tree_unflatten(copied, spec)
+
+
+def _view(tensor: torch.Tensor) -> tuple[Any, ...]:
+    """What makes two tensors the same view of the same storage (tied weights)."""
+    storage = tensor.untyped_storage().data_ptr()
+    return (storage, tensor.storage_offset(), tensor.shape, tensor.stride(), tensor.dtype)
+
+
+def _host_copy(tensor: torch.Tensor, buffers: dict[int, torch.Tensor], index: int) -> torch.Tensor:
+    """tensor copied into buffers[index] (made, or remade when its shape or dtype changed)."""
+    buffer = buffers.get(index)
+    if buffer is None or buffer.shape != tensor.shape or buffer.dtype != tensor.dtype:
+        buffer = buffers[index] = torch.empty(tensor.shape, dtype=tensor.dtype, device="cpu")
+    return buffer.copy_(tensor.detach())
 
 
 def make_runtime(prefer: str = "auto") -> Runtime:

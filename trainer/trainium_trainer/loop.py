@@ -13,6 +13,7 @@ step is a log step, so nothing non-finite is ever saved.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import time
@@ -23,6 +24,7 @@ import torch
 from torch import nn
 
 from trainium_trainer import export, optim, persist
+from trainium_trainer.background import Writer
 from trainium_trainer.config import RunConfig, for_world_size
 from trainium_trainer.control import Clock, Control
 from trainium_trainer.device import Batch, Runtime
@@ -64,6 +66,7 @@ class Trainer:
     state: TrainState
     control: Control
     live: LiveMetrics = dataclasses.field(default_factory=LiveMetrics)
+    writer: Writer = dataclasses.field(default_factory=Writer)
 
     @property
     def samples_per_step(self) -> int:
@@ -162,7 +165,23 @@ def _due(step: int, every: int, last: int) -> bool:
 
 
 def run(t: Trainer, batches: Iterator[Batch], on_step: StepHook | None = None) -> None:
-    """The hot loop from the resumed step to --max-steps (or to an agreed SIGTERM stop)."""
+    """The hot loop from the resumed step to --max-steps (or to an agreed SIGTERM stop).
+
+    A background checkpoint write still in flight is waited for on the way out, however it ends.
+    """
+    try:
+        _steps(t, batches, on_step)
+        persist.flush(t)  # the last step's checkpoint is durable before evaluation and export
+    except BaseException:
+        with contextlib.suppress(Exception):  # it still lands; the first error is the outcome
+            persist.flush(t)
+        raise
+    finally:
+        t.writer.close()
+
+
+def _steps(t: Trainer, batches: Iterator[Batch], on_step: StepHook | None) -> None:
+    """The steps themselves: train, agree, log, checkpoint (closures), stop when agreed."""
     cfg, rt, st = t.cfg, t.rt, t.state
     model = rt.wrap_model(t.task.model)
     model.train()
@@ -182,9 +201,11 @@ def run(t: Trainer, batches: Iterator[Batch], on_step: StepHook | None = None) -
             rt.step_closure(persist.save, (t, step))
             t.control.saved()
         rt.mark_step()
+        persist.poll(t)  # a background write that landed counts from here (event, report)
         if on_step is not None:
             on_step(step)
         if agreed.stop:
+            persist.flush(t)  # SIGTERM: what is pending lands before the grace period ends
             rt.barrier()  # rank 0's checkpoint is on disk before any rank exits
             raise Preempted(step)
     st.step = max(st.step, cfg.max_steps)
@@ -194,7 +215,7 @@ def build_trainer(cfg: RunConfig, rt: Runtime, clock: Clock = time.monotonic) ->
     """Accumulation for this world size, task, device, optimizer and schedule, then resume."""
     cfg = for_world_size(cfg, rt.world_size)
     global_batch = cfg.batch_size * cfg.grad_accum_steps * rt.world_size
-    resume = persist.resolve_resume(cfg, rt.is_main)
+    resume = persist.resolve_resume(cfg, rt)
     samples = persist.resume_samples(cfg, *resume, global_batch) if resume else 0
     task = build_task(cfg)
     rt.prepare_model(task.model, cfg.precision)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import copy
 import shutil
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -16,26 +18,50 @@ from trainium_trainer.errors import DiskFull
 from trainium_trainer.metrics import merge_summary
 
 if TYPE_CHECKING:
+    from trainium_trainer.device import Runtime
     from trainium_trainer.loop import Trainer
 
 
 def save(t: Trainer, step: int) -> None:
-    """Step closure: rank 0 writes a complete, checksummed checkpoint and prunes old ones.
+    """Step closure: rank 0 checkpoints (in the background with --checkpoint-async).
 
     It runs after the step's log closure, which raised already if the loss was not finite.
+    Async: the stall is a host copy of the state (Runtime.snapshot); the writer makes it durable
+    while training goes on, and it counts (event, report) only once it is.
     """
     previous, t.state.last_checkpoint = t.state.last_checkpoint, step
     if not t.rt.is_main or t.cfg.extract_graphs_only:
         t.live.checkpoint(step)  # other nodes: rank 0 writes it in this same step
         return
+    if not t.cfg.checkpoint_async:
+        # One batched device-to-host transfer for the model and the optimizer together.
+        payload = _payload(t, step, t.rt.to_cpu)
+        _landed(t, [(step, _persist(t.cfg, step, payload, previous))])
+        return
+    _landed(t, t.writer.flush())  # the write in flight read the buffers this copy reuses
+    payload = _payload(t, step, lambda state: t.rt.snapshot(state, t.writer.buffers))
+    _landed(t, t.writer.submit(step, lambda: _persist(t.cfg, step, payload, previous)))
+
+
+def poll(t: Trainer) -> None:
+    """Once a step: count a background write that completed (or raise its error)."""
+    _landed(t, t.writer.poll())
+
+
+def flush(t: Trainer) -> None:
+    """Wait for the background write in flight (a SIGTERM stop, the end of the run)."""
+    _landed(t, t.writer.flush())
+
+
+def _payload(t: Trainer, step: int, to_host: Callable[[Any], Any]) -> dict[str, Any]:
+    """Everything a resume needs; to_host moves (or copies) the model and optimizer tensors."""
     st = t.state
-    # One batched device-to-host transfer for the model and the optimizer together.
-    tensors = t.rt.to_cpu({"model": t.model.state_dict(), "optimizer": t.optimizer.state_dict()})
-    payload = {
+    tensors = to_host({"model": t.model.state_dict(), "optimizer": t.optimizer.state_dict()})
+    return {
         "format": checkpoint.FORMAT,
         "step": step,
         **tensors,
-        "scheduler": t.scheduler.state_dict(),
+        "scheduler": copy.deepcopy(t.scheduler.state_dict()),
         # Where the data continues (world-size independent), and the shape that consumed it.
         "samples": t.samples_at(step),
         "global_batch_size": t.samples_per_step,
@@ -45,23 +71,44 @@ def save(t: Trainer, step: int) -> None:
         "rng": {**checkpoint.rng_state(), **t.rt.rng_state()},
         "losses": {"initial": st.initial_loss, "final": st.final_loss},
     }
-    path = checkpoint.checkpoint_path(t.cfg.checkpoint_dir, step)
+
+
+def _persist(cfg: RunConfig, step: int, payload: dict[str, Any], previous: int) -> Path:
+    """Write the checkpoint (node-local tier first, if any), atomically; prune; its shared path.
+
+    A refused write (full, over quota) becomes DiskFull naming the shared volume's free space.
+    """
+    path = checkpoint.checkpoint_path(cfg.checkpoint_dir, step)
+    target = path
     try:
-        checkpoint.write(path, step, lambda temp: torch.save(payload, temp))
+        if cfg.local_checkpoint_dir is not None:
+            target = checkpoint.checkpoint_path(cfg.local_checkpoint_dir, step)
+            checkpoint.write(target, step, lambda temp: torch.save(payload, temp))
+            checkpoint.prune(cfg.local_checkpoint_dir, cfg.keep_checkpoints)
+            target = path
+            checkpoint.copy(checkpoint.checkpoint_path(cfg.local_checkpoint_dir, step), path)
+        else:
+            checkpoint.write(path, step, lambda temp: torch.save(payload, temp))
     except (OSError, RuntimeError) as exc:
         cause = checkpoint.write_failure(exc)
         if cause is None:
             raise
-        free = shutil.disk_usage(path.parent).free
-        raise DiskFull(path, free, cause, previous) from exc
-    checkpoint.prune(t.cfg.checkpoint_dir, t.cfg.keep_checkpoints)
-    t.live.checkpoint(step)
-    t.metrics.event("checkpoint", step=step, path=str(path))
-    extra = {
-        contract.REPORT_SAMPLES: t.samples_at(step),
-        contract.REPORT_WORLD_SIZE: t.rt.world_size,
-    }
-    _report(t.cfg, step, path, extra)
+        free = shutil.disk_usage(target.parent).free
+        raise DiskFull(target, free, cause, previous) from exc
+    checkpoint.prune(cfg.checkpoint_dir, cfg.keep_checkpoints)
+    return path
+
+
+def _landed(t: Trainer, done: list[tuple[int, Path]]) -> None:
+    """A checkpoint is durable on the shared volume: gauge, event, termination report."""
+    for step, path in done:
+        t.live.checkpoint(step)
+        t.metrics.event("checkpoint", step=step, path=str(path))
+        extra = {
+            contract.REPORT_SAMPLES: t.samples_at(step),
+            contract.REPORT_WORLD_SIZE: t.rt.world_size,
+        }
+        _report(t.cfg, step, path, extra)
 
 
 def _report(cfg: RunConfig, step: int, path: Path, extra: dict[str, int]) -> None:
@@ -72,9 +119,21 @@ def _report(cfg: RunConfig, step: int, path: Path, extra: dict[str, int]) -> Non
         print(f"warning: checkpoint report {cfg.checkpoint_report}: {exc}", file=sys.stderr)
 
 
-def resolve_resume(cfg: RunConfig, is_main: bool) -> tuple[Path, dict[str, Any]] | None:
-    """The checkpoint to resume from (rank 0 also sets aside the ones that fail to verify)."""
-    return checkpoint.resolve_resume(cfg, is_main)
+def resolve_resume(cfg: RunConfig, rt: Runtime) -> tuple[Path, dict[str, Any]] | None:
+    """The checkpoint to resume from (rank 0 also sets aside the ones that fail to verify).
+
+    With a node-local tier, ranks on other nodes may see other steps: all ranks agree on the
+    newest step every one of them loaded (at most a few rounds, each one step lower or more).
+    """
+    found = checkpoint.resolve_resume(cfg, rt.is_main)
+    if cfg.local_checkpoint_dir is None or cfg.resume != "auto":
+        return found  # one shared tier: every rank sees the same files
+    while True:
+        step = int(found[1]["step"]) if found else 0
+        low, high = rt.agree([-step, step])
+        if -low == high:
+            return found
+        found = checkpoint.resolve_resume(cfg, rt.is_main, upto=-low)
 
 
 def saved_global_batch(saved: dict[str, Any], batch_size: int) -> int:
