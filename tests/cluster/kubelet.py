@@ -351,6 +351,7 @@ class FakeKubelet(RunningMode):
         self._network: podrun.Network | None = None
         self.pods_root = Path(tempfile.mkdtemp(prefix="trainium-pods-"))
         self._released: set[str] = set()
+        self.missing_devices: dict[str, int] = {}
 
     # -- the test-side API ---------------------------------------------------------------------
 

@@ -40,6 +40,8 @@ class RunningMode:
     _network: podrun.Network | None
     _released: set[str]
     _lock: threading.Condition
+    #: node -> how many devices of each kind its device plugins lack (its preflight fails).
+    missing_devices: dict[str, int]
 
     def _base_status(self, pod: Obj, phase: str, ready: bool, ip: str | None = None) -> Obj:
         raise NotImplementedError
@@ -67,7 +69,8 @@ class RunningMode:
         sources = podrun.prepare(pod, root, self.pods_root / "pv", self._claims(pod),
                                  self._config_maps(pod))  # fmt: skip
         callbacks = podrun.Callbacks(self._initializing, self._running_now, self._ended)
-        run = podrun.PodRun(pod, root, ns, ip, sources, callbacks)
+        missing = self.missing_devices.get(pod["spec"].get("nodeName", ""), 0)
+        run = podrun.PodRun(pod, root, ns, ip, sources, callbacks, missing=missing)
         with self._lock:
             self._runs[pod["metadata"]["uid"]] = run
         self._publish_hosts(pod["metadata"]["namespace"])
