@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -119,6 +120,8 @@ def running_pods(
     kubelet: FakeKubelet, trn2_nodes: tuple[str, ...], shards: Path, ns: str
 ) -> Iterator[FakeKubelet]:
     """Every pod of the test's namespace runs as processes; all of them killed at its end."""
+    if os.geteuid() != 0 or not (shutil.which("ip") and shutil.which("unshare")):
+        pytest.skip("running pods needs root, ip (iproute2) and unshare (util-linux)")
     kubelet.plan({}, Behavior(outcome="Run"), namespace=ns)
     yield kubelet
     for run in kubelet.runs(ns):

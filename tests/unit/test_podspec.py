@@ -97,3 +97,11 @@ def test_volumes_map_to_host_dirs_one_per_pv(tmp_path: Path) -> None:
     assert [m.read_only for m in binds] == [False, True, False]
     with pytest.raises(ValueError, match="not bound"):
         podspec.volume_source(volumes["fsx"], pod_dir, pv_dir, {})
+
+
+def test_device_plugins_put_the_limits_devices_in_dev() -> None:
+    limits = {"aws.amazon.com/neuron": "2", "vpc.amazonaws.com/efa": "1", "cpu": "4"}
+    container = {"name": "c", "resources": {"limits": limits}}
+    assert podspec.devices(container) == ["infiniband/uverbs0", "neuron0", "neuron1"]
+    assert podspec.devices(container, missing=1) == ["neuron0"]  # a node one device short
+    assert podspec.devices({"name": "c"}) == []
