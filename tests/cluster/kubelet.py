@@ -23,7 +23,6 @@ a behavior's `metrics_index` serves metrics from one task index only (rank 0), n
 
 from __future__ import annotations
 
-import datetime
 import functools
 import heapq
 import http.server
@@ -34,6 +33,7 @@ import logging
 import queue
 import random
 import ssl
+import tempfile
 import threading
 import time
 import urllib.error
@@ -47,7 +47,10 @@ from typing import Any
 import urllib3
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
 
+import podrun
 from cluster import Api, free_port
+from podstatus import _now, container_status, terminated
+from runmode import RunningMode
 from trainium_trainer import contract
 
 Obj = dict[str, Any]
@@ -59,7 +62,8 @@ ANNOTATION = "tier.trainium.dev/"
 #: Outcomes a pod can have: finish (Succeeded or Failed by exit code), OOMKilled, an image that
 #: cannot be pulled, never starting (stays Pending), or running until deleted.
 KUBELET_CONDITIONS = ("PodScheduled", "Initialized", "ContainersReady", "Ready")
-OUTCOMES = ("Exit", "OOMKilled", "ErrImagePull", "NeverStart", "RunForever")
+#: "Run" runs the pod's containers as real processes (podrun.py: the running mode).
+OUTCOMES = ("Exit", "OOMKilled", "ErrImagePull", "NeverStart", "RunForever", "Run")
 #: Volcano's annotation with a pod's index in its task (the node rank of a one-task gang).
 TASK_INDEX = "volcano.sh/task-index"
 #: Threads that play pods (each pod's actions on one of them, in order) and that add nodes.
@@ -233,10 +237,6 @@ class Plan:
         return all(labels.get(k) == v for k, v in self.labels.items())
 
 
-def _now() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def node_object(
     name: str, kind: NodeType, zone: str, port: int, labels: Mapping[str, str] | None = None
 ) -> Obj:
@@ -277,29 +277,6 @@ def _node_status(port: int) -> Obj:
     }  # fmt: skip
 
 
-def container_status(container: Obj, state: Obj, started: bool) -> Obj:
-    """One containerStatuses entry as the kubelet writes it."""
-    running = "running" in state
-    return {
-        "name": container["name"],
-        "image": container.get("image", ""),
-        "imageID": "" if "waiting" in state else f"fake://{container.get('image', '')}",
-        "containerID": "" if "waiting" in state else f"fake://{container['name']}",
-        "ready": running,
-        "started": running or started,
-        "restartCount": 0,
-        "state": state,
-    }
-
-
-def terminated(exit_code: int, reason: str, message: str, started_at: str) -> Obj:
-    state = {"exitCode": exit_code, "reason": reason, "startedAt": started_at,
-             "finishedAt": _now(), "containerID": "fake://c"}  # fmt: skip
-    if message:
-        state["message"] = message
-    return {"terminated": state}
-
-
 class PooledApi(Api):
     """The tier's Api over a pool of kept-alive connections (at fleet size a TLS handshake per
     request costs more than the request); failures raise urllib's HTTPError, as Api's do."""
@@ -334,7 +311,7 @@ class PooledApi(Api):
         return json.loads(answer.data) if answer.data else {}
 
 
-class FakeKubelet:
+class FakeKubelet(RunningMode):
     """Plays the kubelet of every fake node: pod phases, deletions, logs, node heartbeats."""
 
     def __init__(self, api: Api, cert: tuple[Path, Path]) -> None:
@@ -369,6 +346,12 @@ class FakeKubelet:
         self.errors: list[str] = []
         self.port = free_port()
         self._server = self._log_server()
+        # The running mode (outcome "Run"): pod uid -> its run; one bridge, made on first use.
+        self._runs: dict[str, podrun.PodRun] = {}
+        self._network: podrun.Network | None = None
+        self.pods_root = Path(tempfile.mkdtemp(prefix="trainium-pods-"))
+        self._released: set[str] = set()
+        self.missing_devices: dict[str, int] = {}
 
     # -- the test-side API ---------------------------------------------------------------------
 
@@ -455,7 +438,23 @@ class FakeKubelet:
         return {name: t for name, t in seen.items() if name.startswith(prefix)}
 
     def logs(self, namespace: str, pod: str, container: str) -> str | None:
+        with self._lock:
+            runs = [r for r in self._runs.values() if r.pod["metadata"]["name"] == pod
+                    and r.pod["metadata"]["namespace"] == namespace]  # fmt: skip
+        for run in runs[-1:]:
+            for box in [*run.inits, *run.containers]:
+                if box.name == container:
+                    return box.log.read_text(errors="replace")
         return self._logs.get((namespace, pod, container))
+
+    def runs(self, namespace: str) -> list[podrun.PodRun]:
+        """The pods of namespace this kubelet runs (or ran) as processes, oldest first."""
+        with self._lock:
+            return [r for r in self._runs.values() if r.pod["metadata"]["namespace"] == namespace]
+
+    def signal_pods(self, namespace: str, signum: int) -> int:
+        """signum to every process of namespace's running pods (SIGSTOP: a hung gang)."""
+        return sum(r.signal_all(signum) for r in self.runs(namespace) if not r.done.is_set())
 
     # -- nodes ---------------------------------------------------------------------------------
 
@@ -535,6 +534,9 @@ class FakeKubelet:
                 self._running.pop(uid, None)
         for uid in gone:
             self._stop_feed(uid)
+            run = self._runs.get(uid)
+            if run is not None:
+                run.kill()
         self.api.request("DELETE", f"/api/v1/nodes/{name}")
         if name in self._csi:  # now, not when the garbage collector gets to it (csinode)
             self._csi.discard(name)
@@ -575,6 +577,7 @@ class FakeKubelet:
         self._server.shutdown()
         for uid in list(self._feeds):
             self._stop_feed(uid)
+        self.stop_runs()
         for thread in self._threads:
             thread.join(5)
 
@@ -744,6 +747,9 @@ class FakeKubelet:
         containers = pod["spec"]["containers"]
         if behavior.outcome == "NeverStart":
             return
+        if behavior.outcome == "Run":
+            self._run_pod(pod)
+            return
         if behavior.init_exit_code:
             self._fail_init(pod, behavior)
             return
@@ -783,6 +789,9 @@ class FakeKubelet:
 
     def _finish(self, pod: Obj, behavior: Behavior) -> None:
         uid = pod["metadata"]["uid"]
+        if uid in self._runs:  # a real process ends as it ends: killed
+            self._runs[uid].kill()
+            return
         with self._lock:
             if uid in self._ending or self._running.pop(uid, None) is None:
                 return
@@ -892,6 +901,10 @@ class FakeKubelet:
         actions ran before this one, on the same worker), so no read is needed first."""
         meta = pod["metadata"]
         phase = (pod.get("status") or {}).get("phase")
+        run = self._runs.get(meta["uid"])
+        if run is not None:
+            self._end_run(run, pod)
+            return
         with self._lock:
             was_running = self._running.pop(meta["uid"], None) is not None
         self._stop_feed(meta["uid"])
