@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from support import job
 
+from trainium_operator.api import naming
 from trainium_operator.api.spec import parse
 from trainium_operator.domain import lifecycle
 from trainium_operator.domain.lifecycle import Action, Child, Observed, Phase, Rejection
@@ -83,9 +84,22 @@ def test_our_objects_never_carry_the_queue_label() -> None:
 def test_names_are_per_stage_and_per_elastic_size() -> None:
     spec = parse(job(nodes=4))
     names = {workload.workload_name(OWNER, spec, s) for s in ("precompile", "train")}
-    assert names == {"trainiumjob-bert-compile", "trainiumjob-bert-train"}
+    tag = naming.short_hash(OWNER.uid, 5)
+    assert names == {f"trainiumjob-bert-{tag}-compile", f"trainiumjob-bert-{tag}-train"}
     long = Owner("x" * 63, "ns", "u")
     assert len(workload.workload_name(long, spec, "train")) <= 63
+    assert workload.workload_name(long, spec, "train").endswith("-train")
+
+
+def test_names_carry_the_owners_uid() -> None:
+    """Issue 41 (9): a job re-created under the same name never meets its predecessor's
+    Workload (orphaned, or not yet collected) by name."""
+    spec = parse(job(nodes=4))
+    again = Owner(OWNER.name, OWNER.namespace, "ffffffff-1111-2222-3333-444455556666")
+    for stage in ("precompile", "train"):
+        assert workload.workload_name(OWNER, spec, stage) != workload.workload_name(
+            again, spec, stage
+        )
 
 
 def test_admitted_flavor_reaches_every_pod() -> None:

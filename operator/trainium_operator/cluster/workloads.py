@@ -12,9 +12,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainium_operator.api import parsed
+from trainium_operator.api import naming, parsed
 from trainium_operator.api.spec import SpecError, TrainiumJobSpec
-from trainium_operator.cluster import kueueio, reads
+from trainium_operator.cluster import k8s, kueueio, reads
 from trainium_operator.cluster.reads import Kind, Reader
 from trainium_operator.domain import elastic, kueuejob
 from trainium_operator.domain.model import Action, Blocker, Child, Observed, Phase
@@ -123,7 +123,9 @@ def act(
     its PodsReady or spec.active; delete an elastic job's Workloads of other sizes."""
     ns = owner.namespace
     if action in _REQUEUE:
-        _requeue(workload.workload_name(owner, spec, _REQUEUE[action]), owner, read)
+        stage = _REQUEUE[action]
+        if not _gang_may_run(owner, stage):
+            _requeue(workload.workload_name(owner, spec, stage), owner, read)
         return
     if action in _READY:
         _ready(_READY[action], held, observed, read)
@@ -206,6 +208,20 @@ def _finished(ok: bool, message: str) -> Json:
         "message": message,
         "lastTransitionTime": now_iso(),
     }
+
+
+def _gang_may_run(owner: Owner, stage: str) -> bool:
+    """Whether the API server still has a Volcano job of ours for the stage (running or being
+    deleted): a requeue waits for it, whatever a lagging watch (a new leader's) shows."""
+    selector = (
+        f"{builders.LABEL_JOB}={naming.label_value(owner.name)},{builders.LABEL_STAGE}={stage}"
+    )
+    gangs = k8s.list_vcjobs(owner.namespace, selector)
+    return any(
+        reads.ours(gang, owner)[0]
+        and gang["metadata"].get("labels", {}).get(builders.LABEL_STAGE) == stage
+        for gang in gangs
+    )
 
 
 def _requeue(name: str, owner: Owner, read: Reader) -> None:

@@ -55,7 +55,19 @@ def workload_name(owner: Owner, spec: TrainiumJobSpec, stage: str) -> str:
     suffix = naming.STAGE_SUFFIX[stage]
     if spec.precompile_size is not None:
         suffix = f"{suffix}-n{spec.precompile_size}"
-    return naming.fit(f"trainiumjob-{owner.name}", suffix, naming.DNS_LABEL_MAX)
+    return name_for(owner, suffix)
+
+
+#: Hex digits of the owner's uid in a Workload's name (Kueue's own names carry 5).
+UID_DIGITS = 5
+
+
+def name_for(owner: Owner, suffix: str) -> str:
+    """`trainiumjob-<job>-<uid hash>-<suffix>`: the owner's uid in the name, as Kueue's job
+    framework names Workloads, so a job re-created under the same name never meets its
+    predecessor's Workload (orphaned, or not yet collected) by name."""
+    tag = naming.short_hash(owner.uid, UID_DIGITS)
+    return naming.fit(f"trainiumjob-{owner.name}", f"{tag}-{suffix}", naming.DNS_LABEL_MAX)
 
 
 def pod_set(vcjob: Mapping[str, Any], name: str) -> Json:
