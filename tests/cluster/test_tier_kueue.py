@@ -17,7 +17,7 @@ import json
 import re
 import statistics
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pytest
@@ -95,9 +95,12 @@ def since() -> float:
     return time.time()
 
 
-def queues(cluster: Cluster, namespace: str, flavor: str, neuron: int) -> str:
+def queues(
+    cluster: Cluster, namespace: str, flavor: str, neuron: int, checks: Sequence[str] = ()
+) -> str:
     """A ClusterQueue for namespace alone (`neuron` devices, EFA to match, cpu and memory
-    plenty) and LocalQueue team-a there, both Active; the ClusterQueue's name."""
+    plenty; `checks`: its AdmissionChecks) and LocalQueue team-a there, both Active; the
+    ClusterQueue's name."""
     name = f"cq-{namespace}"
     resources: list[Obj] = [
         {"name": "cpu", "nominalQuota": 1024},
@@ -105,19 +108,22 @@ def queues(cluster: Cluster, namespace: str, flavor: str, neuron: int) -> str:
         {"name": NEURON, "nominalQuota": neuron},
         {"name": "vpc.amazonaws.com/efa", "nominalQuota": neuron},
     ]
-    cluster.apply(
-        {
-            "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue",
-            "metadata": {"name": name},
-            "spec": {
-                "namespaceSelector": {
-                    "matchLabels": {"kubernetes.io/metadata.name": namespace}},
-                "resourceGroups": [{
-                    "coveredResources": [r["name"] for r in resources],
-                    "flavors": [{"name": flavor, "resources": resources}],
-                }],
-            },
+    queue: Obj = {
+        "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue",
+        "metadata": {"name": name},
+        "spec": {
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
+            "resourceGroups": [{
+                "coveredResources": [r["name"] for r in resources],
+                "flavors": [{"name": flavor, "resources": resources}],
+            }],
         },
+    }  # fmt: skip
+    if checks:
+        rules = [{"name": c} for c in checks]
+        queue["spec"]["admissionChecksStrategy"] = {"admissionChecks": rules}
+    cluster.apply(
+        queue,
         {
             "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
             "metadata": {"name": LOCAL_QUEUE, "namespace": namespace},

@@ -13,6 +13,7 @@ also checks every Kueue test's namespace for Workloads of finished jobs still ho
 
 from __future__ import annotations
 
+import datetime
 import json
 import time
 from typing import Any
@@ -24,8 +25,9 @@ from cluster import Cluster, wait_until
 from harness import OperatorProcess
 from jobs import TJ, VCJOB, children, condition, create, fsx_claim, get, wait_condition
 from kubelet import FakeKubelet
-from kueue import Kueue
+from kueue import API, Kueue
 from test_tier_kueue import (  # noqa: F401  (flavor is a fixture)
+    FLAVOR_LABELS,
     PRECOMPILE,
     RUNNING,
     flavor,
@@ -196,3 +198,59 @@ def _kueue_alive(kueue: Kueue) -> Any:
     kueue.check_alive()
     yield
     kueue.check_alive()
+
+
+def test_admission_checks_pod_set_updates_reach_the_gang_pods(
+    cluster: Cluster,
+    kubelet: FakeKubelet,
+    kueue: Kueue,
+    flavor: str,  # noqa: F811
+    running_operator: OperatorProcess,
+    ns: str,
+) -> None:
+    """Issue 41 (7): a ClusterQueue with an admission check (this test plays its controller,
+    as a ProvisioningRequest check would): Kueue admits once the check is Ready, and the
+    check's podSetUpdates (labels, annotations, nodeSelector, tolerations) are on every pod."""
+    check = f"check-{ns}"[:63]
+    cluster.apply({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "AdmissionCheck",
+                   "metadata": {"name": check},
+                   "spec": {"controllerName": "tier.trainium.dev/check"}})  # fmt: skip
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    active = {"type": "Active", "status": "True", "reason": "Active", "message": "tier",
+              "lastTransitionTime": now}  # fmt: skip
+    cluster.api.merge_patch(f"{API}/admissionchecks/{check}/status",
+                            {"status": {"conditions": [active]}})  # fmt: skip
+    fsx_claim(cluster, ns)
+    cq = queues(cluster, ns, flavor, neuron=16, checks=[check])
+    kubelet.plan({}, RUNNING, namespace=ns)
+    create(cluster, kueue_job("checked", ns))
+
+    def reserved() -> Obj | None:
+        wls = workloads_of(kueue, ns, "checked")
+        ok = wls and condition(wls[0], "QuotaReserved").get("status") == "True"
+        return wls[0] if ok and wls[0]["status"].get("admissionChecks") else None
+
+    wl = wait_until(reserved, procs.scaled(60), "quota reserved, the check pending")
+    assert condition(wl, "Admitted").get("status") != "True"
+    assert children(cluster, VCJOB, ns, "checked") == []  # nothing before the check is Ready
+    toleration = {"key": "tier.trainium.dev/provisioned", "operator": "Exists",
+                  "effect": "NoSchedule"}  # fmt: skip
+    update = {"name": "train", "labels": {"tier.trainium.dev/capacity": "pr-1"},
+              "annotations": {"tier.trainium.dev/request": "pr-1"},
+              "nodeSelector": FLAVOR_LABELS, "tolerations": [toleration]}  # fmt: skip
+    ready = {"name": check, "state": "Ready", "message": "capacity provisioned",
+             "lastTransitionTime": now, "podSetUpdates": [update]}  # fmt: skip
+    name = wl["metadata"]["name"]
+    cluster.api.merge_patch(f"{API}/namespaces/{ns}/workloads/{name}/status",
+                            {"status": {"admissionChecks": [ready]}})  # fmt: skip
+    running_pods(kubelet, ns, 1, "checked")
+    pods = cluster.api.get(f"/api/v1/namespaces/{ns}/pods") or {}
+    assert len(pods["items"]) == 1
+    for pod in pods["items"]:
+        assert pod["metadata"]["labels"]["tier.trainium.dev/capacity"] == "pr-1"
+        assert pod["metadata"]["annotations"]["tier.trainium.dev/request"] == "pr-1"
+        assert FLAVOR_LABELS.items() <= pod["spec"]["nodeSelector"].items()
+        assert toleration in pod["spec"]["tolerations"]
+    kubelet.finish(ns)
+    wait_condition(cluster, "checked", ns, "Succeeded", timeout=int(procs.scaled(60)))
+    wait_until(lambda: released(kueue, cq), procs.scaled(60), f"{cq} usage back to 0")

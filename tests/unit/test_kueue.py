@@ -223,3 +223,29 @@ def test_an_invalid_workload_fails_the_job_naming_it() -> None:
 
 def test_without_kueue_nothing_changes() -> None:
     assert lifecycle.decide(READY).actions == (Action.CREATE_TRAINING,)
+
+
+def test_admission_checks_pod_set_updates_reach_every_pod() -> None:
+    """Issue 41 (7): an admission check's podSetUpdates (how a ProvisioningRequest check
+    delivers its capacity) are on the gang's pods, as Kueue's job framework applies them."""
+    vcjob, _ = built()
+    toleration = {"key": "provisioned", "operator": "Exists", "effect": "NoSchedule"}
+    update = {"name": "train", "labels": {"capacity": "pr-1"}, "annotations": {"a": "b"},
+              "nodeSelector": {"pool": "provisioned"}, "tolerations": [toleration]}  # fmt: skip
+    other = {"name": "compile", "labels": {"wrong": "set"}}
+    wl = {"status": {"admissionChecks": [
+        {"name": "check", "state": "Ready", "podSetUpdates": [update, other]},
+        {"name": "plain", "state": "Ready"},
+    ]}}  # fmt: skip
+    updates = workload.pod_set_updates(wl, "train")
+    assert updates == (update,)
+    out = workload.with_updates(vcjob, updates)
+    for task in out["spec"]["tasks"]:
+        meta, pod = task["template"]["metadata"], task["template"]["spec"]
+        assert meta["labels"]["capacity"] == "pr-1" and "wrong" not in meta["labels"]
+        assert meta["annotations"]["a"] == "b"
+        assert pod["nodeSelector"]["pool"] == "provisioned"
+        assert pod["nodeSelector"]["node.kubernetes.io/instance-type"] == "trn1.32xlarge"
+        assert toleration in pod["tolerations"]
+    assert workload.with_updates(vcjob, ()) is vcjob
+    assert workload.pod_set_updates(None, "train") == ()

@@ -263,7 +263,16 @@ def _ready(stage: str, held: Held, observed: Observed, read: Reader) -> None:
 
 
 def admitted(vcjob: Json, held: Held | None, stage: str) -> Json:
-    """The stage's Volcano job with its admission's flavors on its pods (as built: no Kueue)."""
-    if held is None or not held.flavors.get(stage):
+    """The stage's Volcano job with its admission's flavors and its admission checks'
+    podSetUpdates on its pods (as built: no Kueue)."""
+    if held is None:
         return vcjob
-    return workload.with_flavors(vcjob, held.flavors[stage])
+    if held.flavors.get(stage):
+        vcjob = workload.with_flavors(vcjob, held.flavors[stage])
+    found = held.workloads.get(stage)
+    if found is None:
+        return vcjob
+    md = found["metadata"]  # read whole: the index keeps no admission checks
+    whole = kueueio.get_workload(md["namespace"], md["name"])
+    updates = workload.pod_set_updates(whole, naming.STAGE_SUFFIX[stage])
+    return workload.with_updates(vcjob, updates)

@@ -164,6 +164,38 @@ def with_flavors(vcjob: Json, flavors: Sequence[Mapping[str, Any]]) -> Json:
     return out
 
 
+def pod_set_updates(workload: Mapping[str, Any] | None, pod_set_name: str) -> tuple[Json, ...]:
+    """The podSetUpdates the Workload's admission checks give its pod set (a ProvisioningRequest
+    check delivers its capacity's node selector and labels this way)."""
+    checks = ((workload or {}).get("status") or {}).get("admissionChecks") or ()
+    return tuple(
+        dict(update)
+        for check in checks
+        for update in check.get("podSetUpdates") or ()
+        if update.get("name") == pod_set_name
+    )
+
+
+def with_updates(vcjob: Json, updates: Sequence[Mapping[str, Any]]) -> Json:
+    """The Volcano job with the admission checks' podSetUpdates on every pod (labels,
+    annotations, nodeSelector, tolerations), as Kueue's job framework applies them on start."""
+    if not updates:
+        return vcjob
+    out = copy.deepcopy(vcjob)
+    for task in out["spec"]["tasks"]:
+        template = task["template"]
+        meta, pod = template.setdefault("metadata", {}), template["spec"]
+        for update in updates:
+            for key, part in (("labels", meta), ("annotations", meta), ("nodeSelector", pod)):
+                if update.get(key):
+                    part[key] = {**(part.get(key) or {}), **update[key]}
+            have = pod.get("tolerations") or []
+            more = [t for t in update.get("tolerations") or () if t not in have]
+            if more:
+                pod["tolerations"] = have + more
+    return out
+
+
 # ---- Status writes as Kueue's job framework makes them (server-side apply) --------------------
 
 #: Field managers of Kueue's own writes (pkg/constants): the admission fields (admission,
