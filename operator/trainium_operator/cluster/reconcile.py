@@ -152,9 +152,11 @@ def _run(
         AGAIN_IN if decision.again else None,
     )
     if rejections:  # what the API server refused is observed, and decided on, in this pass
+        done = decision.actions  # finishes come first: those asked before were carried out
         decision = lifecycle.decide(replace(observed, rejections=rejections))
         # a refusal that ends the job releases its quota in this pass (issue 41)
-        actions.perform(quota.finishes(decision), spec, owner, seen, read)
+        left = tuple(a for a in quota.finishes(decision) if a not in done)
+        actions.perform(left, spec, owner, seen, read)
     if views.kueue is not None:  # no watch of Workloads: look again soon (issue 33)
         watched = read.watched(Kind.WORKLOAD)
         soonest = _soonest(soonest, quota.unwatched_look(decision, watched, UNWATCHED_LOOK))
