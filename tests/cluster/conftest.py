@@ -24,11 +24,12 @@ from pathlib import Path
 
 import pytest
 
-from cluster import Cluster, install_chart, kubectl_binary
+import procs
+from cluster import Cluster, install_chart, kubectl_binary, wait_until
 from harness import OPERATORS, OperatorProcess
 from helmchart import CHART, HELM, REPO, ensure_helm, helm
 from kubelet import NODES, FakeKubelet
-from kueue import Kueue
+from kueue import Kueue, admitted_of_finished
 
 ASSETS_ENV = "TRAINIUM_CLUSTER_ASSETS"
 RELEASE, OPERATOR_NS = "trainium-operator", "trainium-system"
@@ -171,6 +172,27 @@ def kueue(cluster: Cluster, operator: OperatorProcess) -> Iterator[Kueue]:
         yield manager
     finally:
         uninstall_kueue(manager, operator)
+
+
+@pytest.fixture(autouse=True)
+def _no_quota_held_by_finished_jobs(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Issue 41: every test that runs with the module's Kueue ends with no Workload of a
+    finished TrainiumJob (Succeeded or Failed) still admitted or reserving quota in its
+    namespace (polled to a deadline: the operator finishes them a moment after the job ends)."""
+    if "kueue" not in request.fixturenames or "ns" not in request.fixturenames:
+        yield
+        return
+    manager: Kueue = request.getfixturevalue("kueue")
+    namespace: str = request.getfixturevalue("ns")  # set up first: torn down after this check
+    yield
+    if manager.popen is None:
+        return
+    try:
+        wait_until(lambda: not admitted_of_finished(manager, namespace), procs.scaled(30),
+                   "no Workload of a finished job admitted", every=0.5)  # fmt: skip
+    except TimeoutError:
+        held = admitted_of_finished(manager, namespace)
+        raise AssertionError(f"Workloads of finished jobs still hold quota: {held}") from None
 
 
 def uninstall_kueue(manager: Kueue, operator: OperatorProcess) -> None:

@@ -314,3 +314,35 @@ class Kueue:
         found = self.cluster.api.get(f"{API}/clusterqueues/{name}")
         assert found is not None, f"ClusterQueue {name} does not exist"
         return found
+
+
+#: A TrainiumJob's phases after which none of its Workloads may hold quota.
+FINISHED_PHASES = ("Succeeded", "Failed")
+
+
+def held(workload: Obj) -> bool:
+    """Whether Kueue counts the Workload's quota: reserved or admitted, not Finished."""
+    conds = {c.get("type"): c.get("status") for c in (workload.get("status") or {}).get(
+        "conditions") or []}  # fmt: skip
+    if conds.get("Finished") == "True":
+        return False
+    return "True" in (conds.get("QuotaReserved"), conds.get("Admitted"))
+
+
+def admitted_of_finished(kueue: Kueue, namespace: str) -> list[str]:
+    """The Workloads of namespace that still hold quota though the TrainiumJob that controls
+    them is finished (or gone): what issue 41 says must never outlive a job."""
+    jobs = kueue.cluster.api.get(f"/apis/trainium.dev/v1alpha1/namespaces/{namespace}/trainiumjobs")
+    phase = {
+        j["metadata"]["uid"]: (j.get("status") or {}).get("phase")
+        for j in (jobs or {}).get("items") or []
+    }
+    out = []
+    for wl in kueue.workloads(namespace):
+        owners = [r for r in wl["metadata"].get("ownerReferences") or [] if r.get("controller")]
+        if not owners or owners[0].get("kind") != "TrainiumJob" or not held(wl):
+            continue
+        job_phase = phase.get(owners[0]["uid"], "gone")
+        if job_phase in (*FINISHED_PHASES, "gone"):
+            out.append(f"{wl['metadata']['name']} (job {owners[0]['name']} {job_phase})")
+    return out

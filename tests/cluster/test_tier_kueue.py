@@ -17,7 +17,7 @@ import json
 import re
 import statistics
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pytest
@@ -95,9 +95,12 @@ def since() -> float:
     return time.time()
 
 
-def queues(cluster: Cluster, namespace: str, flavor: str, neuron: int) -> str:
+def queues(
+    cluster: Cluster, namespace: str, flavor: str, neuron: int, checks: Sequence[str] = ()
+) -> str:
     """A ClusterQueue for namespace alone (`neuron` devices, EFA to match, cpu and memory
-    plenty) and LocalQueue team-a there, both Active; the ClusterQueue's name."""
+    plenty; `checks`: its AdmissionChecks) and LocalQueue team-a there, both Active; the
+    ClusterQueue's name."""
     name = f"cq-{namespace}"
     resources: list[Obj] = [
         {"name": "cpu", "nominalQuota": 1024},
@@ -105,19 +108,22 @@ def queues(cluster: Cluster, namespace: str, flavor: str, neuron: int) -> str:
         {"name": NEURON, "nominalQuota": neuron},
         {"name": "vpc.amazonaws.com/efa", "nominalQuota": neuron},
     ]
-    cluster.apply(
-        {
-            "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue",
-            "metadata": {"name": name},
-            "spec": {
-                "namespaceSelector": {
-                    "matchLabels": {"kubernetes.io/metadata.name": namespace}},
-                "resourceGroups": [{
-                    "coveredResources": [r["name"] for r in resources],
-                    "flavors": [{"name": flavor, "resources": resources}],
-                }],
-            },
+    queue: Obj = {
+        "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue",
+        "metadata": {"name": name},
+        "spec": {
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
+            "resourceGroups": [{
+                "coveredResources": [r["name"] for r in resources],
+                "flavors": [{"name": flavor, "resources": resources}],
+            }],
         },
+    }  # fmt: skip
+    if checks:
+        rules = [{"name": c} for c in checks]
+        queue["spec"]["admissionChecksStrategy"] = {"admissionChecks": rules}
+    cluster.apply(
+        queue,
         {
             "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
             "metadata": {"name": LOCAL_QUEUE, "namespace": namespace},
@@ -148,6 +154,19 @@ def workloads_of(kueue: Kueue, namespace: str, job: str) -> list[Obj]:
         for w in kueue.workloads(namespace)
         if w["metadata"].get("labels", {}).get("trainium.dev/job-name") == job
     ]
+
+
+def workload_of(cluster: Cluster, namespace: str, job: str, stage: str = "train") -> str:
+    """The name of a job's Workload for a stage (it carries the job's uid: issue 41)."""
+    found = cluster.api.get(f"{API}/namespaces/{namespace}/workloads") or {}
+    names = [
+        w["metadata"]["name"]
+        for w in found.get("items") or []
+        if (w["metadata"].get("labels") or {}).get("trainium.dev/job-name") == job
+        and (w["metadata"].get("labels") or {}).get("trainium.dev/stage") == stage
+    ]
+    assert len(names) == 1, f"{job}'s {stage} Workloads: {names}"
+    return names[0]
 
 
 def running_pods(kubelet: FakeKubelet, namespace: str, count: int, job: str) -> list[str]:
@@ -213,7 +232,7 @@ def admission_steps(cluster: Cluster, namespace: str, job: str) -> dict[str, flo
     Kueue's last status write before the gang (Kueue), and from that to the gang's create (the
     operator): each from when one request completed to when the next was received."""
     events = audited(cluster, namespace)
-    workload = f"trainiumjob-{job}-train"
+    workload = workload_of(cluster, namespace, job)
     [made] = [e for e in events if e["verb"] == "create"
               and e["objectRef"].get("resource") == "trainiumjobs"
               and e["objectRef"].get("name") == job]  # fmt: skip
@@ -344,12 +363,12 @@ def test_second_job_waits_for_quota_and_starts_when_the_first_ends(
     wait_condition(cluster, "first", ns, "Succeeded", timeout=60)
     # Kueue admitted the second once the operator marked the first's Workload Finished.
     events = audited(cluster, ns)
-    finish = _write(events, OPERATOR_USER, "patch", "workloads", "trainiumjob-first-train",
-                    "status")[0]  # fmt: skip
+    first_wl, second_wl = (workload_of(cluster, ns, j) for j in ("first", "second"))
+    finish = _write(events, OPERATOR_USER, "patch", "workloads", first_wl, "status")[0]
     gang = _write(events, OPERATOR_USER, "create", "jobs", "second-train")[0]
     admitted = [
         e
-        for e in _write(events, KUEUE_USER, None, "workloads", "trainiumjob-second-train", "status")
+        for e in _write(events, KUEUE_USER, None, "workloads", second_wl, "status")
         if e["stageTimestamp"] <= gang["requestReceivedTimestamp"]
     ][-1]
     kueue_s = _at(admitted["stageTimestamp"]) - _at(finish["stageTimestamp"])
@@ -385,7 +404,8 @@ def test_compile_aware_admission(
     create(cluster, kueue_job("miss", ns, **spec))
     running_pods(kubelet, ns, 1, "miss")  # its compile gang, admitted
     [compile_wl] = workloads_of(kueue, ns, "miss")
-    assert compile_wl["metadata"]["name"] == "trainiumjob-miss-compile"
+    compile_name = workload_of(cluster, ns, "miss", "precompile")
+    assert compile_wl["metadata"]["name"] == compile_name and compile_name.endswith("-compile")
     assert condition(compile_wl, "Admitted").get("status") == "True"
     assert compile_wl["spec"]["podSets"][0]["name"] == "compile"
 
@@ -398,8 +418,11 @@ def test_compile_aware_admission(
         60,
         "the second job to wait for the first's compile",
     )
-    passes = running_operator.passes()
-    wait_until(lambda: running_operator.passes() > passes + 2, 30, "a few more passes")
+    for poke in range(3):  # a few more passes of the waiter (nothing else wakes it now)
+        passes = running_operator.passes()
+        cluster.kubectl("annotate", TJ, "waiter", "-n", ns, "--overwrite",
+                        f"tier.trainium.dev/poke={poke}")  # fmt: skip
+        wait_until(lambda n=passes: running_operator.passes() > n, procs.scaled(30), "a pass")
     assert workloads_of(kueue, ns, "waiter") == []  # no quota held while it waits
     assert (get(cluster, TJ, "waiter", ns) or {})["status"]["phase"] == "WaitingForCache"
 
@@ -409,15 +432,15 @@ def test_compile_aware_admission(
     assert miss["status"]["cache"]["outcome"] == "miss"
     assert waiter["status"]["cache"]["outcome"] == "hit"
     names = [w["metadata"]["name"] for w in workloads_of(kueue, ns, "miss")]
-    assert names == ["trainiumjob-miss-compile", "trainiumjob-miss-train"]
+    train_name = workload_of(cluster, ns, "miss")
+    assert names == [compile_name, train_name]
     assert [w["metadata"]["name"] for w in workloads_of(kueue, ns, "waiter")] == [
-        "trainiumjob-waiter-train"
+        workload_of(cluster, ns, "waiter")
     ]
     # One after the other: the compile's Workload was Finished before the training one was made.
     events = audited(cluster, ns)
-    finished = _write(events, OPERATOR_USER, "patch", "workloads", "trainiumjob-miss-compile",
-                      "status")  # fmt: skip
-    made = _write(events, OPERATOR_USER, "create", "workloads", "trainiumjob-miss-train")
+    finished = _write(events, OPERATOR_USER, "patch", "workloads", compile_name, "status")
+    made = _write(events, OPERATOR_USER, "create", "workloads", train_name)
     assert finished and made
     assert finished[0]["stageTimestamp"] <= made[0]["requestReceivedTimestamp"]
     for wl in kueue.workloads(ns):

@@ -26,6 +26,8 @@ from harness import (
     train_gang,
     wait_for,
 )
+from trainium_operator.manifests import workload
+from trainium_operator.manifests.builders import Owner
 
 VCJOBS = "batch.volcano.sh/v1alpha1/jobs"
 
@@ -34,7 +36,14 @@ Obj = dict[str, Any]
 #: status subresource), schemaless: the emulator stores what it is given.
 PLURALS = ("workloads", "resourceflavors", "localqueues", "workloadpriorityclasses")
 WORKLOADS = "kueue.x-k8s.io/v1beta2/workloads"
+TJS = "trainium.dev/v1alpha1/trainiumjobs"
 Q_LABEL, P_LABEL = "kueue.x-k8s.io/queue-name", "kueue.x-k8s.io/priority-class"
+
+
+def wl_name(k8s: EmulatorServer, ns: str, job: str, suffix: str = "train") -> str:
+    """The Workload the operator names for a job's stage (its uid in the name, issue 41)."""
+    found = wait_for(lambda: k8s.get(TJS, ns, job), timeout=20, what=f"TrainiumJob {job}")
+    return workload.name_for(Owner(job, ns, found["metadata"]["uid"]), suffix)
 
 
 def kueue_crd(plural: str) -> Obj:
@@ -137,7 +146,7 @@ def test_waits_for_admission_then_runs_on_the_flavor_and_finishes(
     body["metadata"]["labels"] = {Q_LABEL: "team-a", P_LABEL: f"prod-{ns}"}
     apply(body)
 
-    name = "trainiumjob-bert-train"
+    name = wl_name(k8s, ns, "bert")
     wl = wait_for(lambda: k8s.get(WORKLOADS, ns, name), timeout=20, what="the training Workload")
     assert wl["spec"]["queueName"] == "team-a"
     assert wl["spec"]["priorityClassRef"]["name"] == f"prod-{ns}" and wl["spec"]["priority"] == 1000
@@ -257,7 +266,7 @@ def test_an_evicted_job_stops_is_requeued_and_resumes_without_spending_retries(
     body = job(ns, "bert", q, precompile={"policy": "Never"}, runPolicy={"maxRetries": 1})
     body["metadata"]["labels"] = {Q_LABEL: "team-a"}
     apply(body)
-    name = "trainiumjob-bert-train"
+    name = wl_name(k8s, ns, "bert")
     wait_for(lambda: k8s.get(WORKLOADS, ns, name), timeout=20, what="the training Workload")
     admitted = [cond("QuotaReserved", "True", "QuotaReserved"),
                 cond("Admitted", "True", "Admitted")]  # fmt: skip
@@ -323,7 +332,7 @@ def test_a_suspend_deactivates_the_workload_and_a_resume_queues_it_again(
     body = job(ns, "bert", q, precompile={"policy": "Never"})
     body["metadata"]["labels"] = {Q_LABEL: "team-a"}
     apply(body)
-    name = "trainiumjob-bert-train"
+    name = wl_name(k8s, ns, "bert")
     wait_for(lambda: k8s.get(WORKLOADS, ns, name), timeout=20, what="the training Workload")
     admitted = [cond("QuotaReserved", "True", "QuotaReserved"),
                 cond("Admitted", "True", "Admitted")]  # fmt: skip
@@ -379,7 +388,7 @@ def test_an_elastic_resize_is_a_new_workload_the_old_one_deleted(
                scheduling={"queue": q, "nodeSelector": {elastic_e2e.POOL: ns}})  # fmt: skip
     body["metadata"]["labels"] = {Q_LABEL: "team-a"}
     apply(body)
-    big, small = "trainiumjob-stretchy-train-n3", "trainiumjob-stretchy-train-n2"
+    big, small = (wl_name(k8s, ns, "stretchy", f"train-n{n}") for n in (3, 2))
     wl = wait_for(lambda: k8s.get(WORKLOADS, ns, big), timeout=20, what="the 3-node Workload")
     assert wl["spec"]["podSets"][0]["count"] == 3
     admitted = [cond("QuotaReserved", "True", "QuotaReserved"),
@@ -443,7 +452,7 @@ def test_kueue_listed_after_the_operators_last_look_still_admits_and_trains(
     body = job(ns, "bert", q, precompile={"policy": "Never"})
     body["metadata"]["labels"] = {Q_LABEL: "team-a"}
     apply(body)
-    name = "trainiumjob-bert-train"
+    name = wl_name(k8s, ns, "bert")
     wait_for(lambda: k8s.get(WORKLOADS, ns, name), timeout=20, what="the training Workload")
     admitted = [
         cond("QuotaReserved", "True", "QuotaReserved"),

@@ -117,7 +117,7 @@ def queue_a_job_through_kueue(k8s: EmulatorServer, api_requests: list[ApiRequest
               precompile={"policy": "Never"})  # fmt: skip
     body["metadata"]["labels"] = {kueue.Q_LABEL: "team", kueue.P_LABEL: f"{NS}-prod"}
     apply(body)
-    name = "trainiumjob-queued-train"
+    name = kueue.wl_name(k8s, NS, "queued")
     wait_for(lambda: k8s.get(kueue.WORKLOADS, NS, name), timeout=20, what="its Workload")
     wait_for(lambda: gets(api_requests, "localqueues"), timeout=20, what="a GET of its LocalQueue")
     flavor = {"aws.amazon.com/neuron": f"{NS}-trn1"}
@@ -333,7 +333,7 @@ def shrink_an_elastic_gang(k8s: EmulatorServer, api_requests: list[ApiRequest]) 
               precompile={"policy": "Never"})  # fmt: skip
     body["metadata"]["labels"] = {kueue.Q_LABEL: "team"}  # a resize is a new Workload
     apply(body)
-    name = "trainiumjob-stretchy-train-n2"
+    name = kueue.wl_name(k8s, NS, "stretchy", "train-n2")
     wait_for(lambda: k8s.get(kueue.WORKLOADS, NS, name), timeout=20, what="stretchy's Workload")
     admitted = [kueue.cond("QuotaReserved", "True", "QuotaReserved"),
                 kueue.cond("Admitted", "True", "Admitted")]  # fmt: skip

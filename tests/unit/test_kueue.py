@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from support import job
 
+from trainium_operator.api import naming
 from trainium_operator.api.spec import parse
 from trainium_operator.domain import lifecycle
 from trainium_operator.domain.lifecycle import Action, Child, Observed, Phase, Rejection
@@ -83,9 +84,22 @@ def test_our_objects_never_carry_the_queue_label() -> None:
 def test_names_are_per_stage_and_per_elastic_size() -> None:
     spec = parse(job(nodes=4))
     names = {workload.workload_name(OWNER, spec, s) for s in ("precompile", "train")}
-    assert names == {"trainiumjob-bert-compile", "trainiumjob-bert-train"}
+    tag = naming.short_hash(OWNER.uid, 5)
+    assert names == {f"trainiumjob-bert-{tag}-compile", f"trainiumjob-bert-{tag}-train"}
     long = Owner("x" * 63, "ns", "u")
     assert len(workload.workload_name(long, spec, "train")) <= 63
+    assert workload.workload_name(long, spec, "train").endswith("-train")
+
+
+def test_names_carry_the_owners_uid() -> None:
+    """Issue 41 (9): a job re-created under the same name never meets its predecessor's
+    Workload (orphaned, or not yet collected) by name."""
+    spec = parse(job(nodes=4))
+    again = Owner(OWNER.name, OWNER.namespace, "ffffffff-1111-2222-3333-444455556666")
+    for stage in ("precompile", "train"):
+        assert workload.workload_name(OWNER, spec, stage) != workload.workload_name(
+            again, spec, stage
+        )
 
 
 def test_admitted_flavor_reaches_every_pod() -> None:
@@ -209,3 +223,29 @@ def test_an_invalid_workload_fails_the_job_naming_it() -> None:
 
 def test_without_kueue_nothing_changes() -> None:
     assert lifecycle.decide(READY).actions == (Action.CREATE_TRAINING,)
+
+
+def test_admission_checks_pod_set_updates_reach_every_pod() -> None:
+    """Issue 41 (7): an admission check's podSetUpdates (how a ProvisioningRequest check
+    delivers its capacity) are on the gang's pods, as Kueue's job framework applies them."""
+    vcjob, _ = built()
+    toleration = {"key": "provisioned", "operator": "Exists", "effect": "NoSchedule"}
+    update = {"name": "train", "labels": {"capacity": "pr-1"}, "annotations": {"a": "b"},
+              "nodeSelector": {"pool": "provisioned"}, "tolerations": [toleration]}  # fmt: skip
+    other = {"name": "compile", "labels": {"wrong": "set"}}
+    wl = {"status": {"admissionChecks": [
+        {"name": "check", "state": "Ready", "podSetUpdates": [update, other]},
+        {"name": "plain", "state": "Ready"},
+    ]}}  # fmt: skip
+    updates = workload.pod_set_updates(wl, "train")
+    assert updates == (update,)
+    out = workload.with_updates(vcjob, updates)
+    for task in out["spec"]["tasks"]:
+        meta, pod = task["template"]["metadata"], task["template"]["spec"]
+        assert meta["labels"]["capacity"] == "pr-1" and "wrong" not in meta["labels"]
+        assert meta["annotations"]["a"] == "b"
+        assert pod["nodeSelector"]["pool"] == "provisioned"
+        assert pod["nodeSelector"]["node.kubernetes.io/instance-type"] == "trn1.32xlarge"
+        assert toleration in pod["tolerations"]
+    assert workload.with_updates(vcjob, ()) is vcjob
+    assert workload.pod_set_updates(None, "train") == ()

@@ -30,9 +30,13 @@ from trainium_operator.cluster.reads import (
 from trainium_operator.cluster.reconcile import reconcile
 from trainium_operator.domain import quota
 from trainium_operator.domain.model import Blocker, Decision, Phase
+from trainium_operator.manifests import workload
+from trainium_operator.manifests.builders import Owner
 
 Json = dict[str, Any]
 WL = "trainiumjob-j-train"
+#: The Workload the operator names for KueueJob's job (its uid in the name).
+JOB_WL = workload.name_for(Owner("j", NS, "uid-kueue-j"), "train")
 
 
 def said() -> tuple[list[tuple[Kind, bool]], Unwatched]:
@@ -142,7 +146,7 @@ class KueueJob:
         return outcome.phase, outcome.deadline_in
 
     def kueue_admits(self) -> None:
-        wl = self.api.objects[(Kind.WORKLOAD, WL)]
+        wl = self.api.objects[(Kind.WORKLOAD, JOB_WL)]
         wl["status"] = {
             "conditions": [
                 {"type": "QuotaReserved", "status": "True", "reason": "QuotaReserved"},

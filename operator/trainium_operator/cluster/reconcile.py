@@ -13,7 +13,17 @@ from typing import Any
 
 from trainium_operator.api import parsed
 from trainium_operator.api.spec import SpecError, TrainiumJobSpec
-from trainium_operator.cluster import actions, elasticio, fsx, gangs, k8s, orphans, report, scrape
+from trainium_operator.cluster import (
+    actions,
+    elasticio,
+    fsx,
+    gangs,
+    k8s,
+    orphans,
+    report,
+    scrape,
+    workloads,
+)
 from trainium_operator.cluster.memory import Memory
 from trainium_operator.cluster.observe import Seen, Views, observe
 from trainium_operator.cluster.reads import UNWATCHED_LOOK, ApiReader, Kind, Reader
@@ -88,6 +98,7 @@ def reconcile(
     if memory.finished and not lifecycle.is_final(previous):
         raise StaleRead(f"{namespace}/{name}: read a status older than our finished one")
     if settled(previous, int(body["metadata"].get("generation", 1))):
+        workloads.settle(body, read)  # Kueue: until its Workloads are Finished (issue 41)
         rv = report.late_checkpoint(body, previous, views.checkpoint, read)
         return _kept(expire(body, previous, reader=read), memory, rv)
     try:
@@ -141,7 +152,11 @@ def _run(
         AGAIN_IN if decision.again else None,
     )
     if rejections:  # what the API server refused is observed, and decided on, in this pass
+        done = decision.actions  # finishes come first: those asked before were carried out
         decision = lifecycle.decide(replace(observed, rejections=rejections))
+        # a refusal that ends the job releases its quota in this pass (issue 41)
+        left = tuple(a for a in quota.finishes(decision) if a not in done)
+        actions.perform(left, spec, owner, seen, read)
     if views.kueue is not None:  # no watch of Workloads: look again soon (issue 33)
         watched = read.watched(Kind.WORKLOAD)
         soonest = _soonest(soonest, quota.unwatched_look(decision, watched, UNWATCHED_LOOK))

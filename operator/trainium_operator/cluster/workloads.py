@@ -12,12 +12,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainium_operator.api.spec import TrainiumJobSpec
-from trainium_operator.cluster import kueueio, reads
+from trainium_operator.api import naming, parsed
+from trainium_operator.api.spec import SpecError, TrainiumJobSpec
+from trainium_operator.cluster import k8s, kueueio, reads
 from trainium_operator.cluster.reads import Kind, Reader
 from trainium_operator.domain import elastic, kueuejob
 from trainium_operator.domain.model import Action, Blocker, Child, Observed, Phase
-from trainium_operator.domain.quota import FINISHES, Admission, Quota, workload_state
+from trainium_operator.domain.quota import FINISHES, LIVE, Admission, Quota, workload_state
 from trainium_operator.domain.status import now_iso
 from trainium_operator.manifests import builders, workload
 from trainium_operator.manifests.builders import Owner
@@ -104,8 +105,9 @@ _REQUEUE = {action: stage for stage, action in kueuejob.REQUEUES.items()}
 _READY = {action: stage for stage, action in kueuejob.READIES.items()}
 _ACTIVITY = {action: want for want, action in kueuejob.ACTIVITY.items()}
 ACTIONS = frozenset(
-    {*_CREATE, *_FINISH, *_REQUEUE, *_READY, *_ACTIVITY, Action.DELETE_STALE_WORKLOADS}
-)
+    {*_CREATE, *_FINISH, *_REQUEUE, *_READY, *_ACTIVITY, Action.DELETE_STALE_WORKLOADS,
+     Action.RELEASE_PRECOMPILE_WORKLOAD}
+)  # fmt: skip
 
 
 def act(
@@ -121,7 +123,9 @@ def act(
     its PodsReady or spec.active; delete an elastic job's Workloads of other sizes."""
     ns = owner.namespace
     if action in _REQUEUE:
-        _requeue(workload.workload_name(owner, spec, _REQUEUE[action]), owner, read)
+        stage = _REQUEUE[action]
+        if not _gang_may_run(owner, stage):
+            _requeue(workload.workload_name(owner, spec, stage), owner, read)
         return
     if action in _READY:
         _ready(_READY[action], held, observed, read)
@@ -131,9 +135,12 @@ def act(
         return
     if action is Action.DELETE_STALE_WORKLOADS:
         for body in held.stale:
-            md = body["metadata"]
-            kueueio.delete_workload(ns, md["name"], str(md.get("uid") or ""))
-            read.deleted(Kind.WORKLOAD, ns, md["name"])
+            _delete(body, read)
+        return
+    if action is Action.RELEASE_PRECOMPILE_WORKLOAD:
+        found = held.workloads.get("precompile")
+        if found is not None:
+            _delete(found, read)
         return
     if action in _CREATE:
         stage = _CREATE[action]
@@ -148,15 +155,73 @@ def act(
         return
     child = observed.precompile if stage == "precompile" else observed.training
     ok = child is Child.SUCCEEDED
-    condition = {
+    said = f"the {stage} stage {'succeeded' if ok else 'ended without success'}"
+    written = kueueio.finish_workload(found, _finished(ok, said))
+    read.wrote(Kind.WORKLOAD, ns, found["metadata"]["name"], written)
+
+
+def _delete(body: Json, read: Reader) -> None:
+    """Delete a Workload of ours, the one read (its uid): Kueue releases what it held."""
+    md = body["metadata"]
+    kueueio.delete_workload(md["namespace"], md["name"], str(md.get("uid") or ""))
+    read.deleted(Kind.WORKLOAD, md["namespace"], md["name"])
+
+
+def settle(body: Json, read: Reader) -> None:
+    """A finished job's Workloads still live are finished, on every pass until they are (as
+    Kueue's reconciler finishes a finished job's Workload): whatever path ended the job, its
+    quota is released."""
+    md = body["metadata"]
+    kueue = workload.opt_in(md.get("labels"))
+    if kueue is None:
+        return
+    try:
+        spec = parsed.spec(body)
+    except SpecError:  # an invalid job never made a Workload
+        return
+    owner = Owner(md["name"], md["namespace"], str(md.get("uid") or ""))
+    ok = (body.get("status") or {}).get("phase") == Phase.SUCCEEDED.value
+    for name in _every_name(spec, owner):
+        found, _other = reads.ours(read.get(Kind.WORKLOAD, owner.namespace, name), owner)
+        if found is None or workload_state(name, found).state not in LIVE:
+            continue
+        said = "succeeded" if ok else "failed"
+        written = kueueio.finish_workload(found, _finished(ok, f"the job {said}"))
+        read.wrote(Kind.WORKLOAD, owner.namespace, name, written)
+
+
+def _every_name(spec: TrainiumJobSpec, owner: Owner) -> list[str]:
+    """The names of every Workload the job may have made (each stage, each elastic size)."""
+    specs = [spec]
+    if spec.elastic is not None:
+        specs += [elastic.at_size(spec, n) for n in elastic.allowed_sizes(spec)]
+    names = (workload.workload_name(owner, s, stage) for s in specs for stage in STAGES)
+    return list(dict.fromkeys(names))
+
+
+def _finished(ok: bool, message: str) -> Json:
+    """Kueue's Finished condition (reason Succeeded or Failed, as its job framework writes)."""
+    return {
         "type": "Finished",
         "status": "True",
         "reason": "Succeeded" if ok else "Failed",
-        "message": f"the {stage} stage {'succeeded' if ok else 'ended without success'}",
+        "message": message,
         "lastTransitionTime": now_iso(),
     }
-    written = kueueio.finish_workload(found, condition)
-    read.wrote(Kind.WORKLOAD, ns, found["metadata"]["name"], written)
+
+
+def _gang_may_run(owner: Owner, stage: str) -> bool:
+    """Whether the API server still has a Volcano job of ours for the stage (running or being
+    deleted): a requeue waits for it, whatever a lagging watch (a new leader's) shows."""
+    selector = (
+        f"{builders.LABEL_JOB}={naming.label_value(owner.name)},{builders.LABEL_STAGE}={stage}"
+    )
+    gangs = k8s.list_vcjobs(owner.namespace, selector)
+    return any(
+        reads.ours(gang, owner)[0]
+        and gang["metadata"].get("labels", {}).get(builders.LABEL_STAGE) == stage
+        for gang in gangs
+    )
 
 
 def _requeue(name: str, owner: Owner, read: Reader) -> None:
@@ -176,6 +241,8 @@ def _activity(want: bool, held: Held, read: Reader) -> None:
         if found is None:
             continue
         md = found["metadata"]
+        if read.get(Kind.WORKLOAD, md["namespace"], md["name"]) is None:
+            continue  # released in this pass (kueuejob.compile_unneeded)
         if kueuejob.active_due(workload_state(md["name"], found), phase) is want:
             read.wrote(Kind.WORKLOAD, md["namespace"], md["name"], kueueio.set_active(found, want))
 
@@ -196,7 +263,16 @@ def _ready(stage: str, held: Held, observed: Observed, read: Reader) -> None:
 
 
 def admitted(vcjob: Json, held: Held | None, stage: str) -> Json:
-    """The stage's Volcano job with its admission's flavors on its pods (as built: no Kueue)."""
-    if held is None or not held.flavors.get(stage):
+    """The stage's Volcano job with its admission's flavors and its admission checks'
+    podSetUpdates on its pods (as built: no Kueue)."""
+    if held is None:
         return vcjob
-    return workload.with_flavors(vcjob, held.flavors[stage])
+    if held.flavors.get(stage):
+        vcjob = workload.with_flavors(vcjob, held.flavors[stage])
+    found = held.workloads.get(stage)
+    if found is None:
+        return vcjob
+    md = found["metadata"]  # read whole: the index keeps no admission checks
+    whole = kueueio.get_workload(md["namespace"], md["name"])
+    updates = workload.pod_set_updates(whole, naming.STAGE_SUFFIX[stage])
+    return workload.with_updates(vcjob, updates)

@@ -59,10 +59,28 @@ def gate(decision: Decision, obs: Observed) -> Decision:
     if kueue is None:
         return decision
     stopping = decision.phase not in (*TERMINAL, Phase.SUSPENDED)  # a suspend stops its own
+    unneeded = compile_unneeded(decision, obs, kueue)
     stopped = _stop(decision, obs, kueue) if stopping else None
     gated = quota.gate(stopped or decision, obs)
-    extra = _upkeep(gated, obs, kueue)
+    extra = _upkeep(gated, obs, kueue, unneeded)
     return replace(gated, actions=(*gated.actions, *extra)) if extra else gated
+
+
+#: What the job says of its compile once it needs none of its own (Precompiled otherwise True).
+_NO_COMPILE = ("Skipped", "WaitingForCache")
+
+
+def compile_unneeded(decision: Decision, obs: Observed, kueue: Quota) -> bool:
+    """A live compile Workload whose compile the job no longer needs: no compile gang, and the
+    job's graphs come from the cache (a hit now) or from another job compiling them. It is
+    released at once (deleted: a later need queues a new one), or it would hold quota the
+    job's training waits for; a job that ends finishes it instead."""
+    if kueue.precompile.state not in quota.LIVE or obs.precompile is not Child.ABSENT:
+        return False
+    if decision.phase in TERMINAL:
+        return False
+    said = next((c for c in decision.conditions if c.type == "Precompiled"), None)
+    return said is not None and (said.status == "True" or said.reason in _NO_COMPILE)
 
 
 def child_of(obs: Observed, stage: str) -> Child:
@@ -120,12 +138,13 @@ def _stop(decision: Decision, obs: Observed, kueue: Quota) -> Decision | None:
 _STARTS = frozenset({Action.ACQUIRE_CACHE, Action.CREATE_PRECOMPILE, Action.CREATE_TRAINING})
 
 
-def _upkeep(decision: Decision, obs: Observed, kueue: Quota) -> tuple[Action, ...]:
+def _upkeep(decision: Decision, obs: Observed, kueue: Quota, unneeded: bool) -> tuple[Action, ...]:
     """The Workload writes Kueue's reconciler would make in this state of the gangs."""
-    out: list[Action] = []
-    wants = {active_due(kueue.of(s), decision.phase) for s in STAGES}
+    out: list[Action] = [Action.RELEASE_PRECOMPILE_WORKLOAD] if unneeded else []
+    stages = STAGES[1:] if unneeded else STAGES
+    wants = {active_due(kueue.of(s), decision.phase) for s in stages}
     out.extend(ACTIVITY[w] for w in (False, True) if w in wants)
-    for stage in STAGES:
+    for stage in stages:
         wl, child = kueue.of(stage), child_of(obs, stage)
         if requeue_due(wl, child) and decision.phase not in TERMINAL:
             out.append(REQUEUES[stage])

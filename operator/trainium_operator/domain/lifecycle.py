@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from trainium_operator.domain import kueuejob, verdicts
+from trainium_operator.domain import kueuejob, quota, verdicts
 from trainium_operator.domain.model import (
     _PHASES,
     _RANK,
@@ -70,7 +70,7 @@ def invalid(problems: list[str]) -> Decision:
 def decide(obs: Observed) -> Decision:
     """Derive phase, conditions and actions from one observation; the phase never moves back."""
     if _finished(obs):
-        return _stays_finished(obs)
+        return quota.finished(_stays_finished(obs), obs)
     decision = kueuejob.gate(_decide(obs), obs)
     if obs.changed_fields:
         decision = _hold(decision, obs.changed_fields)

@@ -105,6 +105,9 @@ class Action(str, enum.Enum):
     #: Set the Workload's PodsReady condition from its gang (Kueue's waitForPodsReady).
     READY_PRECOMPILE_WORKLOAD = "ReadyPrecompileWorkload"
     READY_TRAINING_WORKLOAD = "ReadyTrainingWorkload"
+    #: The compile Workload of a compile the job no longer needs (a cache hit now, or another
+    #: job compiles the graphs): deleted, so it never holds quota the job's training needs.
+    RELEASE_PRECOMPILE_WORKLOAD = "ReleasePrecompileWorkload"
     #: spec.elastic: a Workload of a size the gang no longer runs at is deleted (its quota back).
     DELETE_STALE_WORKLOADS = "DeleteStaleWorkloads"
     #: runPolicy.suspend on a Kueue job: its Workloads' spec.active follows it (false: Kueue

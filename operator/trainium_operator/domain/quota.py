@@ -149,9 +149,39 @@ def gate(decision: Decision, obs: Observed) -> Decision:
     return replace(decision, actions=(*done, *decision.actions)) if done else decision
 
 
+def finished(decision: Decision, obs: Observed) -> Decision:
+    """A finished job's decision with the finishes of its Workloads still live (Kueue's
+    reconciler finishes the Workload of a finished job on every pass until it is)."""
+    quota = obs.quota
+    done = () if quota is None else _finishing(decision, obs, quota)
+    return replace(decision, actions=(*done, *decision.actions)) if done else decision
+
+
+def finishes(decision: Decision) -> tuple[Action, ...]:
+    """The Workload finishes a decision asks for (the pass carries them out even when a
+    refusal ended the job: its quota is released at once)."""
+    return tuple(a for a in decision.actions if a in FINISHES.values())
+
+
+LIVE = (Admission.PENDING, Admission.ADMITTED, Admission.EVICTED)
+
+
+def started(obs: Observed, phase: Phase) -> bool:
+    """Whether the job has started, as status.startTime says (activeDeadlineSeconds counts
+    from it): under Kueue once one of its Workloads was admitted, as Kueue's own batch Jobs
+    start when admitted; at once otherwise."""
+    quota = obs.quota
+    if quota is None or phase in TERMINAL:
+        return True
+    if obs.precompile is not Child.ABSENT or obs.training is not Child.ABSENT:
+        return True
+    seen = (Admission.ADMITTED, Admission.EVICTED, Admission.FINISHED)
+    return any(quota.of(s).state in seen for s in ("precompile", "train"))
+
+
 def _finishing(decision: Decision, obs: Observed, quota: Quota) -> tuple[Action, ...]:
     """The precompile's Workload once its gang succeeded; every Workload when the job ends."""
-    live = (Admission.PENDING, Admission.ADMITTED, Admission.EVICTED)
+    live = LIVE
     out = []
     for stage in ("precompile", "train"):
         ended = decision.phase in TERMINAL or (

@@ -17,6 +17,7 @@ from trainium_operator.domain import (
     history,
     nodes,
     progress,
+    quota,
     specdigest,
 )
 from trainium_operator.domain.cachekey import cache_key, cache_name, identity
@@ -110,6 +111,8 @@ class Frame:
     #: A graph-defining edit was refused: the cache fields keep describing what runs, not the
     #: edited spec's key, which nothing compiled.
     held: bool = False
+    #: The job has started (quota.started: under Kueue, once admitted): startTime is set.
+    started: bool = True
 
 
 def render(frame: Frame) -> Json:
@@ -123,8 +126,10 @@ def render(frame: Frame) -> Json:
         "observedGeneration": generation,
         "conditions": conditions(decision, previous.get("conditions", []), generation, now),
         "restarts": decision.restarts,
-        "startTime": previous.get("startTime") or now,
     }
+    start = previous.get("startTime") or (now if frame.started else None)
+    if start:
+        status["startTime"] = start
     if held and previous.get("cache"):
         status["cache"] = dict(previous["cache"])
     elif cache_key:
@@ -247,6 +252,7 @@ def _rendered(inputs: Inputs) -> Json:
             ),
             cache_extra=_cache_figures(spec, inputs.decision, obs) if spec else None,
             held=bool(obs.changed_fields),
+            started=quota.started(obs, inputs.decision.phase),
         )
     )
 

@@ -55,7 +55,19 @@ def workload_name(owner: Owner, spec: TrainiumJobSpec, stage: str) -> str:
     suffix = naming.STAGE_SUFFIX[stage]
     if spec.precompile_size is not None:
         suffix = f"{suffix}-n{spec.precompile_size}"
-    return naming.fit(f"trainiumjob-{owner.name}", suffix, naming.DNS_LABEL_MAX)
+    return name_for(owner, suffix)
+
+
+#: Hex digits of the owner's uid in a Workload's name (Kueue's own names carry 5).
+UID_DIGITS = 5
+
+
+def name_for(owner: Owner, suffix: str) -> str:
+    """`trainiumjob-<job>-<uid hash>-<suffix>`: the owner's uid in the name, as Kueue's job
+    framework names Workloads, so a job re-created under the same name never meets its
+    predecessor's Workload (orphaned, or not yet collected) by name."""
+    tag = naming.short_hash(owner.uid, UID_DIGITS)
+    return naming.fit(f"trainiumjob-{owner.name}", f"{tag}-{suffix}", naming.DNS_LABEL_MAX)
 
 
 def pod_set(vcjob: Mapping[str, Any], name: str) -> Json:
@@ -149,6 +161,38 @@ def with_flavors(vcjob: Json, flavors: Sequence[Mapping[str, Any]]) -> Json:
         if tolerations:
             have = pod.get("tolerations") or []
             pod["tolerations"] = have + [t for t in tolerations if t not in have]
+    return out
+
+
+def pod_set_updates(workload: Mapping[str, Any] | None, pod_set_name: str) -> tuple[Json, ...]:
+    """The podSetUpdates the Workload's admission checks give its pod set (a ProvisioningRequest
+    check delivers its capacity's node selector and labels this way)."""
+    checks = ((workload or {}).get("status") or {}).get("admissionChecks") or ()
+    return tuple(
+        dict(update)
+        for check in checks
+        for update in check.get("podSetUpdates") or ()
+        if update.get("name") == pod_set_name
+    )
+
+
+def with_updates(vcjob: Json, updates: Sequence[Mapping[str, Any]]) -> Json:
+    """The Volcano job with the admission checks' podSetUpdates on every pod (labels,
+    annotations, nodeSelector, tolerations), as Kueue's job framework applies them on start."""
+    if not updates:
+        return vcjob
+    out = copy.deepcopy(vcjob)
+    for task in out["spec"]["tasks"]:
+        template = task["template"]
+        meta, pod = template.setdefault("metadata", {}), template["spec"]
+        for update in updates:
+            for key, part in (("labels", meta), ("annotations", meta), ("nodeSelector", pod)):
+                if update.get(key):
+                    part[key] = {**(part.get(key) or {}), **update[key]}
+            have = pod.get("tolerations") or []
+            more = [t for t in update.get("tolerations") or () if t not in have]
+            if more:
+                pod["tolerations"] = have + more
     return out
 
 

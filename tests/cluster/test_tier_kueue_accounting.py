@@ -1,0 +1,256 @@
+"""Issue 41 on the real tier (real Kueue v0.19.2, real Volcano): quota is released exactly when a
+job stops needing it, on the less common paths too.
+
+- a gang create the API server refuses for good after admission fails the job, and its
+  Workload is Finished (not left admitted for ever);
+- a compile Workload whose compile is no longer needed (another job filled the entry while
+  this one was suspended) is released, so the job's training Workload can be admitted;
+- runPolicy.activeDeadlineSeconds counts from the job's admission, not from its queueing.
+
+Each ends with the ClusterQueue holding nothing; conftest's `_no_quota_held_by_finished_jobs`
+also checks every Kueue test's namespace for Workloads of finished jobs still holding quota.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import time
+from typing import Any
+
+import pytest
+
+import procs
+from cluster import Cluster, wait_until
+from harness import OperatorProcess
+from jobs import TJ, VCJOB, children, condition, create, fsx_claim, get, wait_condition
+from kubelet import FakeKubelet
+from kueue import API, Kueue
+from test_tier_kueue import (  # noqa: F401  (flavor is a fixture)
+    FLAVOR_LABELS,
+    PRECOMPILE,
+    RUNNING,
+    flavor,
+    kueue_job,
+    queues,
+    released,
+    running_pods,
+    workloads_of,
+)
+
+Obj = dict[str, Any]
+CACHED: Obj = {"precompile": {"policy": "IfNotCached"}, "cache": {"name": "shared"}}
+
+
+def refuse_gangs(cluster: Cluster, namespace: str) -> str:
+    """An admission policy refusing every Volcano job create in namespace with 422 Invalid, as
+    a webhook refusing the gang for good would; its name (deleted by the caller)."""
+    name = f"no-gangs-{namespace}"[:63]
+    rules = [{"apiGroups": ["batch.volcano.sh"], "apiVersions": ["*"], "resources": ["jobs"],
+              "operations": ["CREATE"]}]  # fmt: skip
+    docs = [
+        {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+         "metadata": {"name": name},
+         "spec": {"failurePolicy": "Fail", "matchConstraints": {"resourceRules": rules},
+                  "validations": [{"expression": "false", "reason": "Invalid",
+                                   "message": "the test refuses every gang"}]}},
+        {"apiVersion": "admissionregistration.k8s.io/v1",
+         "kind": "ValidatingAdmissionPolicyBinding", "metadata": {"name": name},
+         "spec": {"policyName": name, "validationActions": ["Deny"],
+                  "matchResources": {"namespaceSelector": {"matchLabels": {
+                      "kubernetes.io/metadata.name": namespace}}}}},
+    ]  # fmt: skip
+    cluster.kubectl("apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List",
+                                                          "items": docs}))  # fmt: skip
+    probe = {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
+             "metadata": {"name": "probe", "namespace": namespace},
+             "spec": {"tasks": [{"name": "t", "replicas": 1, "template": {"spec": {
+                 "containers": [{"name": "c", "image": "x"}]}}}]}}  # fmt: skip
+
+    def refusing() -> bool:  # a new policy takes a moment to reach the admission chain
+        proc = cluster.kubectl("create", "--dry-run=server", "-f", "-",
+                               stdin=json.dumps(probe), check=False)  # fmt: skip
+        return proc.returncode != 0 and "refuses every gang" in proc.stderr
+
+    wait_until(refusing, procs.scaled(30), "the policy refusing Volcano jobs", every=0.5)
+    return name
+
+
+def status_of(cluster: Cluster, name: str, namespace: str) -> Obj:
+    return (get(cluster, TJ, name, namespace) or {}).get("status") or {}
+
+
+def suspend(cluster: Cluster, name: str, namespace: str, on: bool) -> None:
+    patch = json.dumps({"spec": {"runPolicy": {"suspend": on}}})
+    cluster.kubectl("patch", TJ, name, "-n", namespace, "--type=merge", "-p", patch)
+
+
+def test_a_gang_refused_for_good_after_admission_fails_the_job_and_finishes_its_workload(
+    cluster: Cluster,
+    kubelet: FakeKubelet,
+    kueue: Kueue,
+    flavor: str,  # noqa: F811
+    running_operator: OperatorProcess,
+    ns: str,
+) -> None:
+    """Issue 41 (1): Kueue admits, the API server refuses the gang (422): the job is Failed
+    naming the refusal, and its Workload is Finished: the ClusterQueue holds nothing."""
+    fsx_claim(cluster, ns)
+    cq = queues(cluster, ns, flavor, neuron=16)
+    policy = refuse_gangs(cluster, ns)
+    try:
+        create(cluster, kueue_job("refused", ns))
+        job = wait_condition(cluster, "refused", ns, "Failed", timeout=int(procs.scaled(90)))
+        assert "refuses every gang" in job["status"]["message"], job["status"]
+        assert children(cluster, VCJOB, ns, "refused") == []
+        (wl,) = workloads_of(kueue, ns, "refused")
+        assert condition(wl, "Admitted").get("status") == "True", wl.get("status")
+
+        def finished() -> Obj | None:
+            (now,) = workloads_of(kueue, ns, "refused")
+            return now if condition(now, "Finished").get("status") == "True" else None
+
+        done = wait_until(finished, procs.scaled(30), "the refused job's Workload Finished")
+        assert condition(done, "Finished")["reason"] == "Failed", done["status"]
+        wait_until(lambda: released(kueue, cq), procs.scaled(60), f"{cq} usage back to 0")
+    finally:
+        cluster.kubectl("delete", "validatingadmissionpolicybinding,validatingadmissionpolicy",
+                        policy, "--ignore-not-found", check=False)  # fmt: skip
+
+
+def test_a_compile_no_longer_needed_releases_its_workload(
+    cluster: Cluster,
+    kubelet: FakeKubelet,
+    kueue: Kueue,
+    flavor: str,  # noqa: F811
+    running_operator: OperatorProcess,
+    ns: str,
+) -> None:
+    """Issue 41 (2), a queue that fits one gang: `first` compiles and is suspended (its compile
+    stopped); `second`, same graphs, compiles them and trains, holding the quota; `first`,
+    resumed, is a cache hit: its compile Workload is released at once, so when `second` ends
+    Kueue admits first's training (not the older compile Workload) and `first` succeeds."""
+    fsx_claim(cluster, ns)
+    cq = queues(cluster, ns, flavor, neuron=16)
+    kubelet.plan(PRECOMPILE, RUNNING, namespace=ns)  # compiles run until finished
+    kubelet.plan({"trainium.dev/job-name": "second", "trainium.dev/stage": "train"}, RUNNING,
+                 namespace=ns)  # fmt: skip
+    create(cluster, kueue_job("first", ns, **CACHED))
+    running_pods(kubelet, ns, 1, "first")
+    suspend(cluster, "first", ns, True)
+    wait_until(lambda: status_of(cluster, "first", ns).get("phase") == "Suspended",
+               procs.scaled(60), "first Suspended")  # fmt: skip
+    wait_until(lambda: not kubelet.running(ns), procs.scaled(60), "first's compile gone")
+    create(cluster, kueue_job("second", ns, **CACHED))
+    running_pods(kubelet, ns, 1, "second")  # its compile, admitted in the quota first left
+    kubelet.finish(ns)  # the compile ends; its training runs until finished, holding the quota
+    wait_until(lambda: status_of(cluster, "second", ns).get("phase") == "Training",
+               procs.scaled(120), "second Training")  # fmt: skip
+    running_pods(kubelet, ns, 1, "second")
+    suspend(cluster, "first", ns, False)  # a cache hit now: its training Workload queues
+
+    def queued() -> bool:
+        names = [w["metadata"]["name"] for w in workloads_of(kueue, ns, "first")]
+        return any(n.endswith("-train") for n in names)
+
+    wait_until(queued, procs.scaled(60), "first's training Workload")
+    kubelet.finish(ns)  # second ends: the quota goes to first's training
+    wait_condition(cluster, "second", ns, "Succeeded", timeout=int(procs.scaled(60)))
+    first = wait_condition(cluster, "first", ns, "Succeeded", timeout=int(procs.scaled(120)))
+    assert first["status"]["cache"]["outcome"] == "hit", first["status"]
+    assert [w["metadata"]["name"][-6:] for w in workloads_of(kueue, ns, "first")] == ["-train"]
+    wait_until(lambda: released(kueue, cq), procs.scaled(60), f"{cq} usage back to 0")
+
+
+def test_the_active_deadline_counts_from_admission(
+    cluster: Cluster,
+    kubelet: FakeKubelet,
+    kueue: Kueue,
+    flavor: str,  # noqa: F811
+    running_operator: OperatorProcess,
+    ns: str,
+) -> None:
+    """Issue 41 (8): a job that waits for quota longer than its activeDeadlineSeconds is not
+    failed for it: it runs once admitted; status.startTime is its admission."""
+    deadline = int(procs.scaled(10))
+    fsx_claim(cluster, ns)
+    cq = queues(cluster, ns, flavor, neuron=16)
+    kubelet.plan({"trainium.dev/job-name": "first"}, RUNNING, namespace=ns)
+    create(cluster, kueue_job("first", ns))
+    running_pods(kubelet, ns, 1, "first")
+    create(cluster, kueue_job("late", ns, runPolicy={"activeDeadlineSeconds": deadline}))
+    wait_until(lambda: condition(get(cluster, TJ, "late", ns), "Running").get("reason")
+               == "WaitingForQuota", procs.scaled(60), "late waiting for quota")  # fmt: skip
+    assert "startTime" not in status_of(cluster, "late", ns)
+    queued = time.monotonic()
+    while time.monotonic() - queued < 2 * deadline:  # twice its deadline in the queue
+        assert status_of(cluster, "late", ns).get("phase") == "Pending"
+        time.sleep(1)
+    kubelet.finish(ns)  # first ends: late is admitted, runs 1 s and exits 0
+    late = wait_condition(cluster, "late", ns, "Succeeded", timeout=int(procs.scaled(120)))
+    assert late["status"].get("startTime"), late["status"]
+    wait_until(lambda: released(kueue, cq), procs.scaled(60), f"{cq} usage back to 0")
+
+
+@pytest.fixture(autouse=True)
+def _kueue_alive(kueue: Kueue) -> Any:
+    """Each test starts and ends with Kueue's manager running (a crash names itself)."""
+    kueue.check_alive()
+    yield
+    kueue.check_alive()
+
+
+def test_admission_checks_pod_set_updates_reach_the_gang_pods(
+    cluster: Cluster,
+    kubelet: FakeKubelet,
+    kueue: Kueue,
+    flavor: str,  # noqa: F811
+    running_operator: OperatorProcess,
+    ns: str,
+) -> None:
+    """Issue 41 (7): a ClusterQueue with an admission check (this test plays its controller,
+    as a ProvisioningRequest check would): Kueue admits once the check is Ready, and the
+    check's podSetUpdates (labels, annotations, nodeSelector, tolerations) are on every pod."""
+    check = f"check-{ns}"[:63]
+    cluster.apply({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "AdmissionCheck",
+                   "metadata": {"name": check},
+                   "spec": {"controllerName": "tier.trainium.dev/check"}})  # fmt: skip
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    active = {"type": "Active", "status": "True", "reason": "Active", "message": "tier",
+              "lastTransitionTime": now}  # fmt: skip
+    cluster.api.merge_patch(f"{API}/admissionchecks/{check}/status",
+                            {"status": {"conditions": [active]}})  # fmt: skip
+    fsx_claim(cluster, ns)
+    cq = queues(cluster, ns, flavor, neuron=16, checks=[check])
+    kubelet.plan({}, RUNNING, namespace=ns)
+    create(cluster, kueue_job("checked", ns))
+
+    def reserved() -> Obj | None:
+        wls = workloads_of(kueue, ns, "checked")
+        ok = wls and condition(wls[0], "QuotaReserved").get("status") == "True"
+        return wls[0] if ok and wls[0]["status"].get("admissionChecks") else None
+
+    wl = wait_until(reserved, procs.scaled(60), "quota reserved, the check pending")
+    assert condition(wl, "Admitted").get("status") != "True"
+    assert children(cluster, VCJOB, ns, "checked") == []  # nothing before the check is Ready
+    toleration = {"key": "tier.trainium.dev/provisioned", "operator": "Exists",
+                  "effect": "NoSchedule"}  # fmt: skip
+    update = {"name": "train", "labels": {"tier.trainium.dev/capacity": "pr-1"},
+              "annotations": {"tier.trainium.dev/request": "pr-1"},
+              "nodeSelector": FLAVOR_LABELS, "tolerations": [toleration]}  # fmt: skip
+    ready = {"name": check, "state": "Ready", "message": "capacity provisioned",
+             "lastTransitionTime": now, "podSetUpdates": [update]}  # fmt: skip
+    name = wl["metadata"]["name"]
+    cluster.api.merge_patch(f"{API}/namespaces/{ns}/workloads/{name}/status",
+                            {"status": {"admissionChecks": [ready]}})  # fmt: skip
+    running_pods(kubelet, ns, 1, "checked")
+    pods = cluster.api.get(f"/api/v1/namespaces/{ns}/pods") or {}
+    assert len(pods["items"]) == 1
+    for pod in pods["items"]:
+        assert pod["metadata"]["labels"]["tier.trainium.dev/capacity"] == "pr-1"
+        assert pod["metadata"]["annotations"]["tier.trainium.dev/request"] == "pr-1"
+        assert FLAVOR_LABELS.items() <= pod["spec"]["nodeSelector"].items()
+        assert toleration in pod["spec"]["tolerations"]
+    kubelet.finish(ns)
+    wait_condition(cluster, "checked", ns, "Succeeded", timeout=int(procs.scaled(60)))
+    wait_until(lambda: released(kueue, cq), procs.scaled(60), f"{cq} usage back to 0")
