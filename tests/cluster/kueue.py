@@ -34,6 +34,7 @@ import yaml
 
 import procs
 from cluster import Cluster, free_port, kubeconfig, wait_until
+from trainium_operator.manifests import dra
 
 Obj = dict[str, Any]
 NAMESPACE = "kueue-system"
@@ -185,6 +186,11 @@ class Kueue:
             internalCertManagement={"enable": False},
         )  # fmt: skip
         config.setdefault("featureGates", {})["VisibilityOnDemand"] = False
+        # DRA jobs count their Neuron devices (README, "Quota with Kueue"): Kueue's DRA
+        # integration maps the DeviceClass their claims name to the device plugin's resource.
+        config["resources"] = {"deviceClassMappings": [
+            {"name": "aws.amazon.com/neuron", "deviceClassNames": [dra.DEVICE_CLASS]},
+        ]}  # fmt: skip
         (self.root / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
 
     def _spawn(self) -> None:

@@ -43,6 +43,7 @@ from kubelet import Behavior, FakeKubelet
 from kueue import API, Kueue
 from kueue import NAMESPACE as KUEUE_NAMESPACE
 from test_zz_audit import OPERATOR_USER, terminating
+from trainium_operator.manifests import dra
 
 Obj = dict[str, Any]
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
@@ -94,15 +95,17 @@ def since() -> float:
     return time.time()
 
 
-def queues(cluster: Cluster, namespace: str, flavor: str, neuron: int) -> str:
-    """A ClusterQueue for namespace alone (`neuron` devices, EFA to match, cpu and memory
-    plenty) and LocalQueue team-a there, both Active; the ClusterQueue's name."""
+def queues(
+    cluster: Cluster, namespace: str, flavor: str, neuron: int, efa: int | None = None
+) -> str:
+    """A ClusterQueue for namespace alone (`neuron` devices, EFA to match unless given, cpu and
+    memory plenty) and LocalQueue team-a there, both Active; the ClusterQueue's name."""
     name = f"cq-{namespace}"
     resources: list[Obj] = [
         {"name": "cpu", "nominalQuota": 1024},
         {"name": "memory", "nominalQuota": "4Ti"},
         {"name": NEURON, "nominalQuota": neuron},
-        {"name": "vpc.amazonaws.com/efa", "nominalQuota": neuron},
+        {"name": "vpc.amazonaws.com/efa", "nominalQuota": neuron if efa is None else efa},
     ]
     cluster.apply(
         {
@@ -493,6 +496,73 @@ def test_the_priority_class_label_sets_the_workload_priority(
     assert wl["spec"]["priority"] == 1000, wl["spec"]
     assert wl["spec"]["priorityClassRef"]["name"] == wpc
     assert condition(wl, "Admitted").get("status") == "True"
+
+
+def test_a_dra_jobs_workload_counts_its_neuron_devices(
+    cluster: Cluster,
+    kubelet: FakeKubelet,
+    kueue: Kueue,
+    flavor: str,
+    running_operator: OperatorProcess,
+    ns: str,
+) -> None:
+    """Issue 41: a `devices: dra` gang's pods claim their Neuron devices, they request none, so
+    Kueue admitted it on EFA alone. Its pod set carries the claims now, and Kueue's DRA
+    integration (the tier maps DeviceClass neuron.aws.com to aws.amazon.com/neuron, as README
+    says) counts them: 8 devices of quota hold back a trn2.48xlarge node's 16, 16 admit it.
+    (On main the Workload was admitted at once, its usage without aws.amazon.com/neuron.)"""
+    # What the Neuron DRA driver publishes (the tier has no driver): its DeviceClass and one
+    # trn2.48xlarge node's 16 devices. Kueue reads both to count a claim with selectors.
+    selector = {"cel": {"expression": f"device.driver == '{dra.DRIVER}'"}}
+    devices = [{"name": f"neuron-{i}", "attributes": {"instanceType": {"string": "trn2.48xlarge"}}}
+               for i in range(16)]  # fmt: skip
+    cluster.apply(
+        {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
+         "metadata": {"name": dra.DEVICE_CLASS}, "spec": {"selectors": [selector]}},
+        {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+         "metadata": {"name": f"neuron-{ns}"[:63]},
+         "spec": {"driver": dra.DRIVER, "allNodes": True, "devices": devices,
+                  "pool": {"name": ns, "generation": 1, "resourceSliceCount": 1}}},
+    )  # fmt: skip
+    try:
+        _dra_job_counted(cluster, kueue, flavor, ns)
+    finally:
+        cluster.kubectl("delete", "deviceclass", dra.DEVICE_CLASS, "--ignore-not-found",
+                        check=False)  # fmt: skip
+        cluster.kubectl("delete", "resourceslice", f"neuron-{ns}"[:63], "--ignore-not-found",
+                        check=False)  # fmt: skip
+
+
+def _dra_job_counted(cluster: Cluster, kueue: Kueue, flavor: str, ns: str) -> None:
+    fsx_claim(cluster, ns)
+    cq = queues(cluster, ns, flavor, neuron=8, efa=16)
+    create(cluster, kueue_job("dra", ns, devices="dra", instanceType="trn2.48xlarge"))
+
+    def held() -> Obj | None:
+        found = workloads_of(kueue, ns, "dra")
+        return found[0] if found and condition(found[0], "QuotaReserved") else None
+
+    wl = wait_until(held, procs.scaled(60), "Kueue's verdict on the DRA Workload")
+    refusal = condition(wl, "QuotaReserved")
+    assert refusal.get("status") == "False" and NEURON in refusal.get("message", ""), refusal
+    assert condition(wl, "Admitted").get("status") != "True"
+    cluster.api.merge_patch(f"{API}/clusterqueues/{cq}", {"spec": {"resourceGroups": [{
+        "coveredResources": ["cpu", "memory", NEURON, "vpc.amazonaws.com/efa"],
+        "flavors": [{"name": flavor, "resources": [
+            {"name": "cpu", "nominalQuota": 1024}, {"name": "memory", "nominalQuota": "4Ti"},
+            {"name": NEURON, "nominalQuota": 16}, {"name": "vpc.amazonaws.com/efa",
+                                                  "nominalQuota": 16}]}],
+    }]}})  # fmt: skip
+
+    def admitted() -> Obj | None:
+        found = workloads_of(kueue, ns, "dra")
+        return found[0] if found and condition(found[0], "Admitted").get("status") == "True" \
+            else None  # fmt: skip
+
+    wl = wait_until(admitted, procs.scaled(60), "the DRA Workload admitted")
+    (assignment,) = wl["status"]["admission"]["podSetAssignments"]
+    assert str(assignment["resourceUsage"][NEURON]) == "16", assignment
+    cluster.kubectl("delete", "trainiumjob", "dra", "-n", ns, "--wait=false")
 
 
 def test_a_job_without_the_label_is_left_alone(
