@@ -16,6 +16,7 @@ import datetime
 import json
 import re
 import statistics
+import subprocess
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -563,6 +564,64 @@ def _dra_job_counted(cluster: Cluster, kueue: Kueue, flavor: str, ns: str) -> No
     (assignment,) = wl["status"]["admission"]["podSetAssignments"]
     assert str(assignment["resourceUsage"][NEURON]) == "16", assignment
     cluster.kubectl("delete", "trainiumjob", "dra", "-n", ns, "--wait=false")
+
+
+def test_the_queue_label_moves_a_waiting_job_and_is_kept_while_it_runs(
+    cluster: Cluster,
+    kubelet: FakeKubelet,
+    kueue: Kueue,
+    flavor: str,
+    running_operator: OperatorProcess,
+    ns: str,
+) -> None:
+    """Issue 41, item 4: the label changed while the job waits moves its Workload to the new
+    LocalQueue (on main it stayed in the old one); the chart's admission policy refuses removing
+    it from a waiting job (on main its gang started at once outside the quota) and changing or
+    removing it once the gang runs, as Kueue's webhook does for its own jobs."""
+    fsx_claim(cluster, ns)
+    queues(cluster, ns, flavor, neuron=0)  # team-a: no Neuron quota, the job waits there
+    other = f"cqb-{ns}"[:63]
+    resources = [{"name": "cpu", "nominalQuota": 1024}, {"name": "memory", "nominalQuota": "4Ti"},
+                 {"name": NEURON, "nominalQuota": 16},
+                 {"name": "vpc.amazonaws.com/efa", "nominalQuota": 16}]  # fmt: skip
+    cluster.apply(
+        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue",
+         "metadata": {"name": other},
+         "spec": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}},
+                  "resourceGroups": [{"coveredResources": [r["name"] for r in resources],
+                                      "flavors": [{"name": flavor, "resources": resources}]}]}},
+        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
+         "metadata": {"name": "team-b", "namespace": ns}, "spec": {"clusterQueue": other}},
+    )  # fmt: skip
+    kubelet.plan({}, RUNNING, namespace=ns)
+    create(cluster, kueue_job("mover", ns))
+
+    def refused() -> Obj | None:
+        found = workloads_of(kueue, ns, "mover")
+        verdict = condition(found[0], "QuotaReserved") if found else {}
+        return found[0] if verdict.get("status") == "False" else None
+
+    wait_until(refused, procs.scaled(60), "Kueue's refusal in LocalQueue team-a")
+
+    def label(value: str) -> subprocess.CompletedProcess[str]:
+        change = f"{QUEUE_LABEL}-" if value == "" else f"{QUEUE_LABEL}={value}"
+        return cluster.kubectl("label", "--overwrite", f"{TJ}/mover", "-n", ns, change,
+                               check=False)  # fmt: skip
+
+    out = label("")
+    assert out.returncode != 0 and "cannot be removed while the job is waiting" in out.stderr, out
+    assert label("team-b").returncode == 0
+    running_pods(kubelet, ns, 1, "mover")
+    (wl,) = workloads_of(kueue, ns, "mover")
+    assert wl["spec"]["queueName"] == "team-b", wl["spec"]
+    assert condition(wl, "Admitted").get("status") == "True", wl.get("status")
+    wait_until(lambda: (get(cluster, TJ, "mover", ns) or {}).get("status", {}).get("phase")
+               == "Training", procs.scaled(60), "the job Training")  # fmt: skip
+    for value, said in (("team-a", "cannot be changed"), ("", "cannot be removed")):
+        out = label(value)
+        assert out.returncode != 0 and said in out.stderr and "Training" in out.stderr, out
+    kubelet.finish(ns)
+    wait_condition(cluster, "mover", ns, "Succeeded", timeout=int(procs.scaled(60)))
 
 
 def test_a_job_without_the_label_is_left_alone(

@@ -278,3 +278,32 @@ def test_a_dra_gang_admitted_on_efa_alone_is_not_started(
     if not admitted:
         assert quota.blocker is not None and quota.blocker.reason == "NeuronDevicesNotCounted"
         assert "deviceClassMappings" in quota.blocker.message
+
+
+def _waiting(spec: Any, queue: str, reserved: bool = False) -> Json:
+    wl = _admitted(spec, {})
+    wl["spec"] = {"queueName": queue}
+    conds = [{"type": "QuotaReserved", "status": "True" if reserved else "False"}]
+    wl["status"] = {"conditions": conds}
+    return wl
+
+
+@pytest.mark.parametrize(("queue", "reserved", "moved"), [
+    ("old-queue", False, True),  # the label changed while it waited: made again in the new one
+    ("team-a-queue", False, False),
+    ("old-queue", True, False),  # quota reserved: it stays (the chart's policy refuses this)
+])  # fmt: skip
+def test_a_waiting_workload_of_another_queue_is_replaced(
+    queue: str, reserved: bool, moved: bool
+) -> None:
+    """Issue 41: a queue-name label changed while the job waited left its Workload in the old
+    LocalQueue (fails on main: nothing stale). Deleted, it is made again in the new queue."""
+    from trainium_operator.cluster import workloads
+
+    spec = parse(job(precompile={"policy": "Never"}))
+    wl = _waiting(spec, queue, reserved)
+    reader = _Reader(**{wl["metadata"]["name"]: wl})
+    plain = workload.Kueue("team-a-queue")
+    quota, held = workloads.observe(spec, OWNER, plain, reader, starting=False)  # type: ignore[arg-type]
+    assert (held.stale == (wl,)) is moved
+    assert (quota.stale == (wl["metadata"]["name"],)) is moved

@@ -364,7 +364,7 @@ _KEEP: dict[Kind, tuple[tuple[str, tuple[str, ...] | None], ...]] = {
     Kind.LEASE: (("spec", None),),
     Kind.QUEUE: (("spec", ("parent",)), ("status", ("state",))),
     Kind.PRIORITY: (),  # that it exists
-    Kind.WORKLOAD: (("spec", ("active",)), ("status", ("conditions", "admission"))),
+    Kind.WORKLOAD: (("spec", ("active", "queueName")), ("status", ("conditions", "admission"))),
     Kind.FLAVOR: (("spec", ("nodeLabels", "tolerations")),),
 }
 

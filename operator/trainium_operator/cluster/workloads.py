@@ -60,7 +60,7 @@ def observe(
         found = (read.get(Kind.FLAVOR, "", f) for f in workload.admitted_flavors(body))
         flavors[stage] = tuple(f for f in found if f is not None)
     states = {s: workload_state(workload.workload_name(owner, spec, s), bodies[s]) for s in STAGES}
-    stale = _stale(spec, owner, kueue, read)
+    stale = _stale(spec, owner, kueue, read) + _moved(kueue, states, bodies)
     names = tuple(str(b["metadata"]["name"]) for b in stale)
     blocker, priority = None, None
     if not starting:
@@ -106,6 +106,23 @@ def _uncounted(
                 "Workload (it is made again); the gang is not started outside the quota",
             )
     return None
+
+
+def _moved(
+    kueue: Kueue, states: Mapping[str, Workload], bodies: Mapping[str, Json | None]
+) -> tuple[Json, ...]:
+    """Workloads in another LocalQueue than the label names, holding no quota: the label was
+    changed while the job waited. Deleted (DELETE_STALE_WORKLOADS), each is made again in the
+    new queue, as Kueue's job framework moves a waiting job's Workload; an admitted one stays
+    (the chart's admission policy refuses that change, as Kueue's webhook does)."""
+    waiting = {s for s, wl in states.items() if wl.state is Admission.PENDING and not wl.reserved}
+    return tuple(
+        body
+        for stage, body in bodies.items()
+        if body is not None
+        and stage in waiting
+        and ((body.get("spec") or {}).get("queueName") or kueue.queue) != kueue.queue
+    )
 
 
 def _stale(spec: TrainiumJobSpec, owner: Owner, kueue: Kueue, read: Reader) -> tuple[Json, ...]:
