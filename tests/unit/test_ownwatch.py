@@ -148,3 +148,17 @@ def test_an_unlisted_late_kind_is_read_with_gets(monkeypatch: pytest.MonkeyPatch
     idx[Kind.WORKLOAD].listed = True
     assert reader.get(Kind.WORKLOAD, "ns", "w") is None and got == ["w"]
     assert reader.watched(Kind.WORKLOAD)
+
+
+def test_a_kind_not_served_waits_on_a_watch_of_its_crd_not_a_poll() -> None:
+    """No Kueue: one list, then a watch of the CRD (no request while idle); its CRD there but
+    the kind not served yet: lists again, backing off."""
+    server, seen = Server(), []
+    waits: list[int] = []
+    w = watch(server, seen, crd=lambda seconds: waits.append(seconds) or False, poll=0.0)
+    w.once()
+    assert server.lists == 1 and waits == [ownwatch.WATCH_SECONDS]
+    w = watch(server, seen, crd=lambda seconds: True, poll=0.0)
+    w.once()
+    w.once()
+    assert w._unserved == 2

@@ -127,3 +127,14 @@ def watch_objects(plural: str, selector: str, since: str, seconds: int) -> Itera
     )  # fmt: skip
     for event in stream:
         yield {"type": event["type"], "object": event.get("raw_object", event["object"])}
+
+
+def crd_appears(plural: str, seconds: int) -> bool:
+    """Wait (a watch: no polling) until the kind's CRD exists; False when `seconds` pass
+    without it. An existing CRD answers at once (the watch's first event)."""
+    stream = watch.Watch().stream(
+        client.ApiextensionsV1Api(k8s.api_client()).list_custom_resource_definition,
+        field_selector=f"metadata.name={plural}.{GROUP}", timeout_seconds=seconds,
+        _request_timeout=(k8s.TIMEOUT, seconds + k8s.TIMEOUT),
+    )  # fmt: skip
+    return any(event["type"] in ("ADDED", "MODIFIED") for event in stream)

@@ -4,8 +4,9 @@ kopf holds every event of every kind until each kind it indexes has been listed
 (`operator_indexed` in kopf/_core/reactor/processing.py), so an indexed kind whose CRD appears
 while the operator runs stalled every job's events until kopf listed it, minutes once (issue 41);
 and a kopf watch re-opened on a deleted CRD meets 404, which kopf treats as fatal (nolar/kopf#509).
-A kind watched here is neither: its absence (404) is looked for again every `POLL` seconds, a
-deleted CRD empties its index (each object's owner woken), and no other kind waits for it.
+A kind watched here is neither: while it is not served (404) a watch of its CRD waits for it
+(no polling: an idle operator without Kueue sends no request), a deleted CRD empties its index
+(each object's owner woken), and no other kind waits for it.
 
 The index is what a pass reads (reads.WatchReader): (namespace, name) -> the objects of that name,
 as kopf's indices are; `listed` says an absence in it is trusted (reads.proven).
@@ -22,8 +23,8 @@ from kubernetes.client.exceptions import ApiException
 
 Json = dict[str, Any]
 Name = tuple[str, str]
-#: Seconds between looks for a kind the API server does not serve (its CRD not installed).
-POLL = 5.0
+#: Seconds between lists of a kind whose CRD exists but is not served yet (discovery lags).
+POLL = 1.0
 #: Seconds a watch request lasts on the server before it is re-opened (from the last version).
 WATCH_SECONDS = 240
 #: Backoff after a failed list or watch: first, doubling, capped (seconds).
@@ -34,6 +35,8 @@ OnEvent = Callable[[str, Json], None]
 Lister = Callable[[], tuple[list[Json], str]]
 #: A watch from a resourceVersion: its events ({"type", "object"}), until the server ends it.
 Watcher = Callable[[str, int], Iterable[Json]]
+#: Blocks until the kind's CRD exists (True) or the seconds pass (False).
+CrdWaiter = Callable[[int], bool]
 log = logging.getLogger(__name__)
 
 
@@ -98,14 +101,15 @@ class OwnWatch:
         *,
         wants: Callable[[Json], bool] = lambda _body: True,
         on_state: Callable[[bool], None] = lambda _failing: None,
+        crd: CrdWaiter = lambda _seconds: True,
         poll: float = POLL,
     ) -> None:
         self.what, self.index = what, index
         self._list, self._watch, self._on_event, self._wants = lister, watcher, on_event, wants
-        self._on_state, self._poll = on_state, poll
+        self._on_state, self._crd, self._poll = on_state, crd, poll
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self.run, name=f"watch {what}", daemon=True)
-        self._failures = 0
+        self._failures = self._unserved = 0
 
     def start(self) -> None:
         self._thread.start()
@@ -126,9 +130,12 @@ class OwnWatch:
     def once(self) -> None:
         """One list and the watches that follow it, until one ends in an error (410, 404...)."""
         version = self.relist()
-        if version is None:  # not served: look again later
-            self._stopped.wait(self._poll)
+        if version is None:  # not served: wait for its CRD, then list again soon
+            if self._crd(WATCH_SECONDS):  # there but not served (yet, or not this version)
+                self._unserved += 1
+                self._stopped.wait(min(MAX_BACKOFF, self._poll * 2 ** min(self._unserved, 10)))
             return
+        self._unserved = 0
         while not self._stopped.is_set():
             for event in self._watch(version, WATCH_SECONDS):
                 if self._stopped.is_set():

@@ -48,6 +48,7 @@ def _watch(passes: Passes, kind: Kind) -> OwnWatch:
         resource(kind), index, lister, watcher, on_event(passes, kind),
         wants=_labelled(selector),
         on_state=lambda failing: passes.reads.unwatched.update(kind, failing),
+        crd=lambda seconds: kueueio.crd_appears(plural, seconds),
     )  # fmt: skip
 
 
