@@ -196,11 +196,11 @@ def _no_quota_held_by_finished_jobs(request: pytest.FixtureRequest) -> Iterator[
 
 
 def uninstall_kueue(manager: Kueue, operator: OperatorProcess) -> None:
-    """Kueue stopped and its CRDs deleted while the session's operator is stopped, then started
-    again: kopf re-opens the watch the API server ends on a deleted CRD, meets 404 and exits
-    (README, "Quota with Kueue"), a moment later, which left a later test without an operator."""
-    operator.stop()
-    try:
-        manager.stop()
-    finally:
-        operator.start(timeout=60)
+    """Kueue stopped and its CRDs deleted while the session's operator runs (issue 41: before,
+    kopf re-opened its watch of Workloads on the deleted CRD, met 404 and exited a moment later);
+    our own watches of Kueue's kinds empty their indices and look for Kueue again."""
+    was = operator.process if operator.running else None
+    manager.stop()
+    assert was is None or (operator.running and operator.process is was), (
+        f"the operator exited when Kueue was uninstalled:\n{operator.log()[-3000:]}"
+    )

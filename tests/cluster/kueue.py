@@ -34,6 +34,7 @@ import yaml
 
 import procs
 from cluster import Cluster, free_port, kubeconfig, wait_until
+from trainium_operator.manifests import dra
 
 Obj = dict[str, Any]
 NAMESPACE = "kueue-system"
@@ -129,14 +130,13 @@ class Kueue:
         (root / "kubeconfig").write_text(config)
 
     def _await_discovery(self) -> None:
-        """Every Kueue kind listed by discovery, then one more event on the Workload CRD.
+        """Every Kueue kind listed by discovery (kubectl needs it to apply Kueue's objects),
+        then one more event on the Workload CRD.
 
-        A client that reads discovery again on each CRD event, as kopf does (its resource
-        observer), may read it for the last time before the last kind is listed: Established
-        comes first, the discovery entry a moment later (seen here for workloads, the largest
-        schema, in 1 run of 5). That operator then never watches Workloads: it reads them with
-        GETs and looks at its Kueue jobs every 5 s (issue 33). The extra event makes kopf read
-        discovery once it is complete, so this module times the watched path; with
+        A client that reads discovery again on each CRD event, as kopf does, may read it for
+        the last time before the last kind is listed (Established comes first, the discovery
+        entry a moment later). The operator no longer depends on it (it watches Kueue's kinds
+        with its own watches, issue 41); the extra event is kept for other clients, and with
         `settle_discovery` False there is none (test_kueue_installed_while_the_operator_runs).
         """
         plurals = {c["spec"]["names"]["plural"] for c in self.crds}
@@ -185,6 +185,11 @@ class Kueue:
             internalCertManagement={"enable": False},
         )  # fmt: skip
         config.setdefault("featureGates", {})["VisibilityOnDemand"] = False
+        # DRA jobs count their Neuron devices (README, "Quota with Kueue"): Kueue's DRA
+        # integration maps the DeviceClass their claims name to the device plugin's resource.
+        config["resources"] = {"deviceClassMappings": [
+            {"name": "aws.amazon.com/neuron", "deviceClassNames": [dra.DEVICE_CLASS]},
+        ]}  # fmt: skip
         (self.root / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
 
     def _spawn(self) -> None:

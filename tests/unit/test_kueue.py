@@ -13,7 +13,7 @@ from trainium_operator.api.spec import parse
 from trainium_operator.domain import lifecycle
 from trainium_operator.domain.lifecycle import Action, Child, Observed, Phase, Rejection
 from trainium_operator.domain.quota import Admission, Quota, Workload, workload_state
-from trainium_operator.manifests import builders, workload
+from trainium_operator.manifests import builders, dra, workload
 from trainium_operator.manifests.builders import Owner
 
 Json = dict[str, Any]
@@ -64,6 +64,19 @@ def test_user_requests_reach_the_pod_set() -> None:
     _, wl = built(resources={"requests": {"cpu": "100", "memory": "400Gi"}})
     requests = wl["spec"]["podSets"][0]["template"]["spec"]["containers"][0]["resources"]
     assert requests["requests"]["cpu"] == "100" and requests["requests"]["memory"] == "400Gi"
+
+
+def test_a_dra_pod_set_carries_the_device_claims_kueue_counts() -> None:
+    """Issue 41: the pod set copied requests and limits, not the pods' resource claims, so
+    Kueue admitted a `devices: dra` gang on EFA alone and never counted its Neuron devices
+    (fails on main: no resourceClaims in the pod set)."""
+    vcjob, wl = built(devices="dra", instanceType="trn2.48xlarge")
+    gang = vcjob["spec"]["tasks"][0]["template"]["spec"]
+    template = wl["spec"]["podSets"][0]["template"]["spec"]
+    assert template["resourceClaims"] == gang["resourceClaims"] == dra.pod_claims(OWNER.name)
+    (container,) = template["containers"]
+    assert container["resources"]["claims"] == dra.container_claims()
+    assert "aws.amazon.com/neuron" not in container["resources"].get("requests", {})
 
 
 def test_no_priority_without_the_label() -> None:
@@ -223,6 +236,91 @@ def test_an_invalid_workload_fails_the_job_naming_it() -> None:
 
 def test_without_kueue_nothing_changes() -> None:
     assert lifecycle.decide(READY).actions == (Action.CREATE_TRAINING,)
+
+
+class _Reader:
+    """Workloads by name (ours: controlled by OWNER), nothing else."""
+
+    def __init__(self, **found: Json) -> None:
+        self.found = found
+
+    def get(self, kind: Any, namespace: str, name: str) -> Json | None:
+        return self.found.get(name)
+
+    def wrote(self, *_: Any) -> None: ...
+
+    def deleted(self, *_: Any) -> None: ...
+
+    def watched(self, kind: Any) -> bool:
+        return True
+
+
+def _admitted(spec: Any, usage: Json) -> Json:
+    name = workload.workload_name(OWNER, spec, "train")
+    return {
+        "metadata": {"name": name, "namespace": OWNER.namespace, "uid": "w1",
+                     "resourceVersion": "3", "ownerReferences": [OWNER.reference()]},
+        "status": {
+            "conditions": [{"type": "QuotaReserved", "status": "True"},
+                           {"type": "Admitted", "status": "True"}],
+            "admission": {"clusterQueue": "cq", "podSetAssignments": [
+                {"name": "train", "flavors": {}, "resourceUsage": usage, "count": 1}]},
+        },
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("devices", "usage", "admitted"),
+    [
+        ("dra", {"vpc.amazonaws.com/efa": "16"}, False),  # Kueue without deviceClassMappings
+        ("dra", {"vpc.amazonaws.com/efa": "16", "aws.amazon.com/neuron": "16"}, True),
+        ("plugin", {"vpc.amazonaws.com/efa": "16", "aws.amazon.com/neuron": "16"}, True),
+    ],
+)
+def test_a_dra_gang_admitted_on_efa_alone_is_not_started(
+    devices: str, usage: Json, admitted: bool
+) -> None:
+    """Issue 41: never admitted on EFA alone (fails on main: the gang was created)."""
+    from trainium_operator.cluster import workloads
+
+    spec = parse(job(devices=devices, instanceType="trn2.48xlarge", precompile={"policy": "Never"}))
+    wl = _admitted(spec, usage)
+    reader = _Reader(**{wl["metadata"]["name"]: wl})
+    plain = workload.Kueue("team-a-queue")
+    quota, _held = workloads.observe(spec, OWNER, plain, reader, starting=True)  # type: ignore[arg-type]
+    assert (quota.train.state is Admission.ADMITTED) is admitted
+    if not admitted:
+        assert quota.blocker is not None and quota.blocker.reason == "NeuronDevicesNotCounted"
+        assert "deviceClassMappings" in quota.blocker.message
+
+
+def _waiting(spec: Any, queue: str, reserved: bool = False) -> Json:
+    wl = _admitted(spec, {})
+    wl["spec"] = {"queueName": queue}
+    conds = [{"type": "QuotaReserved", "status": "True" if reserved else "False"}]
+    wl["status"] = {"conditions": conds}
+    return wl
+
+
+@pytest.mark.parametrize(("queue", "reserved", "moved"), [
+    ("old-queue", False, True),  # the label changed while it waited: made again in the new one
+    ("team-a-queue", False, False),
+    ("old-queue", True, False),  # quota reserved: it stays (the chart's policy refuses this)
+])  # fmt: skip
+def test_a_waiting_workload_of_another_queue_is_replaced(
+    queue: str, reserved: bool, moved: bool
+) -> None:
+    """Issue 41: a queue-name label changed while the job waited left its Workload in the old
+    LocalQueue (fails on main: nothing stale). Deleted, it is made again in the new queue."""
+    from trainium_operator.cluster import workloads
+
+    spec = parse(job(precompile={"policy": "Never"}))
+    wl = _waiting(spec, queue, reserved)
+    reader = _Reader(**{wl["metadata"]["name"]: wl})
+    plain = workload.Kueue("team-a-queue")
+    quota, held = workloads.observe(spec, OWNER, plain, reader, starting=False)  # type: ignore[arg-type]
+    assert (held.stale == (wl,)) is moved
+    assert (quota.stale == (wl["metadata"]["name"],)) is moved
 
 
 def test_admission_checks_pod_set_updates_reach_every_pod() -> None:

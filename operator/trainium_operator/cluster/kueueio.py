@@ -1,11 +1,12 @@
 """Thin I/O on Kueue's objects: Workloads (create, spec.active, status writes, delete),
-flavors, queues, classes."""
+flavors, queues, classes; lists and watches of a kind (cluster/ownwatch.py)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
-from kubernetes import client
+from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
 from trainium_operator.cluster import k8s
@@ -104,3 +105,36 @@ def get_priority_class(name: str) -> Json | None:
     """A WorkloadPriorityClass (cluster-scoped), or None."""
     args = (GROUP, VERSION, "workloadpriorityclasses", name)
     return k8s.missing_is_none(k8s.custom().get_cluster_custom_object, *args)  # type: ignore[no-any-return]
+
+
+def list_objects(plural: str, selector: str) -> tuple[list[Json], str]:
+    """Every object of a Kueue kind (all namespaces) and the list's resourceVersion; a 404
+    (Kueue's API not served) is raised."""
+    out = k8s.request(
+        k8s.custom().list_cluster_custom_object, GROUP, VERSION, plural, label_selector=selector
+    )
+    meta = out.get("metadata") or {}
+    return list(out.get("items") or []), str(meta.get("resourceVersion") or "")
+
+
+def watch_objects(plural: str, selector: str, since: str, seconds: int) -> Iterator[Json]:
+    """A kind's watch events from `since` until the server ends the request (`seconds`); an
+    error event (410 Gone, 404 once the CRD is deleted) is raised as ApiException."""
+    stream = watch.Watch().stream(
+        k8s.custom().list_cluster_custom_object, GROUP, VERSION, plural,
+        label_selector=selector, resource_version=since, timeout_seconds=seconds,
+        allow_watch_bookmarks=True, _request_timeout=(k8s.TIMEOUT, seconds + k8s.TIMEOUT),
+    )  # fmt: skip
+    for event in stream:
+        yield {"type": event["type"], "object": event.get("raw_object", event["object"])}
+
+
+def crd_appears(plural: str, seconds: int) -> bool:
+    """Wait (a watch: no polling) until the kind's CRD exists; False when `seconds` pass
+    without it. An existing CRD answers at once (the watch's first event)."""
+    stream = watch.Watch().stream(
+        client.ApiextensionsV1Api(k8s.api_client()).list_custom_resource_definition,
+        field_selector=f"metadata.name={plural}.{GROUP}", timeout_seconds=seconds,
+        _request_timeout=(k8s.TIMEOUT, seconds + k8s.TIMEOUT),
+    )  # fmt: skip
+    return any(event["type"] in ("ADDED", "MODIFIED") for event in stream)

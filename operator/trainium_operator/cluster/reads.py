@@ -29,13 +29,14 @@ heals such a ghost within one resync (an absence needs no GET: the re-list lists
 An ambiguous index entry (two objects of one name, an old one's deletion not yet processed) is
 also read with a GET.
 
-Kueue's kinds are `LATE`: their CRDs may be installed while the operator runs, and kopf re-reads
-API discovery only on a CRD event, which can come before discovery lists the kind; kopf then logs
-"Unresolved resources cannot be served" once and never watches it (issue 33). So an absence in a
-late kind's index is trusted only once that index has shown an object (kopf lists or watches the
-kind); until then the kind is read with GETs, and a GET that finds an object the index never
-showed (not our own write of the last `WATCH_GRACE` seconds) tells `Unwatched`: one WARNING, a
-metric, and the runtime looks again at the waiting Kueue jobs (domain/quota.unwatched_look).
+Kueue's kinds are `LATE`: their CRDs may be installed (or deleted) while the operator runs. They
+are not kopf's indices but our own watches' (cluster/ownwatch.py), outside kopf's barrier: kopf
+would hold every event of every kind until a late kind is listed, and exit on the 404 of a watch
+of a deleted CRD (issue 41). An absence in a late kind's index is trusted once its watch has
+listed the kind (`proven`); until then (the operator starting, the CRD not served or just
+installed) the kind is read with GETs, and Kueue jobs are looked at every `UNWATCHED_LOOK`
+seconds (domain/quota.unwatched_look), as no Workload event may wake them. A watch that keeps
+failing on a served kind (RBAC, say) is said once (`Unwatched`: a WARNING and a metric).
 """
 
 from __future__ import annotations
@@ -69,11 +70,8 @@ class Kind(enum.Enum):
     FLAVOR = "resourceflavors"  # Kueue ResourceFlavors: an admission's node labels
 
 
-#: Kinds whose CRDs may appear after the operator started: kopf may then never watch them.
+#: Kinds whose CRDs may come and go while the operator runs: our own watches', not kopf's.
 LATE = frozenset({Kind.WORKLOAD, Kind.FLAVOR})
-#: Seconds a working watch may take to show our own write: an object older than that on the
-#: server that the index never showed means kopf does not watch its kind.
-WATCH_GRACE = 30.0
 #: Seconds between looks at a Kueue job while its Workloads are not known to be watched: no
 #: watch event tells it that Kueue admitted (or evicted) its Workload.
 UNWATCHED_LOOK = 5.0
@@ -235,15 +233,9 @@ Indices = Mapping[Kind, Mapping[tuple[str, str], Iterable[Json]]]
 
 
 def proven(kind: Kind, index: Mapping[Any, Any]) -> bool:
-    """Whether an absence in the kind's index is trusted: kopf watches every kind we read but
-    a late one, and a late one once its index holds an object (kopf listed or watched it)."""
-    return kind not in LATE or len(index) > 0
-
-
-def shows_unwatched(found: Json | None, own_write_age: float | None) -> bool:
-    """Whether a GET of an unproven kind proves kopf does not watch it: the server has an object
-    the index never showed, and not our own write that a working watch may still be bringing."""
-    return found is not None and (own_write_age is None or own_write_age >= WATCH_GRACE)
+    """Whether an absence in the kind's index is trusted: kopf lists every kind it indexes
+    before any handler runs; a late kind's own watch says when it has listed (ownwatch.py)."""
+    return kind not in LATE or bool(getattr(index, "listed", False))
 
 
 def resource(kind: Kind) -> str:
@@ -254,9 +246,8 @@ def resource(kind: Kind) -> str:
 def _say(kind: Kind, unwatched: bool) -> None:
     if unwatched:
         log.warning(
-            "%s are served but not watched (kopf did not resolve the kind when its CRD "
-            "appeared): Kueue jobs read them with GETs and are looked at every %.0f s meanwhile; "
-            "restart the operator to watch them",
+            "%s are served but not watched (the watch keeps failing): Kueue jobs read them "
+            "with GETs and are looked at every %.0f s meanwhile",
             resource(kind), UNWATCHED_LOOK,
         )  # fmt: skip
     else:
@@ -264,7 +255,7 @@ def _say(kind: Kind, unwatched: bool) -> None:
 
 
 class Unwatched:
-    """The late kinds found served but not watched: said once each, and to `on_change`."""
+    """The late kinds whose watch keeps failing: said once each, and to `on_change`."""
 
     def __init__(self, on_change: Callable[[Kind, bool], None] = lambda _k, _u: None) -> None:
         self._kinds: set[Kind] = set()
@@ -275,7 +266,7 @@ class Unwatched:
         return kind in self._kinds
 
     def update(self, kind: Kind, unwatched: bool) -> None:
-        """A GET found an object its index never showed (True), or the index shows one (False)."""
+        """The kind's watch keeps failing (True), or listed or watched again (False)."""
         with self._lock:
             changed = (kind in self._kinds) != unwatched
             if unwatched:
@@ -293,29 +284,19 @@ class WatchReader:
     `fresh` GETs what the index shows (a ghost: deleted while a watch re-listed); an absence is
     trusted (a re-list shows every object that exists): a job waiting on a missing queue cost 8
     requests per backstop, 16 an hour, for objects that were not there (issue 26). Not in a late
-    kind's empty index: kopf may not watch that kind at all (`proven`).
+    kind's index before its watch has listed it (`proven`).
     """
 
-    def __init__(
-        self,
-        indices: Indices,
-        overlay: Overlay,
-        *,
-        fresh: bool = False,
-        unwatched: Unwatched | None = None,
-    ) -> None:
+    def __init__(self, indices: Indices, overlay: Overlay, *, fresh: bool = False) -> None:
         self._indices, self._overlay, self.fresh = indices, overlay, fresh
-        self._unwatched = unwatched or Unwatched()
         #: Per key: versions known to be no newer than what this pass was served.
         self._seen: dict[Key, frozenset[str]] = {}
 
     def get(self, kind: Kind, namespace: str, name: str) -> Json | None:
         key = (kind, namespace, name)
-        if not self.watched(kind):  # kopf may not watch it: the server says (issue 33)
+        if not self.watched(kind):  # not listed yet (or not served): the server says
             body = api_get(kind, namespace, name)
             self._seen[key] = frozenset({version(body)})
-            if shows_unwatched(body, self._overlay.age(key)):
-                self._unwatched.update(kind, True)
             return body
         found = lookup(self._indices[kind], (namespace, name))
         if (self.fresh and found) or len(found) > 1:
@@ -337,11 +318,7 @@ class WatchReader:
         self._overlay.record(key, None, self._seen.get(key, frozenset()))
 
     def watched(self, kind: Kind) -> bool:
-        if not proven(kind, self._indices[kind]):
-            return False
-        if kind in self._unwatched:  # kopf resolved it after all (a later CRD event)
-            self._unwatched.update(kind, False)
-        return True
+        return proven(kind, self._indices[kind])
 
 
 def ours(body: Json | None, owner: Owner) -> tuple[Json | None, Json | None]:
@@ -387,7 +364,7 @@ _KEEP: dict[Kind, tuple[tuple[str, tuple[str, ...] | None], ...]] = {
     Kind.LEASE: (("spec", None),),
     Kind.QUEUE: (("spec", ("parent",)), ("status", ("state",))),
     Kind.PRIORITY: (),  # that it exists
-    Kind.WORKLOAD: (("spec", ("active",)), ("status", ("conditions", "admission"))),
+    Kind.WORKLOAD: (("spec", ("active", "queueName")), ("status", ("conditions", "admission"))),
     Kind.FLAVOR: (("spec", ("nodeLabels", "tolerations")),),
 }
 

@@ -5,7 +5,9 @@ Each index keeps only the fields observe reads (reads.slim), and is filled in th
 before it calls any handler, so a pass never takes "not listed yet" for "absent". Each watch
 event also lets go of our own write it shows (reads.Overlay.shown): a settled job is never read
 again, and its last patch would otherwise be held until a sweep. The indices and the overlay
-belong to the runtime (kopf's memo), not to this module.
+belong to the runtime (kopf's memo), not to this module. Kueue's kinds are not here: kopf holds
+every event until each of its indexed kinds is listed, and a kind whose CRD comes later stalled
+everything (issue 41); our own watches index them (cluster/ownwatch.py).
 """
 
 from __future__ import annotations
@@ -27,8 +29,6 @@ from trainium_operator.manifests.builders import (
     owner_uid,
 )
 from trainium_operator.manifests.cache import LABEL_CACHE_ENTRY
-from trainium_operator.manifests.workload import GROUP as KUEUE_GROUP
-from trainium_operator.manifests.workload import VERSION as KUEUE_VERSION
 from trainium_trainer.contract import STAGE_PRECOMPILE as PRECOMPILE
 
 
@@ -107,21 +107,6 @@ async def read_priorityclasses(
     return _entry(Kind.PRIORITY, None, name, body, memo)
 
 
-@kopf.index(KUEUE_GROUP, KUEUE_VERSION, "workloads", labels={LABEL_MANAGED_BY: MANAGED_BY})
-async def read_workloads(
-    namespace: str | None, name: str, body: kopf.Body, memo: Any = None, **_: Any
-) -> dict[Any, Any]:
-    """Our Kueue Workloads (a Kueue job's stages). Without Kueue's CRDs kopf only warns and
-    serves it once they appear: the index stays empty meanwhile."""
-    return _entry(Kind.WORKLOAD, namespace, name, body, memo)
-
-
-@kopf.index(KUEUE_GROUP, KUEUE_VERSION, "resourceflavors")
-async def read_flavors(name: str, body: kopf.Body, memo: Any = None, **_: Any) -> dict[Any, Any]:
-    """Kueue ResourceFlavors (cluster-scoped): an admission's node labels and tolerations."""
-    return _entry(Kind.FLAVOR, None, name, body, memo)
-
-
 @kopf.index(
     "batch.volcano.sh",
     "v1alpha1",
@@ -184,8 +169,6 @@ _BY_KIND = {
     Kind.LEASE: "read_leases",
     Kind.QUEUE: "read_queues",
     Kind.PRIORITY: "read_priorityclasses",
-    Kind.WORKLOAD: "read_workloads",
-    Kind.FLAVOR: "read_flavors",
 }
 
 
@@ -198,5 +181,6 @@ async def queue_children(name: str, body: kopf.Body, **_: Any) -> dict[Any, Any]
 
 
 def indices(kwargs: Mapping[str, Any]) -> dict[Kind, Mapping[Any, Any]]:
-    """The read indices by kind, from what kopf hands a startup handler."""
+    """The read indices by kind, from what kopf hands a startup handler (all but Kueue's kinds:
+    runtime/kueuewatch.py watches those, outside kopf's barrier)."""
     return {kind: kwargs[index] for kind, index in _BY_KIND.items()}

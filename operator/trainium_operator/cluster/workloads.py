@@ -2,14 +2,14 @@
 
 Only for jobs with the `kueue.x-k8s.io/queue-name` label (manifests/workload.opt_in); the
 decisions are domain/quota.py's. Workloads and ResourceFlavors are read from the watches (with
-GETs while kopf is not known to watch them: reads.LATE); the LocalQueue and the
+GETs until their own watch has listed them: reads.LATE); the LocalQueue and the
 WorkloadPriorityClass with a GET, and only while a stage waits.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from trainium_operator.api import naming, parsed
@@ -18,9 +18,16 @@ from trainium_operator.cluster import k8s, kueueio, reads
 from trainium_operator.cluster.reads import Kind, Reader
 from trainium_operator.domain import elastic, kueuejob
 from trainium_operator.domain.model import Action, Blocker, Child, Observed, Phase
-from trainium_operator.domain.quota import FINISHES, LIVE, Admission, Quota, workload_state
+from trainium_operator.domain.quota import (
+    FINISHES,
+    LIVE,
+    Admission,
+    Quota,
+    Workload,
+    workload_state,
+)
 from trainium_operator.domain.status import now_iso
-from trainium_operator.manifests import builders, workload
+from trainium_operator.manifests import builders, dra, workload
 from trainium_operator.manifests.builders import Owner
 from trainium_operator.manifests.workload import Kueue
 
@@ -55,7 +62,7 @@ def observe(
         found = (read.get(Kind.FLAVOR, "", f) for f in workload.admitted_flavors(body))
         flavors[stage] = tuple(f for f in found if f is not None)
     states = {s: workload_state(workload.workload_name(owner, spec, s), bodies[s]) for s in STAGES}
-    stale = _stale(spec, owner, kueue, read)
+    stale = _stale(spec, owner, kueue, read) + _moved(kueue, states, bodies)
     names = tuple(str(b["metadata"]["name"]) for b in stale)
     blocker, priority = None, None
     if not starting:
@@ -70,6 +77,8 @@ def observe(
                 f"WorkloadPriorityClass {kueue.priority_class!r} (label {workload.LABEL_PRIORITY})"
                 " does not exist (or Kueue is not installed): create it or remove the label",
             )
+    uncounted = _uncounted(spec, states, bodies)  # before the Quota: it may hold a stage
+    blocker = blocker or uncounted
     waits = any(w.state is Admission.PENDING for w in states.values())
     if blocker is None and waits and kueueio.get_local_queue(owner.namespace, kueue.queue) is None:
         blocker = Blocker(
@@ -79,6 +88,43 @@ def observe(
         )
     quota = Quota(kueue.queue, states["precompile"], states["train"], blocker, names)
     return quota, Held(kueue, bodies, flavors, priority, stale)
+
+
+def _uncounted(
+    spec: TrainiumJobSpec, states: dict[str, Workload], bodies: Mapping[str, Json | None]
+) -> Blocker | None:
+    """A DRA gang's Workload admitted without its Neuron devices counted is not started on
+    EFA alone (issue 41): it waits (as Pending), saying how to make Kueue count them."""
+    if not dra.uses_dra(spec):
+        return None
+    for stage, wl in states.items():
+        if wl.state is Admission.ADMITTED and not workload.counts_devices(bodies[stage]):
+            states[stage] = replace(wl, state=Admission.PENDING)
+            return Blocker(
+                "NeuronDevicesNotCounted",
+                f"Kueue admitted Workload {wl.name} without counting the Neuron devices its "
+                f"pods claim (devices: dra): map DeviceClass {dra.DEVICE_CLASS} to "
+                "aws.amazon.com/neuron in Kueue's resources.deviceClassMappings, then delete the "
+                "Workload (it is made again); the gang is not started outside the quota",
+            )
+    return None
+
+
+def _moved(
+    kueue: Kueue, states: Mapping[str, Workload], bodies: Mapping[str, Json | None]
+) -> tuple[Json, ...]:
+    """Workloads in another LocalQueue than the label names, holding no quota: the label was
+    changed while the job waited. Deleted (DELETE_STALE_WORKLOADS), each is made again in the
+    new queue, as Kueue's job framework moves a waiting job's Workload; an admitted one stays
+    (the chart's admission policy refuses that change, as Kueue's webhook does)."""
+    waiting = {s for s, wl in states.items() if wl.state is Admission.PENDING and not wl.reserved}
+    return tuple(
+        body
+        for stage, body in bodies.items()
+        if body is not None
+        and stage in waiting
+        and ((body.get("spec") or {}).get("queueName") or kueue.queue) != kueue.queue
+    )
 
 
 def _stale(spec: TrainiumJobSpec, owner: Owner, kueue: Kueue, read: Reader) -> tuple[Json, ...]:
@@ -146,6 +192,8 @@ def act(
         stage = _CREATE[action]
         vcjob = builders.build_vcjob(spec, owner, stage, excluded)
         body = workload.build_workload(spec, owner, stage, held.kueue, vcjob, held.priority)
+        if dra.uses_dra(spec):  # Kueue counts the devices its claims ask for: it goes first
+            k8s.create_claim_template(builders.build_claim_template(spec, owner))
         name = body["metadata"]["name"]
         read.wrote(Kind.WORKLOAD, ns, name, kueueio.create_workload(body))
         return

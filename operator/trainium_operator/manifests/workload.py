@@ -3,7 +3,10 @@
 A TrainiumJob opts in the Kueue way, with the `kueue.x-k8s.io/queue-name` label; its Volcano
 jobs cannot be put under Kueue (Volcano has no `suspend`), so the operator owns one Workload per
 stage (precompile, train) and creates the stage's gang only once Kueue admitted it. The pod set
-is read from the built Volcano job, so the quota asked is what the gang's pods request.
+is read from the built Volcano job, so the quota asked is what the gang's pods request: a
+`devices: dra` gang's pods claim their Neuron devices from a ResourceClaimTemplate, and the pod
+set carries those claims, which Kueue's DRA integration counts as the resource its
+`resources.deviceClassMappings` maps the device class to (README: aws.amazon.com/neuron).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainium_operator.api import naming
+from trainium_operator.api.instances import EFA_RESOURCE
 from trainium_operator.api.spec import TrainiumJobSpec
 from trainium_operator.manifests.builders import Owner, labels, owner_annotations
 
@@ -26,8 +30,12 @@ API_VERSION = f"{GROUP}/{VERSION}"
 #: pod integration would make Workloads of its own.
 LABEL_QUEUE = "kueue.x-k8s.io/queue-name"
 LABEL_PRIORITY = "kueue.x-k8s.io/priority-class"
-#: Pod-template fields a Workload keeps: what Kueue reads to fit and place the pods.
-_POD_FIELDS = ("nodeSelector", "tolerations", "affinity", "priorityClassName", "runtimeClassName")
+#: Pod-template fields a Workload keeps: what Kueue reads to fit, count and place the pods
+#: (resourceClaims: a DRA job's Neuron devices, counted through their ResourceClaimTemplate).
+_POD_FIELDS = (
+    "nodeSelector", "tolerations", "affinity", "priorityClassName", "runtimeClassName",
+    "resourceClaims",
+)  # fmt: skip
 _CONTAINER_FIELDS = ("name", "image", "resources")
 
 
@@ -92,11 +100,14 @@ def _container(container: Mapping[str, Any]) -> Json:
     res = out.setdefault("resources", {})
     limits = res.get("limits") or {}
     requests = {**limits, **(res.get("requests") or {})}
+    claims = res.get("claims")
     res.clear()
     if requests:
         res["requests"] = requests
     if limits:
         res["limits"] = dict(limits)
+    if claims:  # which of the pod's claims the container uses (validated against the pod's)
+        res["claims"] = claims
     return out
 
 
@@ -133,6 +144,21 @@ def build_workload(
         }
         body["spec"]["priority"] = priority
     return body
+
+
+#: What a `devices: dra` gang's pods request besides their claims: anything else in an
+#: admission's usage is the device class's mapped resource (Kueue's deviceClassMappings).
+_NOT_DEVICES = frozenset({"cpu", "memory", "pods", "ephemeral-storage", EFA_RESOURCE})
+
+
+def counts_devices(workload: Mapping[str, Any] | None) -> bool:
+    """Whether Kueue's admission of a DRA gang's Workload counted its claimed devices: without
+    a deviceClassMappings entry for neuron.aws.com Kueue admits it on EFA, cpu and memory."""
+    admission = ((workload or {}).get("status") or {}).get("admission") or {}
+    assignments = admission.get("podSetAssignments") or ()
+    return bool(assignments) and all(
+        set(a.get("resourceUsage") or {}) - _NOT_DEVICES for a in assignments
+    )
 
 
 def admitted_flavors(workload: Mapping[str, Any] | None) -> tuple[str, ...]:

@@ -4,7 +4,8 @@ Event handlers only queue a pass (in kopf's event loop) into the runtime (runtim
 work queue, its workers and the per-job records, kept in kopf's memo), keyed by the job's uid;
 passes read what the watches stream (reads.py) and write nothing of kopf's own (no progress
 annotations), so an unsettled job costs no requests between events; a timed look re-checks it
-rarely. Every replica watches; only the one holding the Lease runs passes and writes
+rarely. Kueue's kinds are watched by our own threads (runtime/kueuewatch.py), outside kopf's
+index barrier. Every replica watches; only the one holding the Lease runs passes and writes
 (runtime/leadership.py). No handler here is a changing one (on.create/update/delete/resume):
 kopf then writes nothing of its own (no diff-base annotation, no progress, no finalizer), so a
 standby sends no write at all. The FSx PV of a deleted job goes by a sweep in the passes' queue.
@@ -35,9 +36,7 @@ from trainium_operator.manifests.builders import (
     owner_uid,
 )
 from trainium_operator.manifests.cache import LABEL_CACHE_ENTRY
-from trainium_operator.manifests.workload import GROUP as KUEUE_GROUP
-from trainium_operator.manifests.workload import VERSION as KUEUE_VERSION
-from trainium_operator.runtime import essence, footprint, leadership, metrics, pods
+from trainium_operator.runtime import essence, footprint, kueuewatch, leadership, metrics, pods
 from trainium_operator.runtime.passes import WORKERS, Passes
 from trainium_operator.runtime.records import Key
 
@@ -85,6 +84,7 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any) -
     passes.reads.queue_children = kwargs["queue_children"]
     passes.reads.precompiles = kwargs["precompiles"]
     passes.reads.nodes, passes.reads.gang_pods = kwargs["node_names"], kwargs["gang_pods"]
+    memo.kueue_watches = kueuewatch.start(passes)  # ours, not kopf's: outside its barrier
     lease = os.environ.get(leadership.LEASE_ENV)
     passes.start(paused=bool(lease))
     memo.passes = passes
@@ -126,6 +126,8 @@ def _quiet_events(record: logging.LogRecord) -> bool:
 @kopf.on.cleanup()
 def shutdown(memo: kopf.Memo, **_: Any) -> None:
     """No more passes; the running ones finish (the queue drains them)."""
+    for watch in getattr(memo, "kueue_watches", ()):
+        watch.stop(timeout=0)  # daemon threads: a watch request ends with the process
     passes = getattr(memo, "passes", None)
     if passes is not None:
         passes.stop()
@@ -312,14 +314,6 @@ async def on_queue(type: str, name: str, body: kopf.Body, **kwargs: Any) -> None
     for queue in {name, _field(body, "parent")} - {None}:
         for key in _waiting_on(kwargs, "queue", queue):
             _wake(kwargs["memo"], key)
-
-
-@kopf.on.event(KUEUE_GROUP, KUEUE_VERSION, "workloads", labels={LABEL_MANAGED_BY: MANAGED_BY})
-async def on_workload(type: str, meta: kopf.Meta, memo: Any, **_: Any) -> None:
-    """A Workload of ours changed (Kueue admitted or evicted it): wake the job that owns it."""
-    key = pods.owner_key(meta, _passes(memo))
-    if type is not None and key is not None:
-        _wake(memo, key)
 
 
 @kopf.on.event("scheduling.k8s.io", "v1", "priorityclasses")

@@ -79,7 +79,7 @@ CACHE_LOOKUPS = Counter(
 LATE_RESOURCES = tuple(sorted(reads.resource(kind) for kind in reads.LATE))
 UNWATCHED = Gauge(
     "trainium_operator_unwatched_resources",
-    "1 while a served kind the operator reads is not watched (read with GETs; a restart fixes it)",
+    "1 while the watch of a served kind the operator reads keeps failing (read with GETs)",
     ["resource"],
 )
 JOB_STATES = JobStateCollector()

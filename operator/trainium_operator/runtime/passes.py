@@ -90,7 +90,7 @@ class Reads:
 
     indices: dict[Kind, Mapping[Any, Any]] = field(default_factory=dict)
     overlay: Overlay = field(default_factory=Overlay)
-    #: Kueue's kinds found served but not watched (reads.py): shared by every pass.
+    #: Kueue's kinds whose own watch keeps failing (runtime/kueuewatch.py): said once.
     unwatched: Unwatched = field(default_factory=lambda: Unwatched(_unwatched_metric))
     #: Volcano queues by parent (a kopf index): the hierarchy as listed, never a handler's dict.
     queue_children: Mapping[str, Any] = field(default_factory=dict)
@@ -105,7 +105,7 @@ class Reads:
         if len(self.indices) < len(Kind):
             return None
         indices: Indices = self.indices
-        return WatchReader(indices, self.overlay, fresh=fresh, unwatched=self.unwatched)
+        return WatchReader(indices, self.overlay, fresh=fresh)
 
 
 def _unwatched_metric(kind: Kind, unwatched: bool) -> None:
