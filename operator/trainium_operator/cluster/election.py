@@ -8,7 +8,6 @@ from typing import Any
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from trainium_operator import __version__
 from trainium_operator.cluster import k8s
 
 Json = dict[str, Any]
@@ -25,12 +24,7 @@ def current_namespace() -> str:
 
 def own_client() -> client.CoordinationV1Api:
     """A client of the renewer's own: its connection never waits behind a pass's requests."""
-    k8s.api_client()  # loads the configuration (in-cluster, else $KUBECONFIG) once
-    cfg = client.Configuration.get_default_copy()
-    cfg.connection_pool_maxsize = 2
-    api = client.ApiClient(configuration=cfg)
-    api.user_agent = f"trainium-operator/{__version__} (lease)"
-    return client.CoordinationV1Api(api)
+    return client.CoordinationV1Api(k8s.side_client("lease", 2))
 
 
 class ElectionLease:

@@ -147,6 +147,17 @@ def api_client() -> client.ApiClient:
     return api
 
 
+def side_client(purpose: str, pool: int) -> client.ApiClient:
+    """A client of its own for long or urgent requests (the Lease, our watches): they wait
+    behind no pass's connection, and the audit log names them (`trainium-operator/V (purpose)`)."""
+    api_client()  # loads the configuration (in-cluster, else $KUBECONFIG) once
+    cfg = client.Configuration.get_default_copy()
+    cfg.connection_pool_maxsize = pool
+    api = client.ApiClient(configuration=cfg)
+    api.user_agent = f"trainium-operator/{__version__} ({purpose})"
+    return api
+
+
 def _load_apis() -> None:
     """kubernetes 37 imports an API's module on first use (CoreV1Api: ~0.4 s CPU): pay it here."""
     for name in ("CoreV1Api", "CustomObjectsApi"):

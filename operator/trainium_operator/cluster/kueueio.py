@@ -3,6 +3,7 @@ flavors, queues, classes; lists and watches of a kind (cluster/ownwatch.py)."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from typing import Any
 
@@ -107,12 +108,18 @@ def get_priority_class(name: str) -> Json | None:
     return k8s.missing_is_none(k8s.custom().get_cluster_custom_object, *args)  # type: ignore[no-any-return]
 
 
+@functools.cache
+def _watching() -> client.ApiClient:
+    """Our watches' client (ownwatch.py): as kopf's watches, they run on a standby replica too,
+    and the audit log tells them from a pass's requests by their agent's "(watch)"."""
+    return k8s.side_client("watch", 4)
+
+
 def list_objects(plural: str, selector: str) -> tuple[list[Json], str]:
     """Every object of a Kueue kind (all namespaces) and the list's resourceVersion; a 404
     (Kueue's API not served) is raised."""
-    out = k8s.request(
-        k8s.custom().list_cluster_custom_object, GROUP, VERSION, plural, label_selector=selector
-    )
+    listing = client.CustomObjectsApi(_watching()).list_cluster_custom_object
+    out = k8s.request(listing, GROUP, VERSION, plural, label_selector=selector)
     meta = out.get("metadata") or {}
     return list(out.get("items") or []), str(meta.get("resourceVersion") or "")
 
@@ -121,7 +128,7 @@ def watch_objects(plural: str, selector: str, since: str, seconds: int) -> Itera
     """A kind's watch events from `since` until the server ends the request (`seconds`); an
     error event (410 Gone, 404 once the CRD is deleted) is raised as ApiException."""
     stream = watch.Watch().stream(
-        k8s.custom().list_cluster_custom_object, GROUP, VERSION, plural,
+        client.CustomObjectsApi(_watching()).list_cluster_custom_object, GROUP, VERSION, plural,
         label_selector=selector, resource_version=since, timeout_seconds=seconds,
         allow_watch_bookmarks=True, _request_timeout=(k8s.TIMEOUT, seconds + k8s.TIMEOUT),
     )  # fmt: skip
@@ -133,7 +140,7 @@ def crd_appears(plural: str, seconds: int) -> bool:
     """Wait (a watch: no polling) until the kind's CRD exists; False when `seconds` pass
     without it. An existing CRD answers at once (the watch's first event)."""
     stream = watch.Watch().stream(
-        client.ApiextensionsV1Api(k8s.api_client()).list_custom_resource_definition,
+        client.ApiextensionsV1Api(_watching()).list_custom_resource_definition,
         field_selector=f"metadata.name={plural}.{GROUP}", timeout_seconds=seconds,
         _request_timeout=(k8s.TIMEOUT, seconds + k8s.TIMEOUT),
     )  # fmt: skip
