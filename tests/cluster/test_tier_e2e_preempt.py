@@ -40,7 +40,10 @@ from test_tier_kueue import LOCAL_QUEUE, PRIORITY_LABEL, QUEUE_LABEL, flavor  # 
 from test_tier_kueue_preempt import preempting_queues
 
 Obj = dict[str, Any]
-LOW_STEPS = 16
+#: Enough steps that Kueue's preemption lands mid-training on an idle machine too: with 16, a CI
+#: run at load 2-4 trained ~12 steps between the operator's first reading of step 3 and the
+#: SIGTERM, and the trainer had reached its last step (checkpoint 16 of 16, "0 < kept" failed).
+LOW_STEPS = 64
 
 
 def queued(body: Obj, priority_class: str) -> Obj:
