@@ -810,7 +810,7 @@ def test_readme_kueue_setup_runs_the_kueue_example_to_succeeded(
         assert done["status"]["cache"]["outcome"] == "miss"
         wls = workloads_of(kueue, ns, name)  # named with the job's uid (issue 41): by stage
         stages = sorted(w["metadata"]["labels"]["trainium.dev/stage"] for w in wls)
-        assert stages == ["compile", "train"], [w["metadata"]["name"] for w in wls]
+        assert stages == ["precompile", "train"], [w["metadata"]["name"] for w in wls]
         for wl in wls:
             assert wl["spec"]["priority"] == 1000 and condition(wl, "Admitted")["status"] == "True"
         # README's `kubectl get tj` samples: a job that is not elastic leaves SIZE blank.
