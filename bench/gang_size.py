@@ -23,7 +23,7 @@ from torchx.specs.overlays import set_overlay
 
 from trainium_operator.api.spec import TrainiumJobSpec, parse
 from trainium_operator.manifests import appdef, builders
-from trainium_operator.manifests.builders import Owner
+from trainium_operator.manifests.ownership import Owner
 from trainium_trainer import rendezvous
 
 Json = dict[str, Any]

@@ -15,7 +15,7 @@ import yaml
 
 from helmchart import by_kind, one, render
 from trainium_operator.api.spec import parse
-from trainium_operator.manifests import builders
+from trainium_operator.manifests import builders, ownership
 from trainium_trainer import contract
 
 REPO = Path(__file__).resolve().parents[2]
@@ -37,7 +37,7 @@ def selects(selector: Obj, labels: dict[str, str]) -> bool:
 def pod_templates(stage: str) -> list[Obj]:
     """The pod templates of the Volcano job the operator builds for the tutorial's stage."""
     doc = yaml.safe_load((REPO / "examples" / "bert-large-pretrain.yaml").read_text())
-    owner = builders.Owner(doc["metadata"]["name"], "team-a", "uid-1")
+    owner = ownership.Owner(doc["metadata"]["name"], "team-a", "uid-1")
     job = builders.build_vcjob(parse(doc), owner, stage)
     return [task["template"] for task in job["spec"]["tasks"]]
 

@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from helmchart import CHART, NON_DEFAULT, by_kind, one, render, render_text
+from trainium_operator.manifests import ownership
 
 KUBE_VERSION = "1.33.0"  # the oldest Kubernetes we support
 KUBERNETES_VALIDATE = str(Path(sys.executable).parent / "kubernetes-validate")
@@ -240,13 +241,12 @@ def test_service_monitor_scrapes_the_metrics_service(helm_bin: Path) -> None:
 
 def test_pod_monitor_scrapes_the_trainers_named_port(helm_bin: Path) -> None:
     """Off by default; on, it selects training pods by the port the builders declare."""
-    from trainium_operator.manifests import builders
     from trainium_trainer import contract
 
     assert not by_kind(render(), "PodMonitor")
     pm = one(render(*NON_DEFAULT), "PodMonitor")
     assert pm["apiVersion"] == "monitoring.coreos.com/v1"
-    assert pm["spec"]["selector"] == {"matchLabels": {builders.LABEL_STAGE: contract.STAGE_TRAIN}}
+    assert pm["spec"]["selector"] == {"matchLabels": {ownership.LABEL_STAGE: contract.STAGE_TRAIN}}
     assert pm["spec"]["namespaceSelector"] == {"matchNames": ["team-a", "team-b"]}
     [endpoint] = pm["spec"]["podMetricsEndpoints"]
     assert (endpoint["port"], endpoint["path"]) == (contract.METRICS_PORT_NAME, "/metrics")

@@ -18,7 +18,7 @@ from cluster import Cluster
 from jobs import TJ, create, get, small_job
 from trainium_operator.api.spec import parse
 from trainium_operator.manifests import appdef, builders, dra
-from trainium_operator.manifests.builders import Owner
+from trainium_operator.manifests.ownership import Owner
 
 #: (instance type, lnc): a trn2 job at LNC 1 and a trn3 job at AWS's default (2).
 CASES = [("trn2.48xlarge", 1), ("trn3.48xlarge", None)]

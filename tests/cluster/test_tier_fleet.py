@@ -38,7 +38,7 @@ from trainium_operator.api import spec as specs
 from trainium_operator.domain import elastic as sizes
 from trainium_operator.domain.status import now_iso
 from trainium_operator.manifests import cache
-from trainium_operator.manifests.builders import Owner
+from trainium_operator.manifests.ownership import Owner
 
 Obj = dict[str, Any]
 OPT_IN = "TRAINIUM_TIER_FLEET"

@@ -40,7 +40,7 @@ from harness import (
     started,
     wait_for,
 )
-from trainium_operator.manifests.builders import LABEL_MANAGED_BY, MANAGED_BY
+from trainium_operator.manifests.ownership import LABEL_MANAGED_BY, MANAGED_BY
 
 PVS, PVCS = "v1/persistentvolumes", "v1/persistentvolumeclaims"
 FSX = {

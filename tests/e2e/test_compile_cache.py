@@ -17,7 +17,7 @@ from test_operator_e2e import (
 from harness import EmulatorServer, OperatorProcess, apply, kubectl, simulate_vcjob_phase, wait_for
 from trainium_operator.api.spec import parse
 from trainium_operator.manifests import cache
-from trainium_operator.manifests.builders import MANAGED_BY, Owner
+from trainium_operator.manifests.ownership import MANAGED_BY, Owner
 
 RECORDS, LEASES = "v1/configmaps", "coordination.k8s.io/v1/leases"
 

@@ -27,7 +27,7 @@ from harness import (
     wait_for,
 )
 from trainium_operator.manifests import workload
-from trainium_operator.manifests.builders import Owner
+from trainium_operator.manifests.ownership import Owner
 
 VCJOBS = "batch.volcano.sh/v1alpha1/jobs"
 

@@ -42,7 +42,7 @@ from helmchart import helm_bin, render  # noqa: F401  (helm_bin is a fixture)
 from k8s_semantics import ApiRequest
 from rbac import Subject, allows, denied, grants, rule_allows
 from trainium_operator.api import naming
-from trainium_operator.manifests.builders import LABEL_MANAGED_BY, MANAGED_BY
+from trainium_operator.manifests.ownership import LABEL_MANAGED_BY, MANAGED_BY
 
 NS = "rbac-coverage"
 TJ = "trainiumjobs.v1alpha1.trainium.dev"

@@ -9,7 +9,7 @@ from typing import Any
 import yaml
 
 from trainium_operator.api.spec import TrainiumJobSpec, parse
-from trainium_operator.manifests.builders import Owner
+from trainium_operator.manifests.ownership import Owner
 
 Json = dict[str, Any]
 

@@ -16,7 +16,7 @@ from trainium_operator.api import naming
 from trainium_operator.api.spec import TrainiumJobSpec, parse
 from trainium_operator.domain import budget
 from trainium_operator.manifests import builders, cache
-from trainium_operator.manifests.builders import Owner
+from trainium_operator.manifests.ownership import Owner
 from trainium_trainer import config
 
 Json = dict[str, Any]

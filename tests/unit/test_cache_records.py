@@ -7,7 +7,7 @@ from support import job
 
 from trainium_operator.api.spec import parse
 from trainium_operator.manifests import cache
-from trainium_operator.manifests.builders import Owner
+from trainium_operator.manifests.ownership import Owner
 
 SPEC = parse(job("w"))
 WRITER = Owner("w", "default", "uid-w")

@@ -14,8 +14,8 @@ from support import spec_of
 from trainium_operator.cluster.reconcile import Outcome
 from trainium_operator.domain import checkpoints, failures
 from trainium_operator.domain.checkpoints import Checkpoint
-from trainium_operator.manifests import appdef, builders
-from trainium_operator.manifests.builders import Owner
+from trainium_operator.manifests import appdef, builders, ownership
+from trainium_operator.manifests.ownership import Owner
 from trainium_operator.runtime import pods
 from trainium_operator.runtime.passes import Passes
 from trainium_trainer import contract, termination
@@ -129,10 +129,10 @@ def test_only_the_training_stage_gets_the_report_env_on_a_cluster() -> None:
 
 def test_the_pod_watch_remembers_only_a_newer_training_report() -> None:
     passes = Passes(lambda *_: Outcome(None), lambda *_: None, workers=0)
-    key, train = "uid-1", {builders.LABEL_STAGE: "train"}
+    key, train = "uid-1", {ownership.LABEL_STAGE: "train"}
     status = pod(line(5))["status"]
     remember = pods.remember_checkpoint
-    assert remember(passes, key, {builders.LABEL_STAGE: "precompile"}, status) is False
+    assert remember(passes, key, {ownership.LABEL_STAGE: "precompile"}, status) is False
     assert remember(passes, key, train, status) is True
     assert remember(passes, key, train, status) is False  # the same: no new pass
     assert remember(passes, key, train, pod(line(4, T1))["status"]) is False

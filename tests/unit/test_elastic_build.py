@@ -11,7 +11,7 @@ from trainium_operator.cluster import elasticio
 from trainium_operator.cluster.reads import Kind
 from trainium_operator.domain import elastic
 from trainium_operator.manifests import builders, cache
-from trainium_operator.manifests.builders import Owner
+from trainium_operator.manifests.ownership import Owner
 from trainium_trainer import contract
 
 Json = dict[str, Any]

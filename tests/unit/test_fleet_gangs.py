@@ -18,7 +18,7 @@ from torchx.specs.overlays import set_overlay
 
 from trainium_operator.api.spec import TrainiumJobSpec
 from trainium_operator.manifests import appdef, builders, workload
-from trainium_operator.manifests.builders import Owner
+from trainium_operator.manifests.ownership import Owner
 from trainium_trainer import contract, rendezvous
 
 Json = dict[str, Any]

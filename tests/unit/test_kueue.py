@@ -11,10 +11,10 @@ from support import job
 from trainium_operator.api import naming
 from trainium_operator.api.spec import parse
 from trainium_operator.domain import lifecycle
+from trainium_operator.domain.kueuestate import Admission, Quota, Workload, workload_state
 from trainium_operator.domain.lifecycle import Action, Child, Observed, Phase, Rejection
-from trainium_operator.domain.quota import Admission, Quota, Workload, workload_state
 from trainium_operator.manifests import builders, dra, workload
-from trainium_operator.manifests.builders import Owner
+from trainium_operator.manifests.ownership import Owner
 
 Json = dict[str, Any]
 OWNER = Owner("bert", "team-a", "0c4a1f0e-1111-2222-3333-444455556666")

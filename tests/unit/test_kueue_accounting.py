@@ -15,10 +15,10 @@ import pytest
 from trainium_operator.cluster import workloads
 from trainium_operator.cluster.reads import Kind
 from trainium_operator.domain import lifecycle, quota, status
+from trainium_operator.domain.kueuestate import Admission, Quota, Workload
 from trainium_operator.domain.lifecycle import Action, Child, Observed, Phase, Rejection
-from trainium_operator.domain.quota import Admission, Quota, Workload
 from trainium_operator.manifests import workload
-from trainium_operator.manifests.builders import Owner
+from trainium_operator.manifests.ownership import Owner
 
 Json = dict[str, Any]
 OWNER = Owner("bert", "team-a", "0c4a1f0e-1111-2222-3333-444455556666")

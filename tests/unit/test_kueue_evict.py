@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from trainium_operator.domain import kueuejob, lifecycle
+from trainium_operator.domain.kueuestate import Admission, Quota, Workload, workload_state
 from trainium_operator.domain.lifecycle import Action, Child, Observed, Phase
-from trainium_operator.domain.quota import Admission, Quota, Workload, workload_state
 from trainium_operator.manifests import workload
 
 Json = dict[str, Any]

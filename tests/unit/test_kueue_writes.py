@@ -163,7 +163,7 @@ def test_no_requeue_while_a_gang_of_the_job_still_runs(monkeypatch: pytest.Monke
     from trainium_operator.api import parsed
     from trainium_operator.cluster import workloads
     from trainium_operator.domain.lifecycle import Action, Observed
-    from trainium_operator.manifests.builders import Owner
+    from trainium_operator.manifests.ownership import Owner
 
     owner = Owner("bert", NS, "uid-job")
     body = job()

@@ -52,3 +52,38 @@ def test_imports_point_down_only() -> None:
             if RANKS[them] > RANKS[me] or {me, them} <= SIDE_BY_SIDE:
                 upward.append(f"{path.relative_to(ROOT)} -> {target}")
     assert not upward, "imports against the layers:\n" + "\n".join(sorted(upward))
+
+
+def _module(path: Path) -> str:
+    return ".".join(("trainium_operator", *path.relative_to(ROOT).with_suffix("").parts))
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import circle of the graph, if any (a depth-first search's back edge)."""
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return [*stack[stack.index(nxt) :], nxt]
+            if nxt not in state and (found := visit(nxt)) is not None:
+                return found
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for start in sorted(graph):
+        if start not in state and (found := visit(start)) is not None:
+            return found
+    return None
+
+
+def test_no_module_imports_itself_through_others_not_even_for_types() -> None:
+    """A circle (even one under TYPE_CHECKING) means two modules say one thing: split them."""
+    graph = {_module(p): imported(p) for p in ROOT.rglob("*.py")}
+    known = set(graph)
+    graph = {m: {t for t in ts if t in known and t != m} for m, ts in graph.items()}
+    assert _cycle(graph) is None, " -> ".join(_cycle(graph) or ())

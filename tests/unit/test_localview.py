@@ -244,11 +244,11 @@ def test_the_heartbeat_is_due_every_15_s_of_one_quiet_wait_and_restarts_with_ano
 
 def _local_run(tmp_path: Path, phase: str, backend: str = "native") -> Any:
     """A LocalRun at `phase`, with no TorchX app behind it: the heartbeat reads files only."""
-    from trainium_operator.local import runner
+    from trainium_operator.local import localrun
 
     machine = {"instanceType": "trn2.48xlarge", "nprocPerNode": 2} if backend == "native" else {}
     spec = spec_of(**{"instanceType": "trn1.2xlarge", **machine, "backend": backend})  # 2 procs
-    run = runner.LocalRun(name="j", spec=spec, root=tmp_path, rdzv_port=1)
+    run = localrun.LocalRun(name="j", spec=spec, root=tmp_path, rdzv_port=1)
     run.status = {"phase": phase}
     return run
 
@@ -266,11 +266,11 @@ def test_a_quiet_precompile_says_its_step_and_what_it_compiled_so_far(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from trainium_operator.domain.cachekey import cache_name
-    from trainium_operator.local import runner
+    from trainium_operator.local import terminal
 
     run = _local_run(tmp_path, "Precompiling")
     beat = _beat_after(45.0)
-    runner.heartbeat(run, beat, quiet=False)
+    terminal.heartbeat(run, beat, quiet=False)
     assert capsys.readouterr().err == (
         "[precompile] still running (45 s): no step done yet (imports, the model); "
         "0 compiled kernel files in the cache so far\n"
@@ -283,7 +283,7 @@ def test_a_quiet_precompile_says_its_step_and_what_it_compiled_so_far(
     for name in ("k1.main.so", "k1.main.cpp", "k2.main.so", "x.neff"):
         (cache / "ab" / name).write_text("")
     beat = _beat_after(60.0)
-    runner.heartbeat(run, beat, quiet=False)
+    terminal.heartbeat(run, beat, quiet=False)
     assert capsys.readouterr().err == (
         f"[precompile] still running (60 s): step 2 of {run.spec.precompile.steps} done; "
         "3 compiled kernel files in the cache so far\n"
@@ -293,15 +293,15 @@ def test_a_quiet_precompile_says_its_step_and_what_it_compiled_so_far(
 def test_no_heartbeat_before_it_is_due_nor_while_the_bar_moves(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from trainium_operator.local import runner
+    from trainium_operator.local import terminal
 
     run = _local_run(tmp_path, "Precompiling")
-    runner.heartbeat(run, _beat_after(14.0), quiet=False)
+    terminal.heartbeat(run, _beat_after(14.0), quiet=False)
     run.status = {"phase": "Training"}
     run.view = localview.TrainView(40)  # a bar in progress (not done)
-    runner.heartbeat(run, _beat_after(30.0, localview.TRAIN_END), quiet=False)
+    terminal.heartbeat(run, _beat_after(30.0, localview.TRAIN_END), quiet=False)
     run.view = None
-    runner.heartbeat(
+    terminal.heartbeat(
         run, _beat_after(30.0, localview.TRAIN_START), quiet=True
     )  # -q: no bar, nothing to time
     assert capsys.readouterr().err == ""
@@ -310,22 +310,22 @@ def test_no_heartbeat_before_it_is_due_nor_while_the_bar_moves(
 def test_training_says_it_is_starting_until_the_first_step_then_what_ends_it(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from trainium_operator.local import runner
+    from trainium_operator.local import localrun, terminal
 
     run = _local_run(tmp_path, "Training", backend="xla")
-    runner.heartbeat(run, _beat_after(30.0, localview.TRAIN_START), quiet=False)
+    terminal.heartbeat(run, _beat_after(30.0, localview.TRAIN_START), quiet=False)
     assert capsys.readouterr().err == (
         "[train] still starting (30 s): no step logged yet (imports, building the model)\n"
     )
     run.view = localview.TrainView(40)
     run.view.done = True  # the last step's record was shown
-    runner.heartbeat(run, _beat_after(15.0, localview.TRAIN_END), quiet=False)
+    terminal.heartbeat(run, _beat_after(15.0, localview.TRAIN_END), quiet=False)
     assert capsys.readouterr().err == (
         "[train] still finishing (15 s): the final checkpoint, evaluation and model export\n"
     )
-    runner.train_output(run).mkdir(parents=True)
-    (runner.train_output(run) / "summary.json").write_text("{}")
-    runner.heartbeat(run, _beat_after(30.0, localview.TRAIN_END), quiet=False)
+    localrun.train_output(run).mkdir(parents=True)
+    (localrun.train_output(run) / "summary.json").write_text("{}")
+    terminal.heartbeat(run, _beat_after(30.0, localview.TRAIN_END), quiet=False)
     assert capsys.readouterr().err == (
         "[train] still finishing (30 s): the trainer is done (summary.json written); "
         "waiting for its 2 processes to exit\n"
@@ -336,21 +336,21 @@ def test_the_last_step_says_once_what_the_seconds_before_the_end_are(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The ~9 s between the bar's end and `[phase] Succeeded` (issue 34) are the processes' exit."""
-    from trainium_operator.local import runner
+    from trainium_operator.local import localrun, terminal
 
     monkeypatch.setitem(sys.modules, "tqdm", None)  # the bar's lines on stdout, one per record
     run = _local_run(tmp_path, "Training")
     run.spec = spec_of(instanceType="trn1.2xlarge", args=["--max-steps", "20"])
-    out = runner.train_output(run)
+    out = localrun.train_output(run)
     out.mkdir(parents=True)
     metrics = out / "metrics.jsonl"
     metrics.write_text('{"step": 10, "loss": 7.0, "samples_per_second": 3.0}\n')
-    seen = runner.progress(run, 0)
+    seen = terminal.progress(run, 0)
     assert "last step done" not in capsys.readouterr().out
     with metrics.open("a") as f:
         f.write('{"step": 20, "loss": 6.0, "samples_per_second": 3.0}\n')
-    seen = runner.progress(run, seen)
-    assert runner.progress(run, seen) == 2
+    seen = terminal.progress(run, seen)
+    assert terminal.progress(run, seen) == 2
     lines = capsys.readouterr().out.splitlines()
     assert lines == [
         "[train] step 20/20 loss 6.0000 3.0 samples/s",

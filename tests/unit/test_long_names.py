@@ -11,8 +11,8 @@ from support import job
 
 from trainium_operator.api import naming
 from trainium_operator.local import render
-from trainium_operator.manifests import builders
-from trainium_operator.manifests.builders import Owner
+from trainium_operator.manifests import ownership
+from trainium_operator.manifests.ownership import Owner
 
 Json = dict[str, Any]
 LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
@@ -61,14 +61,14 @@ def test_every_label_value_of_every_child_is_valid(name: str) -> None:
 def test_volcano_jobs_name_their_owner_in_full() -> None:
     for vcjob in _manifests(LONG)[2:]:
         meta = vcjob["metadata"]
-        assert meta["labels"][builders.LABEL_JOB] == naming.label_value(LONG) != LONG
-        assert meta["annotations"][builders.ANNOTATION_OWNER].partition("/")[2] == LONG
-        assert builders.owner_name(meta) == LONG
+        assert meta["labels"][ownership.LABEL_JOB] == naming.label_value(LONG) != LONG
+        assert meta["annotations"][ownership.ANNOTATION_OWNER].partition("/")[2] == LONG
+        assert ownership.owner_name(meta) == LONG
 
 
 def test_short_names_are_labels_as_before() -> None:
-    labels = builders.labels(Owner("bert", "default", "u"), "train")
-    assert labels[builders.LABEL_JOB] == "bert"
+    labels = ownership.labels(Owner("bert", "default", "u"), "train")
+    assert labels[ownership.LABEL_JOB] == "bert"
     assert labels["app.kubernetes.io/instance"] == "bert"
 
 
@@ -82,29 +82,29 @@ def _ref(**over: Any) -> Json:
 
 def test_owner_name_prefers_the_annotation() -> None:
     meta = {
-        "annotations": {builders.ANNOTATION_OWNER: f"default/{LONG}"},
-        "labels": {builders.LABEL_JOB: naming.label_value(LONG)},
+        "annotations": {ownership.ANNOTATION_OWNER: f"default/{LONG}"},
+        "labels": {ownership.LABEL_JOB: naming.label_value(LONG)},
         "ownerReferences": [_ref(name="other")],
     }
-    assert builders.owner_name(meta) == LONG
+    assert ownership.owner_name(meta) == LONG
 
 
 def test_owner_name_falls_back_to_the_controller_owner_reference() -> None:
     refs = [_ref(kind="Queue", name="q"), _ref(controller=False, name="x"), _ref()]
-    meta = {"labels": {builders.LABEL_JOB: naming.label_value(LONG)}, "ownerReferences": refs}
-    assert builders.owner_name(meta) == LONG
+    meta = {"labels": {ownership.LABEL_JOB: naming.label_value(LONG)}, "ownerReferences": refs}
+    assert ownership.owner_name(meta) == LONG
 
 
 def test_owner_name_ignores_owners_of_another_group() -> None:
     refs = [_ref(apiVersion="example.com/v1", name="impostor")]
-    meta = {"labels": {builders.LABEL_JOB: "bert"}, "ownerReferences": refs}
-    assert builders.owner_name(meta) == "bert"
+    meta = {"labels": {ownership.LABEL_JOB: "bert"}, "ownerReferences": refs}
+    assert ownership.owner_name(meta) == "bert"
 
 
 def test_owner_name_of_a_child_made_before_the_annotation_is_its_label() -> None:
-    assert builders.owner_name({"labels": {builders.LABEL_JOB: "bert"}}) == "bert"
+    assert ownership.owner_name({"labels": {ownership.LABEL_JOB: "bert"}}) == "bert"
 
 
 def test_owner_name_without_any_owner_is_a_clear_error() -> None:
     with pytest.raises(ValueError, match=r"trainium\.dev/job-name"):
-        builders.owner_name({"labels": {}, "annotations": None})
+        ownership.owner_name({"labels": {}, "annotations": None})

@@ -138,7 +138,7 @@ def test_the_builders_pods_are_named_as_naming_says() -> None:
     from support import node_pods, spec_of
 
     from trainium_operator.manifests import builders
-    from trainium_operator.manifests.builders import Owner
+    from trainium_operator.manifests.ownership import Owner
 
     owner = Owner("bert", "default", "uid-1")
     for stage in STAGES:

@@ -9,7 +9,7 @@ from trainium_operator.api.spec import parse
 from trainium_operator.domain import budget, nodes
 from trainium_operator.domain.failures import make_failure
 from trainium_operator.manifests import builders
-from trainium_operator.manifests.builders import Owner
+from trainium_operator.manifests.ownership import Owner
 
 OWNER = Owner("bert", "team-a", "uid-1")
 NOW = "2026-11-22T06:40:00Z"

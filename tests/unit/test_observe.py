@@ -12,7 +12,7 @@ from trainium_operator.cluster import k8s, observe, storage, watches
 from trainium_operator.cluster.observe import Views
 from trainium_operator.cluster.reads import Kind
 from trainium_operator.manifests import cache
-from trainium_operator.manifests.builders import Owner
+from trainium_operator.manifests.ownership import Owner
 
 
 def queue(state: str | None) -> dict[str, Any]:
@@ -95,7 +95,7 @@ def test_startup_deadline_counts_from_the_gangs_creation_while_it_is_unscheduled
 
 
 def test_a_stuck_gang_names_what_is_short(monkeypatch: pytest.MonkeyPatch) -> None:
-    from trainium_operator.manifests.builders import Owner
+    from trainium_operator.manifests.ownership import Owner
 
     pod = {
         "metadata": {"name": "job-train-node-0-0"},

@@ -22,7 +22,7 @@ from trainium_operator.api import naming, parsed
 from trainium_operator.cluster import gangs, k8s
 from trainium_operator.cluster.gangs import ANNOTATION_TRAIN_GANG
 from trainium_operator.cluster.reads import Kind, slim
-from trainium_operator.manifests.builders import controlled_by
+from trainium_operator.manifests.ownership import controlled_by
 
 Json = dict[str, Any]
 FIRST = naming.vcjob_name("j", "train")

@@ -15,7 +15,7 @@ from trainium_operator.api.spec import Placement, parse
 from trainium_operator.domain import verdicts
 from trainium_operator.domain.lifecycle import Child, Observed, decide
 from trainium_operator.manifests import builders, placement
-from trainium_operator.manifests.builders import Owner
+from trainium_operator.manifests.ownership import Owner
 
 Json = dict[str, Any]
 OWNER = Owner("bert", "team-a", "uid-1")

@@ -21,7 +21,7 @@ from trainium_operator.cluster.reads import ApiReader, Kind, Overlay, WatchReade
 from trainium_operator.cluster.reconcile import Outcome, reconcile
 from trainium_operator.domain import lifecycle
 from trainium_operator.manifests import cache
-from trainium_operator.manifests.builders import Owner
+from trainium_operator.manifests.ownership import Owner
 from trainium_operator.runtime import kueuewatch
 from trainium_operator.runtime.passes import Passes
 

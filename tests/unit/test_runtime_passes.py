@@ -27,7 +27,8 @@ from trainium_operator.cluster.reads import Kind
 from trainium_operator.cluster.reconcile import Outcome, Transition
 from trainium_operator.domain.lifecycle import Action
 from trainium_operator.domain.model import Rejection
-from trainium_operator.manifests.builders import ANNOTATION_OWNER_UID
+from trainium_operator.manifests import ownership
+from trainium_operator.manifests.ownership import ANNOTATION_OWNER_UID
 from trainium_operator.runtime import handlers
 from trainium_operator.runtime.leadership import NotLeader
 from trainium_operator.runtime.passes import RESYNC, VOLUME_KEY, Passes, backoff, next_look
@@ -504,10 +505,9 @@ def test_17_bug5_the_cause_is_the_pod_event_even_when_volcano_deleted_the_pod(
     from test_failures import T0, T1, ended, pod
 
     from trainium_operator.cluster import observe
-    from trainium_operator.manifests import builders
-    from trainium_operator.manifests.builders import Owner
+    from trainium_operator.manifests.ownership import Owner
 
-    stage = {builders.LABEL_STAGE: "train"}
+    stage = {ownership.LABEL_STAGE: "train"}
     oom, peer = pod("w-0", ended(137, "OOMKilled", at=T0)), pod("w-1", ended(137, at=T1))
     for body in (oom, peer):
         body["metadata"]["labels"] = stage
@@ -524,14 +524,12 @@ def test_17_bug5_the_cause_is_the_pod_event_even_when_volcano_deleted_the_pod(
 def test_17_bug5_the_pod_watch_keeps_the_failed_pod_until_a_pass_reads_it() -> None:
     from test_failures import ended, pod
 
-    from trainium_operator.manifests import builders
-
     script = Script(ApiException(status=503), Outcome("Training"), Outcome("Training"))
     passes = runtime(script)
     memo = type("Memo", (), {"passes": passes})()
     failed = pod("w-0", ended(1))
-    meta = {"name": "w-0", "annotations": {builders.ANNOTATION_OWNER: "ns/job"}}
-    labels = {builders.LABEL_STAGE: "train"}
+    meta = {"name": "w-0", "annotations": {ownership.ANNOTATION_OWNER: "ns/job"}}
+    labels = {ownership.LABEL_STAGE: "train"}
     body = kopf.Body({"metadata": meta, "spec": {"nodeName": "n-3"}, "status": failed["status"]})
     event = handlers.on_pod(
         type="MODIFIED",
@@ -632,16 +630,15 @@ def test_watched_passes_read_precompiles_from_the_index_and_fresh_ones_check_it(
 
 def _pod_event(passes: Passes, type_: str, name: str, status: dict[str, Any]) -> None:
     """Deliver one pod watch event of the job's training gang to on_pod."""
-    from trainium_operator.manifests import builders
     from trainium_trainer import contract
 
     memo = type("Memo", (), {"passes": passes})()
-    meta = {"name": name, "annotations": {builders.ANNOTATION_OWNER: "ns/job",
-                                          builders.ANNOTATION_OWNER_UID: KEY}}  # fmt: skip
+    meta = {"name": name, "annotations": {ownership.ANNOTATION_OWNER: "ns/job",
+                                          ownership.ANNOTATION_OWNER_UID: KEY}}  # fmt: skip
     ports = [{"name": contract.METRICS_PORT_NAME, "containerPort": 9400}]
     spec = {"containers": [{"name": "node", "ports": ports, "image": "trainer"}]}
     body = kopf.Body({"metadata": meta, "spec": spec, "status": status})
-    labels = {builders.LABEL_STAGE: "train"}
+    labels = {ownership.LABEL_STAGE: "train"}
     event = handlers.on_pod(
         type=type_, meta=body.meta, spec=body.spec, status=body.status, labels=labels, memo=memo
     )
@@ -801,7 +798,6 @@ def test_a_failed_pods_first_log_read_is_kept_and_a_later_404_never_replaces_it(
     """Issue 25 bug 5: read (200), Volcano deletes the pod, read again (404): keep the first."""
     from test_failures import ended, pod
 
-    from trainium_operator.manifests import builders
     from trainium_operator.runtime import pods
 
     answers: list[list[str] | Exception] = [
@@ -822,9 +818,9 @@ def test_a_failed_pods_first_log_read_is_kept_and_a_later_404_never_replaces_it(
     passes = runtime(script)
     failed = pod("w-0", ended(1))
     meta = {"name": "w-0", "namespace": "ns", "uid": "pod-1",
-            "annotations": {builders.ANNOTATION_OWNER_UID: KEY}}  # fmt: skip
+            "annotations": {ownership.ANNOTATION_OWNER_UID: KEY}}  # fmt: skip
     shown = {"metadata": meta, "spec": {}, "status": failed["status"]}
-    labels = {builders.LABEL_STAGE: "train"}
+    labels = {ownership.LABEL_STAGE: "train"}
     asyncio.run(pods.changed(passes, "MODIFIED", shown, labels, None))
     assert step(passes)
     asyncio.run(pods.changed(passes, "DELETED", shown, labels, None))  # Volcano deleted it
@@ -836,16 +832,15 @@ def test_a_failed_pods_first_log_read_is_kept_and_a_later_404_never_replaces_it(
 def test_the_pods_of_a_job_being_deleted_are_not_read(monkeypatch: pytest.MonkeyPatch) -> None:
     from test_failures import ended, pod
 
-    from trainium_operator.manifests import builders
     from trainium_operator.runtime import pods
 
     monkeypatch.setattr(k8s, "pod_log_tail", lambda *_: pytest.fail("read a dying job's pod"))
     passes = runtime(Script())
     passes.gone(KEY)  # the user deleted the job: its pods are killed
     meta = {"name": "w-0", "namespace": "ns", "uid": "pod-1",
-            "annotations": {builders.ANNOTATION_OWNER_UID: KEY}}  # fmt: skip
+            "annotations": {ownership.ANNOTATION_OWNER_UID: KEY}}  # fmt: skip
     shown = {"metadata": meta, "spec": {}, "status": pod("w-0", ended(137))["status"]}
-    asyncio.run(pods.changed(passes, "MODIFIED", shown, {builders.LABEL_STAGE: "train"}, None))
+    asyncio.run(pods.changed(passes, "MODIFIED", shown, {ownership.LABEL_STAGE: "train"}, None))
     assert passes.records.get(KEY) is None and not step(passes)
 
 
@@ -858,7 +853,6 @@ def test_a_gangs_killed_peers_get_a_few_log_reads_not_one_each(
     failed on its own is always read, and so are the peers of the gang's next instance."""
     from test_failures import ended, pod
 
-    from trainium_operator.manifests import builders
     from trainium_operator.runtime import pods, records
 
     reads: list[str] = []
@@ -876,14 +870,14 @@ def test_a_gangs_killed_peers_get_a_few_log_reads_not_one_each(
     ) -> None:
         meta: dict[str, Any] = {
             "name": name, "namespace": "ns", "uid": f"uid-{name}-{version}",
-            "annotations": {builders.ANNOTATION_OWNER_UID: KEY, pods.JOB_VERSION: version},
+            "annotations": {ownership.ANNOTATION_OWNER_UID: KEY, pods.JOB_VERSION: version},
             "ownerReferences": owner,
         }  # fmt: skip
         if deleted:
             when = "2026-01-01T00:00:00Z" if grace else "2026-01-01T00:00:09Z"
             meta.update(deletionTimestamp=when, deletionGracePeriodSeconds=grace)
         shown = {"metadata": meta, "spec": {}, "status": pod(name, state)["status"]}
-        asyncio.run(pods.changed(passes, kind, shown, {builders.LABEL_STAGE: "train"}, None))
+        asyncio.run(pods.changed(passes, kind, shown, {ownership.LABEL_STAGE: "train"}, None))
 
     killed = ended(137, at="2026-01-01T00:00:05Z")
     for i in range(100):

@@ -11,7 +11,7 @@ from support import job
 from trainium_operator.api.spec import parse
 from trainium_operator.cluster import gangpods, k8s, scrape
 from trainium_operator.domain.lifecycle import Child
-from trainium_operator.manifests.builders import Owner
+from trainium_operator.manifests.ownership import Owner
 from trainium_trainer import contract
 from trainium_trainer.live import LiveMetrics
 

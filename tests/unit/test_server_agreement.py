@@ -14,7 +14,7 @@ from support import job
 
 from trainium_operator.api import crd, spec, structural
 from trainium_operator.manifests import builders
-from trainium_operator.manifests.builders import Owner
+from trainium_operator.manifests.ownership import Owner
 
 Json = dict[str, Any]
 NBSP = "\u00a0"

@@ -22,7 +22,7 @@ from trainium_operator.cluster.reconcile import reconcile
 from trainium_operator.domain import quota
 from trainium_operator.domain.model import Blocker, Decision, Phase
 from trainium_operator.manifests import workload
-from trainium_operator.manifests.builders import Owner
+from trainium_operator.manifests.ownership import Owner
 
 Json = dict[str, Any]
 WL = "trainiumjob-j-train"

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from trainium_operator.cluster import k8s, storage
-from trainium_operator.manifests.builders import ANNOTATION_OWNER, ANNOTATION_OWNER_UID
+from trainium_operator.cluster import k8s, storage, volumes
+from trainium_operator.manifests.ownership import ANNOTATION_OWNER, ANNOTATION_OWNER_UID
 
 Json = dict[str, Any]
 
@@ -43,9 +43,11 @@ def test_orphaned(pv: Json, owner: Json | None, expected: bool) -> None:
 def test_sweep_deletes_only_that_pv_of_a_gone_job(monkeypatch: pytest.MonkeyPatch) -> None:
     deleted: list[tuple[str, str | None]] = []
     asked: list[tuple[str, str]] = []
-    monkeypatch.setattr(k8s, "get_volume", lambda name: volume())
+    monkeypatch.setattr(volumes, "get_volume", lambda name: volume())
     monkeypatch.setattr(k8s, "get_trainiumjob", lambda ns, name: asked.append((ns, name)))
-    monkeypatch.setattr(k8s, "delete_volume", lambda name, uid=None: deleted.append((name, uid)))
+    monkeypatch.setattr(
+        volumes, "delete_volume", lambda name, uid=None: deleted.append((name, uid))
+    )
     assert storage.sweep_volume("pv")
     assert asked == [("ns", "train")] and deleted == [("pv", "pv-uid")]  # the uid precondition
 
@@ -54,10 +56,10 @@ def test_sweep_keeps_a_live_jobs_pv_and_a_pv_without_owner(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(k8s, "get_trainiumjob", lambda ns, name: job())
-    monkeypatch.setattr(k8s, "delete_volume", lambda *a, **k: pytest.fail("deleted"))
-    monkeypatch.setattr(k8s, "get_volume", lambda name: volume())
+    monkeypatch.setattr(volumes, "delete_volume", lambda *a, **k: pytest.fail("deleted"))
+    monkeypatch.setattr(volumes, "get_volume", lambda name: volume())
     assert not storage.sweep_volume("pv")
-    monkeypatch.setattr(k8s, "get_volume", lambda name: {"metadata": {"name": "pv"}})
+    monkeypatch.setattr(volumes, "get_volume", lambda name: {"metadata": {"name": "pv"}})
     assert not storage.sweep_volume("pv")
-    monkeypatch.setattr(k8s, "get_volume", lambda name: None)
+    monkeypatch.setattr(volumes, "get_volume", lambda name: None)
     assert not storage.sweep_volume("pv")

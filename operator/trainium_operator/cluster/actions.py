@@ -14,13 +14,13 @@ from kubernetes.client.exceptions import ApiException
 
 from trainium_operator.api import naming
 from trainium_operator.api.spec import TrainiumJobSpec
-from trainium_operator.cluster import cacheio, k8s, workloads
+from trainium_operator.cluster import cacheio, k8s, volumes, workloads
 from trainium_operator.cluster.observe import Seen
 from trainium_operator.cluster.reads import ApiReader, Kind, Reader
 from trainium_operator.domain.lifecycle import Action, Rejection
 from trainium_operator.domain.status import now_iso
 from trainium_operator.manifests import builders, cache, dra
-from trainium_operator.manifests.builders import Owner
+from trainium_operator.manifests.ownership import Owner
 
 
 def perform(
@@ -48,13 +48,13 @@ def _one(action: Action, spec: TrainiumJobSpec, owner: Owner, seen: Seen, read: 
             assert seen.names is not None
             names = seen.names
             pv = builders.build_fsx_volume(spec, owner, names.dns_name, names.mount_name)
-            read.wrote(Kind.VOLUME, "", pv["metadata"]["name"], k8s.create_volume(pv))
+            read.wrote(Kind.VOLUME, "", pv["metadata"]["name"], volumes.create_volume(pv))
         claim = builders.build_fsx_claim(spec, owner)
-        read.wrote(Kind.CLAIM, ns, claim["metadata"]["name"], k8s.create_claim(claim))
+        read.wrote(Kind.CLAIM, ns, claim["metadata"]["name"], volumes.create_claim(claim))
     elif action is Action.REPAIR_STORAGE:
         assert seen.volume is not None
         pv_name = seen.volume["metadata"]["name"]
-        read.wrote(Kind.VOLUME, "", pv_name, k8s.release_claim_ref(seen.volume))
+        read.wrote(Kind.VOLUME, "", pv_name, volumes.release_claim_ref(seen.volume))
     elif action in (Action.CREATE_PRECOMPILE, Action.CREATE_TRAINING):
         stage = "precompile" if action is Action.CREATE_PRECOMPILE else "train"
         if dra.uses_dra(spec):  # the pods' claims come from it: it goes first (409 = there)

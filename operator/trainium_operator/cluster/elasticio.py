@@ -19,7 +19,7 @@ from trainium_operator.cluster.reads import Kind, Reader
 from trainium_operator.domain import capacity, checkpoints, elastic, nodes
 from trainium_operator.domain.lifecycle import Observed
 from trainium_operator.manifests import cache
-from trainium_operator.manifests.builders import Owner
+from trainium_operator.manifests.ownership import Owner
 
 Json = dict[str, Any]
 #: Phases before the training gang first exists: the precompile sizes are compiled then.

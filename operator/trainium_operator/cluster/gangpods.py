@@ -10,8 +10,8 @@ from typing import Any
 
 from trainium_operator.cluster import k8s
 from trainium_operator.domain import failures
-from trainium_operator.manifests import builders
-from trainium_operator.manifests.builders import Owner
+from trainium_operator.manifests import ownership
+from trainium_operator.manifests.ownership import Owner
 
 Json = dict[str, Any]
 
@@ -22,8 +22,8 @@ MAX_LOGS = 4
 
 def gang_pods(owner: Owner, stage: str) -> list[Json]:
     """The pods of one stage's gang, by our labels (Volcano copies them from the template)."""
-    mine = builders.labels(owner, stage)
-    selector = ",".join(f"{k}={mine[k]}" for k in (builders.LABEL_JOB, builders.LABEL_STAGE))
+    mine = ownership.labels(owner, stage)
+    selector = ",".join(f"{k}={mine[k]}" for k in (ownership.LABEL_JOB, ownership.LABEL_STAGE))
     return k8s.list_pods(owner.namespace, selector)
 
 

@@ -26,12 +26,7 @@ from trainium_operator.cluster.reads import Kind, Reader
 from trainium_operator.domain import elastic
 from trainium_operator.domain.lifecycle import Blocker
 from trainium_operator.manifests import cache
-from trainium_operator.manifests.builders import (
-    LABEL_JOB,
-    LABEL_STAGE,
-    Owner,
-    controller_uid,
-)
+from trainium_operator.manifests.ownership import LABEL_JOB, LABEL_STAGE, Owner, controller_uid
 
 Json = dict[str, Any]
 #: (body, type, reason, message, action): post one Event about the job (report.Emit).

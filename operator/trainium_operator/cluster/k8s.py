@@ -273,45 +273,6 @@ def conflict(exc: BaseException) -> bool:
     return isinstance(exc, ApiException) and exc.status == 409 and _reason(exc) != "AlreadyExists"
 
 
-def get_claim(namespace: str, name: str) -> Json | None:
-    """A PersistentVolumeClaim, or None."""
-    return to_dict(missing_is_none(core().read_namespaced_persistent_volume_claim, name, namespace))
-
-
-def get_volume(name: str) -> Json | None:
-    """A PersistentVolume, or None."""
-    return to_dict(missing_is_none(core().read_persistent_volume, name))
-
-
-def create_volume(body: Json) -> Json | None:
-    """Create a PersistentVolume; the created object, None when it existed (409)."""
-    return exists_is_ok(core().create_persistent_volume, body)
-
-
-def delete_volume(name: str, uid: str | None = None) -> None:
-    """Delete a PersistentVolume if it exists; with `uid`, only that object (else 409, raised)."""
-    body = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid)) if uid else None
-    missing_is_none(core().delete_persistent_volume, name, body=body, guarded=bool(uid))
-
-
-def release_claim_ref(volume: Json) -> Json:
-    """Drop a Released PV's stale claimRef uid so the PV controller binds the new claim to it.
-
-    Guarded by the observed resourceVersion: a PV that changed meanwhile answers 409 (retried).
-    """
-    md = volume["metadata"]
-    ref = {"uid": None, "resourceVersion": None}
-    body = {"metadata": {"resourceVersion": md["resourceVersion"]}, "spec": {"claimRef": ref}}
-    patch = core().patch_persistent_volume
-    return to_dict(request(patch, md["name"], body, _content_type=MERGE_PATCH, guarded=True)) or {}
-
-
-def create_claim(body: Json) -> Json | None:
-    """Create a PersistentVolumeClaim; the created object, None when it existed (409)."""
-    ns = body["metadata"]["namespace"]
-    return exists_is_ok(core().create_namespaced_persistent_volume_claim, ns, body)
-
-
 def get_vcjob(namespace: str, name: str) -> Json | None:
     """A Volcano job, or None."""
     args = (VOLCANO_GROUP, VOLCANO_VERSION, namespace, VOLCANO_JOBS, name)

@@ -27,8 +27,8 @@ from trainium_operator.domain import budget, checkpoints, failures, lifecycle, u
 from trainium_operator.domain.checkpoints import Checkpoint
 from trainium_operator.domain.lifecycle import TERMINAL, Blocker, Child, Observed
 from trainium_operator.domain.verdicts import placement_note
-from trainium_operator.manifests import builders, cache, dra
-from trainium_operator.manifests.builders import Owner
+from trainium_operator.manifests import cache, dra, ownership
+from trainium_operator.manifests.ownership import Owner
 from trainium_operator.manifests.workload import Kueue
 
 Json = dict[str, Any]
@@ -253,7 +253,7 @@ def compiling_elsewhere(
         md = job.get("metadata") or {}
         ours = md.get("name") == mine and reads.ours(job, owner)[0] is not None
         if _compiling(job) and not ours:  # an earlier job's of this name compiles too
-            return "other", f"{owner.namespace}/{builders.owner_name(md)}"
+            return "other", f"{owner.namespace}/{ownership.owner_name(md)}"
     return "none", ""
 
 
@@ -269,7 +269,7 @@ def _precompiles(
     """The precompile Volcano jobs of one cache entry: watched, or listed by label."""
     if watched is None:
         entry = f"{cache.LABEL_CACHE_ENTRY}={ident.record_name}"
-        return k8s.list_vcjobs(namespace, f"{entry},{builders.LABEL_STAGE}=precompile")
+        return k8s.list_vcjobs(namespace, f"{entry},{ownership.LABEL_STAGE}=precompile")
     return lookup(watched, (namespace, ident.record_name))
 
 
@@ -303,7 +303,7 @@ def with_shown(pods: list[Json], views: Views, stage: str) -> list[Json]:
     listed_failed = {p["metadata"]["name"]: failures.failed_container(p) is not None for p in pods}
     shown = [
         p for p in views.failed_pods
-        if (p["metadata"].get("labels") or {}).get(builders.LABEL_STAGE) == stage
+        if (p["metadata"].get("labels") or {}).get(ownership.LABEL_STAGE) == stage
         and not listed_failed.get(p["metadata"]["name"], False)
     ]  # fmt: skip
     return pods + shown

@@ -21,7 +21,7 @@ from trainium_operator.cluster.reads import Kind, Reader
 from trainium_operator.domain import events, orphans
 from trainium_operator.domain.orphans import Orphan
 from trainium_operator.domain.status import now_iso
-from trainium_operator.manifests.builders import Owner
+from trainium_operator.manifests.ownership import Owner
 
 Json = dict[str, Any]
 Emit = Callable[[Json, str, str, str, str], None]

@@ -49,8 +49,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from trainium_operator.cluster import cacheio, k8s, kueueio
-from trainium_operator.manifests.builders import Owner, controlled_by
+from trainium_operator.cluster import cacheio, k8s, kueueio, volumes
+from trainium_operator.manifests.ownership import Owner, controlled_by
 
 Json = dict[str, Any]
 
@@ -90,9 +90,9 @@ def api_get(kind: Kind, namespace: str, name: str) -> Json | None:
     if kind is Kind.VCJOB:
         return k8s.get_vcjob(namespace, name)
     if kind is Kind.CLAIM:
-        return k8s.get_claim(namespace, name)
+        return volumes.get_claim(namespace, name)
     if kind is Kind.VOLUME:
-        return k8s.get_volume(name)
+        return volumes.get_volume(name)
     if kind is Kind.RECORD:
         return cacheio.get_configmap(namespace, name)
     if kind is Kind.LEASE:
@@ -353,7 +353,7 @@ def _pick(body: Mapping[str, Any], part: str, keys: Iterable[str]) -> Json:
 
 _META = (
     "name", "namespace", "uid", "resourceVersion", "creationTimestamp", "deletionTimestamp",
-    "ownerReferences",  # whose child it is: builders.controlled_by (never the name)
+    "ownerReferences",  # whose child it is: ownership.controlled_by (never the name)
 )  # fmt: skip
 #: Per kind: (part, keys) kept; None keeps the whole part.
 _KEEP: dict[Kind, tuple[tuple[str, tuple[str, ...] | None], ...]] = {

@@ -42,7 +42,7 @@ from trainium_operator.domain.lifecycle import Action, Child, Decision, Observed
 from trainium_operator.domain.model import Rejection
 from trainium_operator.domain.status import now_iso
 from trainium_operator.manifests import cache, workload
-from trainium_operator.manifests.builders import Owner
+from trainium_operator.manifests.ownership import Owner
 
 Json = dict[str, Any]
 #: Waits whose end arrives as a watch event (the claim, the queue, our PV): no polling for them.

@@ -21,8 +21,8 @@ from trainium_operator.api.spec import TrainiumJobSpec
 from trainium_operator.cluster import gangpods, k8s
 from trainium_operator.domain import failures, progress
 from trainium_operator.domain.lifecycle import Child
-from trainium_operator.manifests import builders
-from trainium_operator.manifests.builders import Owner
+from trainium_operator.manifests import ownership
+from trainium_operator.manifests.ownership import Owner
 from trainium_trainer import contract
 
 Json = dict[str, Any]
@@ -162,7 +162,7 @@ def is_rank0(pod: str, labels: Mapping[str, str]) -> bool:
     By its name's end: each replacement gang has a name of its own (naming.successor); the
     watch maps the pod to its job by its labels.
     """
-    train = labels.get(builders.LABEL_STAGE) == contract.STAGE_TRAIN
+    train = labels.get(ownership.LABEL_STAGE) == contract.STAGE_TRAIN
     return train and naming.node_index(pod) == 0
 
 

@@ -12,10 +12,10 @@ from typing import Any
 
 from trainium_operator.api import naming
 from trainium_operator.api.spec import TrainiumJobSpec
-from trainium_operator.cluster import fsx, k8s
+from trainium_operator.cluster import fsx, k8s, volumes
 from trainium_operator.cluster.reads import Kind, Reader, ours
 from trainium_operator.domain.lifecycle import Blocker
-from trainium_operator.manifests.builders import ANNOTATION_OWNER, Owner, controller_uid, owner_uid
+from trainium_operator.manifests.ownership import ANNOTATION_OWNER, Owner, controller_uid, owner_uid
 
 Json = dict[str, Any]
 
@@ -126,7 +126,7 @@ def sweep_volume(name: str) -> bool:
     Both reads are GETs (a watch may lag a re-created job), and the delete carries the PV's
     uid: a PV a new job of the name made meanwhile is not touched. Writes go through the fence.
     """
-    volume = k8s.get_volume(name)
+    volume = volumes.get_volume(name)
     if volume is None:
         return False
     meta = volume["metadata"]
@@ -136,5 +136,5 @@ def sweep_volume(name: str) -> bool:
         return False  # not a job's PV: never ours to delete
     if not orphaned(volume, k8s.get_trainiumjob(namespace, job_name)):
         return False
-    k8s.delete_volume(name, uid=meta.get("uid"))
+    volumes.delete_volume(name, uid=meta.get("uid"))
     return True

@@ -19,7 +19,8 @@ import kopf
 
 from trainium_operator.api.crd import GROUP, PLURAL, VERSION
 from trainium_operator.cluster.reads import Kind, Overlay, slim
-from trainium_operator.manifests.builders import (
+from trainium_operator.manifests.cache import LABEL_CACHE_ENTRY
+from trainium_operator.manifests.ownership import (
     ANNOTATION_OWNER,
     LABEL_JOB,
     LABEL_MANAGED_BY,
@@ -28,7 +29,6 @@ from trainium_operator.manifests.builders import (
     owner_name,
     owner_uid,
 )
-from trainium_operator.manifests.cache import LABEL_CACHE_ENTRY
 from trainium_trainer.contract import STAGE_PRECOMPILE as PRECOMPILE
 
 

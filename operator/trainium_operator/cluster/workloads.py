@@ -17,18 +17,12 @@ from trainium_operator.api.spec import SpecError, TrainiumJobSpec
 from trainium_operator.cluster import k8s, kueueio, reads
 from trainium_operator.cluster.reads import Kind, Reader
 from trainium_operator.domain import elastic, kueuejob
+from trainium_operator.domain.kueuestate import Admission, Quota, Workload, workload_state
 from trainium_operator.domain.model import Action, Blocker, Child, Observed, Phase
-from trainium_operator.domain.quota import (
-    FINISHES,
-    LIVE,
-    Admission,
-    Quota,
-    Workload,
-    workload_state,
-)
+from trainium_operator.domain.quota import FINISHES, LIVE
 from trainium_operator.domain.status import now_iso
-from trainium_operator.manifests import builders, dra, workload
-from trainium_operator.manifests.builders import Owner
+from trainium_operator.manifests import builders, dra, ownership, workload
+from trainium_operator.manifests.ownership import Owner
 from trainium_operator.manifests.workload import Kueue
 
 Json = dict[str, Any]
@@ -262,12 +256,12 @@ def _gang_may_run(owner: Owner, stage: str) -> bool:
     """Whether the API server still has a Volcano job of ours for the stage (running or being
     deleted): a requeue waits for it, whatever a lagging watch (a new leader's) shows."""
     selector = (
-        f"{builders.LABEL_JOB}={naming.label_value(owner.name)},{builders.LABEL_STAGE}={stage}"
+        f"{ownership.LABEL_JOB}={naming.label_value(owner.name)},{ownership.LABEL_STAGE}={stage}"
     )
     gangs = k8s.list_vcjobs(owner.namespace, selector)
     return any(
         reads.ours(gang, owner)[0]
-        and gang["metadata"].get("labels", {}).get(builders.LABEL_STAGE) == stage
+        and gang["metadata"].get("labels", {}).get(ownership.LABEL_STAGE) == stage
         for gang in gangs
     )
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from trainium_operator.api.spec import TrainiumJobSpec
-from trainium_operator.domain.model import Child
+from trainium_operator.domain.model import Child, Resize
 
 Json = dict[str, Any]
 SHRINK, GROW = "Shrink", "Grow"
@@ -128,16 +128,6 @@ class Look:
     #: The newest complete checkpoint's time (status.lastCheckpoint) and the live one's step.
     checkpoint_time: str | None = None
     checkpoint_step: int | None = None
-
-
-@dataclass(frozen=True)
-class Resize:
-    """The gang goes from one size to another, and why (the Resized Event's message)."""
-
-    old: int
-    new: int
-    kind: str
-    message: str
 
 
 def newest_step(*steps: int | None) -> int | None:

@@ -25,6 +25,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from trainium_operator.domain import quota, verdicts
+from trainium_operator.domain.kueuestate import Admission, Quota, Workload
 from trainium_operator.domain.model import (
     TERMINAL,
     Action,
@@ -35,7 +36,6 @@ from trainium_operator.domain.model import (
     Observed,
     Phase,
 )
-from trainium_operator.domain.quota import Admission, Quota, Workload
 
 STAGES = ("precompile", "train")
 STOPS = {"precompile": Action.STOP_PRECOMPILE, "train": Action.STOP_TRAINING}

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from trainium_operator.domain import kueuejob, quota, verdicts
+from trainium_operator.domain import cachestate, kueuejob, quota, verdicts
 from trainium_operator.domain.model import (
     _PHASES,
     _RANK,
@@ -108,7 +108,7 @@ def _stays_finished(obs: Observed) -> Decision:
             "or run again (create a new TrainiumJob to run it again)"
         )
         conds.append(Condition("Suspended", "False", "JobFinished", msg))
-    return Decision(phase, message, tuple(conds), (), _cache_hit(obs), obs.restarts)
+    return Decision(phase, message, tuple(conds), (), cachestate.cache_hit(obs), obs.restarts)
 
 
 def _idle_blocked(decision: Decision, obs: Observed) -> bool:
@@ -138,7 +138,7 @@ def _hold(decision: Decision, fields: tuple[str, ...]) -> Decision:
 
 def _decide(obs: Observed) -> Decision:
     conds = [Condition("Validated", "True", "SpecValid", "spec accepted")]
-    hit = _cache_hit(obs)
+    hit = cachestate.cache_hit(obs)
     if obs.deadline_exceeded or obs.suspend:
         return _stopped(obs, conds, hit)
     if not obs.storage_ready and obs.training in (Child.SUCCEEDED, Child.FAILED):
@@ -235,65 +235,22 @@ def _refused(decision: Decision, rejection: Rejection, ctype: str, obs: Observed
 
 def _after_storage(obs: Observed, conds: list[Condition], hit: bool | None) -> Decision:
     if obs.training is not Child.ABSENT:
-        conds.append(_precompiled_condition(obs, hit))
+        conds.append(cachestate.precompiled_condition(obs, hit))
         return _training(obs, conds, hit)
-    if _needs_precompile(obs):
+    if cachestate.needs_precompile(obs):
         return _precompiling(obs, conds, hit)
-    conds.append(_precompiled_condition(obs, hit))
+    conds.append(cachestate.precompiled_condition(obs, hit))
     if held := obs.queue_blocker or obs.training_blocker:
         return verdicts.pending(conds, held, (), hit, obs)
     if (rejection := obs.rejected(Action.CREATE_TRAINING)) is not None:
         return _refused(verdicts.pending(conds, None, (), hit, obs), rejection, "Running", obs)
-    if _compile_unreported(obs):
+    if cachestate.compile_unreported(obs):
         msg = "precompile job completed; the training job is created next"
         return Decision(
             Phase.PRECOMPILING, msg, verdicts.close(conds, running=False), (), hit, obs.restarts,
             again=True,
         )  # fmt: skip
     return verdicts.pending(conds, None, (Action.CREATE_TRAINING,), hit, obs)
-
-
-#: Phases a job is in before its own precompile runs (None: no status yet).
-_BEFORE_COMPILE = frozenset({None, "", Phase.PENDING.value, Phase.WAITING_FOR_CACHE.value})
-
-
-def _compile_unreported(obs: Observed) -> bool:
-    """The job's own precompile finished before any status said it ran (the pass after its
-    creation came late, or its write was refused): Precompiling is written before Training, so
-    status.history, its Events and its cost show the compile."""
-    if obs.precompile is not Child.SUCCEEDED or obs.previous_phase not in _BEFORE_COMPILE:
-        return False
-    return not any(c.type == "Precompiled" and c.status == "True" for c in obs.previous_conditions)
-
-
-def _needs_precompile(obs: Observed) -> bool:
-    if obs.policy == "Never" or obs.precompile is Child.SUCCEEDED:
-        return False
-    if obs.precompile is not Child.ABSENT:
-        return True
-    return obs.policy == "Always" or not _trusted(obs)
-
-
-def _trusted(obs: Observed) -> bool:
-    """The entry is Ready and no live job is compiling it again (precompile.policy Always)."""
-    return obs.cache_recorded and obs.cache_holder != "other"
-
-
-def _cache_hit(obs: Observed) -> bool | None:
-    """Hit when graphs came from the cache, miss when we compiled, None when not applicable."""
-    if obs.policy == "Never":
-        return None
-    if obs.precompile is not Child.ABSENT:
-        return False
-    return obs.policy == "IfNotCached" and _trusted(obs)
-
-
-def _precompiled_condition(obs: Observed, hit: bool | None) -> Condition:
-    if obs.policy == "Never":
-        return Condition("Precompiled", "False", "Skipped", "precompile.policy is Never")
-    if hit:
-        return Condition("Precompiled", "True", "CacheHit", "graphs found in the compile cache")
-    return Condition("Precompiled", "True", "Compiled", "precompile job completed")
 
 
 def _precompiling(obs: Observed, conds: list[Condition], hit: bool | None) -> Decision:

@@ -9,14 +9,14 @@ import enum
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from trainium_operator.domain.blocker import Blocker
 from trainium_operator.domain.budget import REASONS as BUDGET_REASONS
 from trainium_operator.domain.failures import POLICIES
 
 if TYPE_CHECKING:
     from trainium_operator.domain.budget import Exhausted
-    from trainium_operator.domain.elastic import Resize
     from trainium_operator.domain.failures import Failure
-    from trainium_operator.domain.quota import Quota
+    from trainium_operator.domain.kueuestate import Quota
 
 
 class Phase(str, enum.Enum):
@@ -116,16 +116,6 @@ class Action(str, enum.Enum):
     ACTIVATE_WORKLOADS = "ActivateWorkloads"
 
 
-@dataclass(frozen=True)
-class Blocker:
-    """A prerequisite that is not there yet: retried, with a reason naming what is missing."""
-
-    reason: str
-    message: str
-    #: Post a Warning Event (once); routine waits such as a static claim binding do not.
-    warn: bool = True
-
-
 #: Codes of API rejections that will not heal by retrying the same request.
 PERMANENT_CODES = frozenset({400, 405, 406, 413, 415, 422})
 #: Volcano's job webhook messages (pkg/webhooks/admission/jobs/validate) for queue states that a
@@ -171,6 +161,16 @@ class Rejection:
         if self.code == 403 and "exceeded quota" in self.message:
             return "QuotaExceeded"
         return {403: "Forbidden", 404: "ApiNotFound"}.get(self.code, "ApiRejected")
+
+
+@dataclass(frozen=True)
+class Resize:
+    """The gang goes from one size to another, and why (the Resized Event's message)."""
+
+    old: int
+    new: int
+    kind: str
+    message: str
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from trainium_operator.api.spec import SpecError, TrainiumJobSpec, parse
 from trainium_operator.cluster import fsx
 from trainium_operator.local import kubeyaml
 from trainium_operator.manifests import builders, dra
-from trainium_operator.manifests.builders import Owner
+from trainium_operator.manifests.ownership import Owner
 
 Json = dict[str, Any]
 

@@ -17,11 +17,10 @@ import json
 import os
 import shutil
 import signal
-import socket
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -32,15 +31,21 @@ from torchx.specs import AppState
 from trainium_operator.api import naming
 from trainium_operator.api.spec import TrainiumJobSpec, parse
 from trainium_operator.domain import checkpoints, lifecycle, status
-from trainium_operator.domain.cachekey import cache_key, cache_name
+from trainium_operator.domain.cachekey import cache_name
 from trainium_operator.domain.lifecycle import Action, Child, Decision, Observed, Phase
 from trainium_operator.domain.status import now_iso, read_conditions
-from trainium_operator.local import interrupt, render
+from trainium_operator.local import interrupt, render, terminal
 from trainium_operator.local import logs as locallogs
 from trainium_operator.local import view as localview
-from trainium_operator.manifests import appdef, cache
-from trainium_operator.manifests.appdef import StageContext
-from trainium_trainer import contract, rendezvous
+from trainium_operator.local.localrun import (
+    CHECKPOINT_REPORT,
+    LocalRun,
+    flag_value,
+    free_port,
+    stage_context,
+)
+from trainium_operator.manifests import appdef
+from trainium_trainer import rendezvous
 
 Json = dict[str, Any]
 SYNTH_ANNOTATION = "trainium.dev/local-synthetic-data"
@@ -48,87 +53,6 @@ SCHEDULER = "local_cwd"
 POLL_SECONDS = 1.0
 #: The job's runPolicy.suspend as the job file says now; None when it cannot be read just now.
 SuspendSource = Callable[[], bool | None]
-#: Where the training stage's rank 0 reports checkpoints (the termination message's stand-in).
-CHECKPOINT_REPORT = "checkpoint-report"
-
-
-def free_port() -> int:
-    """A TCP port free now, so local runs (and tests) beside each other never share a store."""
-    with socket.socket() as sock:
-        sock.bind(("localhost", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-@dataclass
-class LocalRun:
-    """One local job: its folders, its TorchX apps and the times each phase took."""
-
-    name: str
-    spec: TrainiumJobSpec
-    root: Path
-    rdzv_port: int = field(default_factory=free_port)
-    apps: dict[str, str] = field(default_factory=dict)
-    phase_started: dict[str, float] = field(default_factory=dict)
-    phase_seconds: dict[str, float] = field(default_factory=dict)
-    status: Json = field(default_factory=dict)
-    #: runPolicy.suspend as last read from the job file.
-    suspend: bool = False
-    #: The training progress bar (created with the first metric record).
-    view: Any = None
-    #: The last step's wind-down line was said.
-    wound_down: bool = False
-
-    @property
-    def volume(self) -> Path:
-        """The folder standing in for the shared volume."""
-        return self.root / "volume"
-
-    @property
-    def logs(self) -> Path:
-        """Each stage's TorchX logs, under logs/<stage>/."""
-        return self.root / "logs"
-
-    @property
-    def checkpoint_report(self) -> Path:
-        """The file the trainer names its last complete checkpoint in."""
-        return self.root / CHECKPOINT_REPORT
-
-    @property
-    def key(self) -> str:
-        """The compile-cache key."""
-        return cache_key(self.spec)
-
-    @property
-    def cache_record(self) -> Path:
-        """Local cache record: the ConfigMap's stand-in, next to the cache it describes."""
-        record = cache.identity(self.spec).record_name
-        return self.volume / self.spec.cache.path / ".records" / f"{record}.json"
-
-    def local_path(self, text: str) -> str:
-        """Map a path under spec.storage.mountPath to the local volume folder."""
-        mount = self.spec.storage.mountPath.rstrip("/")
-        if text == mount or text.startswith(mount + "/"):
-            return str(self.volume) + text[len(mount) :]
-        return text
-
-
-def stage_context(run: LocalRun, stage: str) -> StageContext:
-    """The local StageContext: rendezvous on localhost, this Python, no Neuron launcher."""
-    return StageContext(
-        job_name=run.name,
-        stage=stage,
-        cache_name=cache_name(run.spec, run.key),
-        run_id=f"{run.name}-{naming.STAGE_SUFFIX[stage]}",
-        rank0_host="localhost",
-        mount_root=str(run.volume),
-        claim=None,
-        python=sys.executable,
-        compile_launcher=(),
-        rdzv_port=run.rdzv_port,
-        checkpoint_report=str(run.checkpoint_report),
-        on_cpu=True,
-    )
 
 
 def local_spec(run: LocalRun) -> TrainiumJobSpec:
@@ -241,16 +165,6 @@ def follow_file(path: str, name: str) -> SuspendSource | None:
     return suspend
 
 
-def _flag(args: tuple[str, ...], flag: str, default: str) -> str:
-    """Value of `flag V` or `flag=V` in args."""
-    for i, arg in enumerate(args):
-        if arg == flag and i + 1 < len(args):
-            return args[i + 1]
-        if arg.startswith(flag + "="):
-            return arg.split("=", 1)[1]
-    return default
-
-
 def ensure_synthetic_data(run: LocalRun, where: str) -> None:
     """Seed synthetic BERT shards when the job asks for them and they are missing."""
     from trainium_trainer import synth
@@ -259,7 +173,7 @@ def ensure_synthetic_data(run: LocalRun, where: str) -> None:
     if any(target.glob("*_training_*.hdf5")):
         return
     world = run.spec.nodes * run.spec.procs_per_node
-    seq = _flag(run.spec.args, "--seq-len", "64")
+    seq = flag_value(run.spec.args, "--seq-len", "64")
     print(f"[data] writing synthetic BERT shards to {target}", flush=True)
     synth.main(["--out", str(target), "--shards", str(max(4, world)), "--seq-len", seq])
 
@@ -351,76 +265,6 @@ def reported_checkpoint(run: LocalRun) -> checkpoints.Checkpoint | None:
     return checkpoints.from_message(text)
 
 
-def train_output(run: LocalRun) -> Path:
-    """The training stage's output folder (metrics, checkpoints, model, summary.json)."""
-    return Path(appdef.output_dir(run.spec, stage_context(run, appdef.TRAIN)))
-
-
-def progress(run: LocalRun, seen: int) -> int:
-    """Move the progress bar over the trainer's new metric records; returns records seen."""
-    path = train_output(run) / "metrics.jsonl"
-    if not path.is_file():
-        return seen
-    if run.view is None:
-        total = _flag(run.spec.args, "--max-steps", "?")
-        run.view = localview.TrainView(int(total) if total.isdigit() else None)
-    for line in path.read_text().splitlines()[seen:]:
-        try:
-            run.view.show(json.loads(line))
-        except json.JSONDecodeError:
-            return seen
-        seen += 1
-    if run.view.done and not run.wound_down:
-        run.wound_down = True
-        print(localview.wind_down_line(run.spec.nodes * run.spec.procs_per_node), flush=True)
-    return seen
-
-
-def quiet_wait(run: LocalRun, quiet: bool) -> str | None:
-    """The wait in progress while the run prints nothing of its own (None: none, or a bar)."""
-    phase = run.status.get("phase")
-    if phase == Phase.PRECOMPILING.value:
-        return localview.PRECOMPILE
-    if phase != Phase.TRAINING.value or quiet:
-        return None
-    if run.view is None:
-        return localview.TRAIN_START
-    return localview.TRAIN_END if run.view.done else None
-
-
-def doing(run: LocalRun, wait: str) -> str:
-    """What the waited-on stage is doing, as far as its logs, cache and outputs show."""
-    procs = run.spec.nodes * run.spec.procs_per_node
-    if wait == localview.TRAIN_END:
-        if (train_output(run) / "summary.json").is_file():
-            them = "its process" if procs == 1 else f"its {procs} processes"
-            return f"the trainer is done (summary.json written); waiting for {them} to exit"
-        return "the final checkpoint, evaluation and model export"
-    stage = appdef.PRECOMPILE if wait == localview.PRECOMPILE else appdef.TRAIN
-    step = locallogs.last_step(run.logs, stage)
-    if wait == localview.PRECOMPILE:
-        total = run.spec.precompile.steps
-        now = f"step {step} of {total} done" if step else "no step done yet (imports, the model)"
-    else:
-        now = "no step logged yet (imports, building the model)"
-    root = run.volume / run.spec.cache.path
-    cache_dirs = sorted(root.glob(f"{cache_name(run.spec, run.key)}_*"))
-    compiled = locallogs.compiled_files(cache_dirs)
-    if compiled or run.spec.effective_backend == contract.BACKEND_NATIVE:
-        return f"{now}; {compiled} compiled kernel files in the cache so far"
-    return now
-
-
-def heartbeat(run: LocalRun, beat: localview.Heartbeat, quiet: bool) -> None:
-    """A line on stderr when a quiet wait has gone on for another HEARTBEAT_SECONDS."""
-    wait = quiet_wait(run, quiet)
-    seconds = beat.due(wait)
-    if wait is not None and seconds is not None:
-        print(
-            localview.heartbeat_line(wait, seconds, doing(run, wait)), file=sys.stderr, flush=True
-        )
-
-
 def finish(run: LocalRun) -> bool:
     """Merge the trainer's summary with cache outcome and phase times into runs/<job>/."""
     out = Path(appdef.output_dir(run.spec, stage_context(run, appdef.TRAIN)))
@@ -489,11 +333,12 @@ def loop(
         now_suspended = suspend() if suspend is not None else None
         job.suspend = job.suspend if now_suspended is None else now_suspended
         decision = lifecycle.decide(observe(job, runner))
-        seen = seen if quiet else progress(job, seen)  # the bar is current before a phase line
+        # the bar is current before a phase line
+        seen = seen if quiet else terminal.progress(job, seen)
         report(job, decision)
         if decision.phase in lifecycle.TERMINAL:
             return
-        heartbeat(job, beat, quiet)
+        terminal.heartbeat(job, beat, quiet)
         act(job, decision, runner)
         if Action.CREATE_STORAGE in decision.actions:
             synth = (doc["metadata"].get("annotations") or {}).get(SYNTH_ANNOTATION)

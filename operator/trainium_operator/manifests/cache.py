@@ -19,7 +19,7 @@ from trainium_operator.api.spec import TrainiumJobSpec
 from trainium_operator.domain.cachekey import LABEL_CACHE_ENTRY as LABEL_CACHE_ENTRY
 from trainium_operator.domain.cachekey import Identity as Identity
 from trainium_operator.domain.cachekey import identity as identity
-from trainium_operator.manifests.builders import (
+from trainium_operator.manifests.ownership import (
     LABEL_CACHE_KEY,
     LABEL_CACHE_NAME,
     LABEL_MANAGED_BY,

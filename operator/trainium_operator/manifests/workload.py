@@ -19,7 +19,7 @@ from typing import Any
 from trainium_operator.api import naming
 from trainium_operator.api.instances import EFA_RESOURCE
 from trainium_operator.api.spec import TrainiumJobSpec
-from trainium_operator.manifests.builders import Owner, labels, owner_annotations
+from trainium_operator.manifests.ownership import Owner, labels, owner_annotations
 
 Json = dict[str, Any]
 

@@ -29,13 +29,8 @@ from trainium_operator.cluster import k8s, watches
 from trainium_operator.cluster.reconcile import reconcile
 from trainium_operator.domain import events
 from trainium_operator.domain.status import clip, one_line
-from trainium_operator.manifests.builders import (
-    LABEL_JOB,
-    LABEL_MANAGED_BY,
-    MANAGED_BY,
-    owner_uid,
-)
 from trainium_operator.manifests.cache import LABEL_CACHE_ENTRY
+from trainium_operator.manifests.ownership import LABEL_JOB, LABEL_MANAGED_BY, MANAGED_BY, owner_uid
 from trainium_operator.runtime import essence, footprint, kueuewatch, leadership, metrics, pods
 from trainium_operator.runtime.passes import WORKERS, Passes
 from trainium_operator.runtime.records import Key

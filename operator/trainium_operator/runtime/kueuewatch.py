@@ -13,7 +13,7 @@ from typing import Any
 from trainium_operator.cluster import kueueio
 from trainium_operator.cluster.ownwatch import KindIndex, OwnWatch
 from trainium_operator.cluster.reads import Kind, resource, slim
-from trainium_operator.manifests.builders import LABEL_MANAGED_BY, MANAGED_BY
+from trainium_operator.manifests.ownership import LABEL_MANAGED_BY, MANAGED_BY
 from trainium_operator.runtime import pods
 from trainium_operator.runtime.passes import Passes
 

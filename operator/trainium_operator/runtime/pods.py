@@ -17,7 +17,7 @@ from typing import Any
 
 from trainium_operator.cluster import k8s, scrape
 from trainium_operator.domain import checkpoints, failures
-from trainium_operator.manifests.builders import (
+from trainium_operator.manifests.ownership import (
     ANNOTATION_OWNER,
     LABEL_STAGE,
     controller_uid,
