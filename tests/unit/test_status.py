@@ -205,3 +205,33 @@ def test_a_finished_job_drops_the_live_gangs_bookkeeping() -> None:
     assert stored["phase"] == "Failed" and stored["restarts"] == 0  # the count stays
     again = status.compose(replace(inputs, previous=stored))
     assert again is stored  # settled: no write each pass after
+
+
+def test_a_finished_job_drops_its_spec_digest_and_a_live_one_keeps_it() -> None:
+    """describe showed `Spec Digest` on every job (issue 43, item 6): it guards a live job
+    against an edit of a graph-defining field; a finished job never runs again."""
+    from support import spec_of
+
+    from trainium_operator.domain import budget, specdigest
+
+    digests = {"nodes": "d1", "image": "d2"}
+    started = specdigest.combined(digests)
+    spec = spec_of(nodes=2)
+    live = render(TRAINING, {}, T0)
+    live["specDigest"] = started
+    training = status.Inputs(
+        live, TRAINING, spec, Observed(), budget.Accounted(budget.read(live)), name="bert",
+        generation=1, digests=digests, now=T1,
+    )  # fmt: skip
+    assert status.compose(training).get("specDigest", started) == started  # kept while live
+    finished = replace(training, decision=FAILED)
+    new = status.compose(finished)
+    assert new["specDigest"] is None  # a merge-patch null removes it
+    stored = merged(live, status.patch_body(live, new))
+    assert "specDigest" not in stored and stored["phase"] == "Failed"
+    assert status.compose(replace(finished, previous=stored)) is stored  # never written again
+    legacy = {**live, "specDigests": dict(digests)}
+    legacy.pop("specDigest")
+    ended = status.compose(replace(finished, previous=legacy))
+    gone = merged(legacy, status.patch_body(legacy, ended))
+    assert "specDigests" not in gone and "specDigest" not in gone

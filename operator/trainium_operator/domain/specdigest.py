@@ -1,5 +1,11 @@
 """What spec a job started with, as one short digest on its status (status.specDigest).
 
+It stays on status, not in an annotation: only the operator writes status (a user's `kubectl
+replace` or edit of the metadata cannot drop it and so lift the guard), and an annotation would
+cost every job a second write when it starts. It is bookkeeping of a live job alone: a finished
+job never runs again, so its status drops it (`settled`) as it drops restartCursor, and `kubectl
+describe` of a finished job shows no `Spec Digest` (issue 43).
+
 A graph-defining field changed on a live job holds it (lifecycle: ImmutableFieldChanged). The
 digest of each such field used to be on status (status.specDigests, 12 lines in `kubectl
 describe`); one string of two parts now: a tag of the fields digested (a CRD that makes another
@@ -58,3 +64,8 @@ def fragment(previous: Mapping[str, Any], digests: Mapping[str, str]) -> dict[st
     if LEGACY in previous:
         out[LEGACY] = None  # a merge-patch null: `kubectl describe` shows one line, not 12
     return out
+
+
+def settled(previous: Mapping[str, Any]) -> dict[str, Any]:
+    """What a finished job's status write removes: the digest guards a live job only."""
+    return {key: None for key in (FIELD, LEGACY) if key in previous}

@@ -274,8 +274,10 @@ def _add_evidence(new: Json, inputs: Inputs) -> None:
 
 def _settle(new: Json, previous: Json) -> None:
     """A finished job's status keeps what a person reads, not the live gang's bookkeeping."""
-    new.pop("restartCursor", None)
+    for key in ("restartCursor", specdigest.FIELD, specdigest.LEGACY):
+        new.pop(key, None)
     new.update(budget.settled(previous))
+    new.update(specdigest.settled(previous))
     shown = new["progress"] if "progress" in new else previous.get("progress")
     kept = progress.settled(shown)
     if kept is not None:
