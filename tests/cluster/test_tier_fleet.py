@@ -10,10 +10,11 @@ two more 1,024-pod gangs would double the module's time) and trains at 1,024 (pr
 rank 0, the only pod that serves metrics). A node is lost (the Node deleted): the gang cannot
 form again, and after shrinkAfterSeconds the operator restarts it at 1,023 from the cached
 entry; the node comes back and the gang grows to 1,024 at the next checkpoint. A second
-1,024-node job in the same Volcano queue then waits, none of its pods bound, while the first
-runs (Volcano enqueues its PodGroup and makes its pods: the PodGroup's minResources count pods
-only, not the Neuron devices, so only the allocate finds it does not fit); the first finishes
-and Succeeds, and the second is bound and Succeeds.
+1,024-node job in the same Volcano queue then waits without a single pod while the first runs
+(its pods request their Neuron devices, so its PodGroup's minResources count them and Volcano's
+enqueue refuses it: "resource in cluster is overused"; before issue 43 the PodGroup counted pods
+only, Volcano made all 1,024 pods and only the allocate found they did not fit); the first
+finishes and Succeeds, and the second is bound and Succeeds.
 
 Opt-in (TRAINIUM_TIER_FLEET=1): on the loaded 2-core machine the module took 17-22 minutes (far
 over the tier's budget): each 1,024-pod gang costs minutes of API-server time there.
@@ -187,20 +188,27 @@ def test_a_1024_node_elastic_job_trains_shrinks_grows_and_a_second_queues_behind
     mark("node back -> training at 1024", time.monotonic() - back)
     assert status["elastic"]["resizes"] == 2 and status["elastic"]["lastResize"]["kind"] == "Grow"
 
-    # A second 1,024-node job in the same queue waits: Volcano sees it and binds none of it.
+    # A second 1,024-node job in the same queue waits: Volcano's enqueue refuses it, no pods.
     second = small_job("queued", ns, nodes=FLEET, scheduling=SCHEDULING)
     cluster.kubectl("create", "-f", "-", stdin=json.dumps(second))
 
-    def seen_unschedulable() -> Obj | None:
+    def seen_refused() -> Obj | None:
         group = podgroups(cluster, ns).get("queued-train") or {}
-        conditions = (group.get("status") or {}).get("conditions") or []
-        return group if any(c.get("type") == "Unschedulable" for c in conditions) else None
+        if not group:
+            return None
+        selector = f"involvedObject.name={group['metadata']['name']},reason=Unschedulable"
+        said = json.loads(cluster.kubectl("get", "events", "-n", ns, "--field-selector",
+                                          selector, "-o", "json").stdout)["items"]  # fmt: skip
+        return group if any("overused" in (e.get("message") or "") for e in said) else None
 
-    group = wait_until(seen_unschedulable, DEADLINE, "the second gang seen unschedulable")
-    print(f"\nfleet: second job waits: {json.dumps(group['status'])[:400]}")
-    # Still queued as the first ends: none of its pods bound, the first's gang whole.
-    assert podgroups(cluster, ns)["queued-train"]["status"]["phase"] in ("Pending", "Inqueue")
-    assert not kubelet.bound(ns, "queued-train-node-"), "the second job got nodes"
+    group = wait_until(seen_refused, DEADLINE, "the second gang refused by Volcano's enqueue")
+    print(f"\nfleet: second job waits: {json.dumps(group['spec'].get('minResources'))}")
+    # Still queued as the first ends: not one of its pods made, the first's gang whole.
+    assert podgroups(cluster, ns)["queued-train"]["status"]["phase"] == "Pending"
+    assert group["spec"]["minResources"]["aws.amazon.com/neuron"] == str(16 * FLEET)
+    made = [p for p in cluster.api.request("GET", f"/api/v1/namespaces/{ns}/pods")["items"]
+            if p["metadata"]["name"].startswith("queued-train-node-")]  # fmt: skip
+    assert made == [], f"{len(made)} pods of a gang that cannot fit"
     assert len(gang_pods(kubelet, ns, status["trainingJob"])) == FLEET
 
     # The first finishes; the second is bound and runs to its end.

@@ -176,7 +176,10 @@ def test_no_tolerations_unless_asked(tutorial_jobs: dict[str, Json]) -> None:
 def test_device_limits_per_instance_type(instance: str, limits: dict[str, str]) -> None:
     container = first_container(build(instanceType=instance))
     assert container["resources"]["limits"] == limits
-    assert not container["resources"].get("requests")  # BestEffort, as in AWS's tutorial
+    # Requested as the API server defaults a pod's (a limit alone is the request), written out
+    # so Volcano's PodGroup counts the gang's devices (issue 43). Still BestEffort, as in AWS's
+    # tutorial: QoS counts cpu and memory only.
+    assert container["resources"]["requests"] == limits
 
 
 def test_neurondevice_resource_name_when_chosen() -> None:
@@ -188,7 +191,10 @@ def test_neurondevice_resource_name_when_chosen() -> None:
 def test_user_resources_are_added_to_the_device_limits() -> None:
     spec, owner = example_spec("trn2-causal-lm.yaml")
     container = first_container(builders.build_vcjob(spec, owner, "train"))
-    assert container["resources"]["requests"] == {"cpu": "180", "memory": "1800Gi"}
+    assert container["resources"]["requests"] == {
+        "cpu": "180", "memory": "1800Gi",
+        "aws.amazon.com/neuron": "16", "vpc.amazonaws.com/efa": "16",
+    }  # fmt: skip
     assert container["resources"]["limits"] == {
         "aws.amazon.com/neuron": "16",
         "vpc.amazonaws.com/efa": "16",

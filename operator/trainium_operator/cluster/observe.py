@@ -147,7 +147,7 @@ def observe(
     stuck = left is not None and left <= 0
     pods = [] if stuck else with_shown(stage_pods(owner, stage, _child(job), views), views, stage)
     failure = (
-        stuck_failure(owner, stage)
+        stuck_failure(owner, stage, job)
         if stuck
         else gang_failure(owner, of_instance(pods, job), views.pod_logs)
     )
@@ -319,11 +319,18 @@ def startup_left(job: Json | None, deadline: int | None, now: str) -> float | No
     return None if not created else deadline - cache.seconds_between(created, now)
 
 
-def stuck_failure(owner: Owner, stage: str) -> failures.Failure:
+def stuck_failure(owner: Owner, stage: str, job: Json | None = None) -> failures.Failure:
     """A gang unscheduled past its startup deadline: what the scheduler says is short."""
     found = unschedulable.unschedulable(gang_pods(owner, stage))
     if found is not None:
         return found
+    if job is not None and (uid := job["metadata"].get("uid")):  # no pods: never enqueued?
+        group = f"{job['metadata']['name']}-{uid}"  # Volcano's PodGroup of the job
+        said = k8s.list_events(owner.namespace, group, "Unschedulable")
+        said.sort(key=lambda e: str(e.get("last_timestamp") or e.get("lastTimestamp") or ""))
+        found = unschedulable.not_enqueued(stage, [str(e.get("message") or "") for e in said])
+        if found is not None:
+            return found
     msg = f"the {stage} gang was not scheduled within runPolicy.startupDeadlineSeconds"
     return failures.make_failure("Unschedulable", msg)
 

@@ -189,3 +189,26 @@ def claim_message(stuck: ClaimStuck, device_class: str, template: str) -> str:
         f"publishes their devices for DeviceClass {device_class} (kubectl get resourceslices), "
         "and that no other claim holds them"
     )
+
+
+#: Volcano's enqueue refusing a PodGroup (an Event on it, reason Unschedulable; overcommit
+#: plugin): "resource in cluster is overused: overused aws.amazon.com/neuron, overused ...".
+_OVERUSED = re.compile(r"overused (?P<name>[\w./-]+)")
+
+
+def not_enqueued(stage: str, messages: Sequence[str]) -> failures.Failure | None:
+    """A gang Volcano never enqueued (no pods made: its PodGroup's minResources, the gang's
+    devices, do not fit the cluster or its queue), from its PodGroup's Events (None: none)."""
+    said = [m for m in messages if "overused" in m or "queue resource quota insufficient" in m]
+    if not said:
+        return None
+    text = said[-1]
+    names = list(dict.fromkeys(m["name"] for m in _OVERUSED.finditer(text)))
+    short = ", ".join(names) or None
+    return failures.make_failure(
+        "Unschedulable",
+        f"the {stage} gang was never admitted by Volcano (none of its pods made): the cluster "
+        f"or its queue cannot hold the whole gang ({text})",
+        (),
+        short,
+    )

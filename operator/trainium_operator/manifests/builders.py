@@ -29,7 +29,7 @@ from trainium_operator.api.instances import INSTANCE_TYPE_LABEL
 from trainium_operator.api.spec import TrainiumJobSpec
 from trainium_operator.domain import nodes
 from trainium_operator.domain.cachekey import LABEL_CACHE_ENTRY, cache_key, cache_name, identity
-from trainium_operator.manifests import appdef, dra, placement
+from trainium_operator.manifests import appdef, dra, gangsize, placement
 from trainium_operator.manifests.appdef import StageContext
 from trainium_operator.manifests.ownership import (
     LABEL_CACHE_KEY,
@@ -205,6 +205,8 @@ def build_vcjob(
     job = _overlay_job(job, spec, owner, stage, ctx.run_id)
     (task,) = job["spec"]["tasks"]
     job["spec"]["tasks"] = [_one_task(task, spec.nodes)]
+    # The whole gang's devices, cpu and memory (Volcano's PodGroup: the templates' requests).
+    job["spec"]["minResources"] = gangsize.min_resources(task["template"]["spec"], spec.nodes)
     return job
 
 
@@ -274,6 +276,7 @@ def _overlay_pod(pod: Json, spec: TrainiumJobSpec, owner: Owner, stage: str, vcj
             wanted = getattr(spec.resources, kind)
             if wanted:
                 res.setdefault(kind, {}).update({k: str(v) for k, v in wanted.items()})
+        gangsize.default_requests(res)  # Volcano sizes the gang's PodGroup from requests
         if dra.uses_dra(spec):
             res["claims"] = dra.container_claims()
     if stage == appdef.TRAIN and spec.preflight:
