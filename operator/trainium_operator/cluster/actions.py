@@ -42,26 +42,10 @@ def perform(
 
 
 def _one(action: Action, spec: TrainiumJobSpec, owner: Owner, seen: Seen, read: Reader) -> None:
-    ns = owner.namespace
-    if action is Action.CREATE_STORAGE:
-        if seen.volume is None:
-            assert seen.names is not None
-            names = seen.names
-            pv = builders.build_fsx_volume(spec, owner, names.dns_name, names.mount_name)
-            read.wrote(Kind.VOLUME, "", pv["metadata"]["name"], volumes.create_volume(pv))
-        claim = builders.build_fsx_claim(spec, owner)
-        read.wrote(Kind.CLAIM, ns, claim["metadata"]["name"], volumes.create_claim(claim))
-    elif action is Action.REPAIR_STORAGE:
-        assert seen.volume is not None
-        pv_name = seen.volume["metadata"]["name"]
-        read.wrote(Kind.VOLUME, "", pv_name, volumes.release_claim_ref(seen.volume))
+    if action in (Action.CREATE_STORAGE, Action.REPAIR_STORAGE):
+        _storage(action, spec, owner, seen, read)
     elif action in (Action.CREATE_PRECOMPILE, Action.CREATE_TRAINING):
-        stage = "precompile" if action is Action.CREATE_PRECOMPILE else "train"
-        if dra.uses_dra(spec):  # the pods' claims come from it: it goes first (409 = there)
-            k8s.create_claim_template(builders.build_claim_template(spec, owner))
-        job = builders.build_vcjob(spec, owner, stage, seen.excluded_nodes)
-        job = workloads.admitted(job, seen.kueue, stage)  # Kueue's flavor: its node labels
-        read.wrote(Kind.VCJOB, ns, job["metadata"]["name"], k8s.create_vcjob(job))
+        _create_stage(action, spec, owner, seen, read)
     elif action in workloads.ACTIONS:
         assert seen.kueue is not None
         held, excluded = seen.kueue, seen.excluded_nodes
@@ -69,20 +53,55 @@ def _one(action: Action, spec: TrainiumJobSpec, owner: Owner, seen: Seen, read: 
     elif action in _CACHE_ACTIONS:
         _cache_action(action, spec, owner, seen, read)
     elif action in (Action.STOP_TRAINING, Action.STOP_PRECOMPILE):
-        stage = "train" if action is Action.STOP_TRAINING else "precompile"
-        name = naming.stage_job(owner.name, stage, spec.precompile_size, owner.train_gang)
-        uid = seen.train_uid if action is Action.STOP_TRAINING else seen.pre_uid
-        replaced = seen.observed.replace_gang or seen.observed.resize is not None
-        if replaced and action is Action.STOP_TRAINING:
-            # Its successor (named on the job first: gangs.name_successor) waits for its nodes:
-            # the old one goes first, pods and all (observe waits while it has a
-            # deletionTimestamp).
-            k8s.delete_vcjob(ns, name, uid, foreground=True)
-        else:
-            k8s.delete_vcjob(ns, name, uid)
-            read.deleted(Kind.VCJOB, ns, name)
-        if action is Action.STOP_PRECOMPILE:
-            _release(seen, read)  # another job may compile these graphs meanwhile
+        _stop_stage(action, spec, owner, seen, read)
+
+
+def _storage(action: Action, spec: TrainiumJobSpec, owner: Owner, seen: Seen, read: Reader) -> None:
+    """The job's static FSx volume and its claim: created, or the volume's stale claimRef freed."""
+    if action is Action.REPAIR_STORAGE:
+        assert seen.volume is not None
+        pv_name = seen.volume["metadata"]["name"]
+        read.wrote(Kind.VOLUME, "", pv_name, volumes.release_claim_ref(seen.volume))
+        return
+    if seen.volume is None:
+        assert seen.names is not None
+        names = seen.names
+        pv = builders.build_fsx_volume(spec, owner, names.dns_name, names.mount_name)
+        read.wrote(Kind.VOLUME, "", pv["metadata"]["name"], volumes.create_volume(pv))
+    claim = builders.build_fsx_claim(spec, owner)
+    read.wrote(Kind.CLAIM, owner.namespace, claim["metadata"]["name"], volumes.create_claim(claim))
+
+
+def _create_stage(
+    action: Action, spec: TrainiumJobSpec, owner: Owner, seen: Seen, read: Reader
+) -> None:
+    """One stage's Volcano job (its DRA claim template first), on Kueue's admitted flavor."""
+    stage = "precompile" if action is Action.CREATE_PRECOMPILE else "train"
+    if dra.uses_dra(spec):  # the pods' claims come from it: it goes first (409 = there)
+        k8s.create_claim_template(builders.build_claim_template(spec, owner))
+    job = builders.build_vcjob(spec, owner, stage, seen.excluded_nodes)
+    job = workloads.admitted(job, seen.kueue, stage)  # Kueue's flavor: its node labels
+    read.wrote(Kind.VCJOB, owner.namespace, job["metadata"]["name"], k8s.create_vcjob(job))
+
+
+def _stop_stage(
+    action: Action, spec: TrainiumJobSpec, owner: Owner, seen: Seen, read: Reader
+) -> None:
+    """Delete one stage's Volcano job; a replaced gang's in the foreground (its successor waits)."""
+    ns = owner.namespace
+    stage = "train" if action is Action.STOP_TRAINING else "precompile"
+    name = naming.stage_job(owner.name, stage, spec.precompile_size, owner.train_gang)
+    uid = seen.train_uid if action is Action.STOP_TRAINING else seen.pre_uid
+    replaced = seen.observed.replace_gang or seen.observed.resize is not None
+    if replaced and action is Action.STOP_TRAINING:
+        # Its successor (named on the job first: gangs.name_successor) waits for its nodes:
+        # the old one goes first, pods and all (observe waits while it has a deletionTimestamp).
+        k8s.delete_vcjob(ns, name, uid, foreground=True)
+    else:
+        k8s.delete_vcjob(ns, name, uid)
+        read.deleted(Kind.VCJOB, ns, name)
+    if action is Action.STOP_PRECOMPILE:
+        _release(seen, read)  # another job may compile these graphs meanwhile
 
 
 _CACHE_ACTIONS = (Action.ACQUIRE_CACHE, Action.RECORD_CACHE, Action.RECORD_CACHE_FAILED)

@@ -13,6 +13,7 @@ from typing import Any
 from trainium_operator.api import naming
 from trainium_operator.api.spec import TrainiumJobSpec
 from trainium_operator.cluster import fsx, gangs, k8s, reads, workloads
+from trainium_operator.cluster.cacheholder import compiling_elsewhere, entry_and_holder
 from trainium_operator.cluster.eventlooks import (
     EventLook,
     failed_create,
@@ -21,11 +22,11 @@ from trainium_operator.cluster.eventlooks import (
 )
 from trainium_operator.cluster.gangpods import gang_failure, gang_pods, of_instance
 from trainium_operator.cluster.memory import Memory
-from trainium_operator.cluster.reads import ApiReader, Kind, Reader, lookup
-from trainium_operator.cluster.storage import storage_of
+from trainium_operator.cluster.reads import ApiReader, Kind, Reader
+from trainium_operator.cluster.storage import Storage, storage_of
 from trainium_operator.domain import budget, checkpoints, failures, lifecycle, unschedulable
 from trainium_operator.domain.checkpoints import Checkpoint
-from trainium_operator.domain.lifecycle import TERMINAL, Blocker, Child, Observed
+from trainium_operator.domain.lifecycle import Blocker, Child, Observed
 from trainium_operator.domain.verdicts import placement_note
 from trainium_operator.manifests import cache, dra, ownership
 from trainium_operator.manifests.ownership import Owner
@@ -129,70 +130,123 @@ def observe(
     spec: TrainiumJobSpec, owner: Owner, views: Views, lookup: fsx.FsxLookup | None = None
 ) -> Seen:
     """Read the job's world: storage, queue, cache record and both Volcano jobs."""
+    world = _read_world(spec, owner, views, lookup)
+    train = world.gang.job
+    stage, job = ("train", train) if train is not None else ("precompile", world.pre)
+    left, pods, failure = _gang_now(spec, owner, views, stage, job)
+    admission = _admission(spec, owner, views, world)
+    dra_job = owner.name if dra.uses_dra(spec) else ""  # its looks read the pods' claims too
+    looked = look_at_events(owner.namespace, job, views.now, views.memory.events_looked, dra_job)
+    taken = gangs.taken(owner, world.gang, views.now) if train is None else None
+    observed = _observed(spec, world, failure, admission, failed_create(looked, views.now), taken)
+    held = None
+    if views.kueue is not None:
+        starting = train is None
+        quota, held = workloads.observe(spec, owner, views.kueue, views.reader, starting=starting)
+        observed = replace(observed, quota=quota)
+    reported = [checkpoints.from_pod(p) for p in pods] if stage == "train" else []
+    checkpoint = checkpoints.newest([views.checkpoint, *reported])
+    look = next_event_look(job, views.now) if observed.gang_blocker is None else None
+    storage = world.storage
+    return Seen(
+        observed, storage.names, storage.volume, world.lease, world.entry, left, _gang(job),
+        checkpoint, look, events_looked=looked, train_uid=_uid(train), train=world.gang,
+        pre_uid=_uid(world.pre), name_taken=taken, kueue=held,
+    )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class _World:
+    """What a pass read of the job's storage, Volcano jobs and cache, before any judgement."""
+
+    storage: Storage
+    pre: Json | None
+    #: The precompile job's name held by an object this job does not control.
+    pre_taken: Json | None
+    gang: gangs.Train
+    entry: cache.Entry | None
+    lease: Json | None
+    #: Who compiles the entry: "self", "other" (a live job, cache_holder_job) or "none".
+    holder: str
+    holder_job: str
+
+
+def _read_world(
+    spec: TrainiumJobSpec, owner: Owner, views: Views, lookup: fsx.FsxLookup | None
+) -> _World:
+    """The reads of one pass: storage, both stage jobs, the cache entry and who fills it."""
     read = views.reader
     storage = storage_of(spec, owner, lookup or fsx.describe, read)
     pre_name = naming.vcjob_name(owner.name, "precompile", spec.precompile_size)
     pre, pre_taken = reads.ours(read.get(Kind.VCJOB, owner.namespace, pre_name), owner)
-    gang = gangs.read_train(owner, read)  # None while a replaced gang still stops
-    train, stopping = gang.job, gang.stopping
+    gang = gangs.read_train(owner, read)  # no job while a replaced gang still stops
     ident = cache.identity(spec)
-    entry, lease, holder, holder_job = _cache(ident, owner, spec.precompile.policy, read)
-    about_to_compile = pre is None and train is None and storage.ready
+    entry, lease, holder, holder_job = entry_and_holder(ident, owner, spec.precompile.policy, read)
+    about_to_compile = pre is None and gang.job is None and storage.ready
     if holder == "none" and about_to_compile and spec.precompile.policy != "Never":
         holder, holder_job = compiling_elsewhere(
             ident, owner, views.precompiles, views.fresh, spec.precompile_size
         )
-    stage, job = ("train", train) if train is not None else ("precompile", pre)
+    return _World(storage, pre, pre_taken, gang, entry, lease, holder, holder_job)
+
+
+def _gang_now(
+    spec: TrainiumJobSpec, owner: Owner, views: Views, stage: str, job: Json | None
+) -> tuple[float | None, list[Json], failures.Failure | None]:
+    """The live stage's startup time left, its pods read now, and how it failed (if it did)."""
     left = startup_left(job, spec.runPolicy.startupDeadlineSeconds, views.now)
-    stuck = left is not None and left <= 0
-    pods = [] if stuck else with_shown(stage_pods(owner, stage, _child(job), views), views, stage)
-    failure = (
-        stuck_failure(owner, stage, job)
-        if stuck
-        else gang_failure(owner, of_instance(pods, job), views.pod_logs)
-    )
-    reported = [checkpoints.from_pod(p) for p in pods] if stage == "train" else []
-    admission = None if train is not None else queue_blocker(spec.scheduling.queue, views)
-    dra_job = owner.name if dra.uses_dra(spec) else ""  # its looks read the pods' claims too
-    looked = look_at_events(owner.namespace, job, views.now, views.memory.events_looked, dra_job)
-    if stopping and admission is None:
+    if left is not None and left <= 0:
+        return left, [], stuck_failure(owner, stage, job)
+    pods = with_shown(stage_pods(owner, stage, _child(job), views), views, stage)
+    return left, pods, gang_failure(owner, of_instance(pods, job), views.pod_logs)
+
+
+def _admission(spec: TrainiumJobSpec, owner: Owner, views: Views, world: _World) -> Blocker | None:
+    """Why no stage can be submitted now: its queue, a replaced gang stopping, its priority."""
+    if world.gang.job is not None:
+        return None  # the training gang exists: nothing is submitted
+    admission = queue_blocker(spec.scheduling.queue, views)
+    if world.gang.stopping and admission is None:
         admission = gangs.gang_stopping(owner)
-    taken = gangs.taken(owner, gang, views.now) if train is None else None
-    pre_held = None if pre_taken is None else gangs.name_taken("precompile job", pre_taken)
-    if admission is None and train is None and _child(pre) in (Child.ABSENT, Child.SUCCEEDED):
-        admission = priority_blocker(spec.scheduling.priorityClassName, read)  # a stage next
-    observed = Observed(
+    if admission is None and _child(world.pre) in (Child.ABSENT, Child.SUCCEEDED):
+        admission = priority_blocker(spec.scheduling.priorityClassName, views.reader)
+    return admission
+
+
+def _observed(
+    spec: TrainiumJobSpec,
+    world: _World,
+    failure: failures.Failure | None,
+    admission: Blocker | None,
+    gang_blocker: Blocker | None,
+    taken: gangs.Taken | None,
+) -> Observed:
+    """The lifecycle's input from what was read and judged in this pass."""
+    pre, train, entry = world.pre, world.gang.job, world.entry
+    pre_held = (
+        None if world.pre_taken is None else gangs.name_taken("precompile job", world.pre_taken)
+    )
+    return Observed(
         failure=failure,
         policy=spec.precompile.policy,
-        storage_ready=storage.ready,
-        storage_blocker=storage.blocker,
-        storage_released=storage.released,
+        storage_ready=world.storage.ready,
+        storage_blocker=world.storage.blocker,
+        storage_released=world.storage.released,
         queue_blocker=admission,
-        gang_blocker=failed_create(looked, views.now),
+        gang_blocker=gang_blocker,
         cache_recorded=entry is not None and entry.state == cache.READY,
-        cache_holder=holder,
-        cache_holder_job=holder_job,
+        cache_holder=world.holder,
+        cache_holder_job=world.holder_job,
         cache_seconds=entry.seconds if entry else None,
         precompile=_child(pre),
         precompile_message=_child_message(pre),
         training=_child(train),
         training_message=_child_message(train),
         placement=placement_note(spec.scheduling.placement, spec.nodes),
-        gang_retries=_retries(job),
+        gang_retries=_retries(train if train is not None else pre),
         precompile_blocker=pre_held,
         training_blocker=None if taken is None else taken.blocker,
     )
-    held = None
-    if views.kueue is not None:
-        quota, held = workloads.observe(spec, owner, views.kueue, read, starting=train is None)
-        observed = replace(observed, quota=quota)
-    checkpoint = checkpoints.newest([views.checkpoint, *reported])
-    look = next_event_look(job, views.now) if observed.gang_blocker is None else None
-    return Seen(
-        observed, storage.names, storage.volume, lease, entry, left, _gang(job), checkpoint, look,
-        events_looked=looked, train_uid=_uid(train), train=gang, pre_uid=_uid(pre),
-        name_taken=taken, kueue=held,
-    )  # fmt: skip
 
 
 def _uid(job: Json | None) -> str:
@@ -210,76 +264,6 @@ def _gang(job: Json | None) -> budget.Gang | None:
         return None
     uid = str(job["metadata"].get("uid") or job["metadata"].get("name", ""))
     return budget.Gang(uid, _retries(job), _child(job) is Child.RESTARTING)
-
-
-def _cache(
-    ident: cache.Identity, owner: Owner, policy: str, read: Reader
-) -> tuple[cache.Entry | None, Json | None, str, str]:
-    """The entry, its lease, and who holds it: "self", "other" (a live job) or "none"."""
-    if policy == "Never":
-        return None, None, "none", ""
-    name = ident.record_name
-    entry = cache.read_entry(read.get(Kind.RECORD, owner.namespace, name), ident)
-    lease = read.get(Kind.LEASE, owner.namespace, name)
-    who = cache.read_holder(lease)
-    if who is None:
-        return entry, lease, "none", ""
-    if who == cache.holder(owner):
-        return entry, lease, "self", ""
-    ns, _sep, rest = who.partition("/")
-    job, _sep, uid = rest.partition("/")
-    return entry, lease, ("other" if _alive(ns, job, uid, read) else "none"), f"{ns}/{job}"
-
-
-def compiling_elsewhere(
-    ident: cache.Identity,
-    owner: Owner,
-    watched: Mapping[tuple[str, str], Iterable[Json]] | None = None,
-    fresh: bool = False,
-    size: int | None = None,
-) -> tuple[str, str]:
-    """Another job's live precompile of this entry, found by label: ("other", its job).
-
-    The Lease says who compiles, but anyone may delete it mid-compile (a user, a namespace
-    cleanup); the Volcano jobs still say. Read only when this job is about to compile: from the
-    operator's index of them (`watched`), else listed (one list per job at 1000 jobs); a `fresh`
-    pass lists what the index shows (a ghost), never an entry it shows none of.
-    """
-    mine = naming.vcjob_name(owner.name, "precompile", size)
-    found = _precompiles(ident, owner.namespace, watched)
-    if fresh and found:
-        found = _precompiles(ident, owner.namespace, None)
-    for job in found:
-        md = job.get("metadata") or {}
-        ours = md.get("name") == mine and reads.ours(job, owner)[0] is not None
-        if _compiling(job) and not ours:  # an earlier job's of this name compiles too
-            return "other", f"{owner.namespace}/{ownership.owner_name(md)}"
-    return "none", ""
-
-
-def _compiling(job: Json) -> bool:
-    """A precompile Volcano job still compiles: neither ended nor going."""
-    done = _child(job) in (Child.SUCCEEDED, Child.FAILED)
-    return not done and not (job.get("metadata") or {}).get("deletionTimestamp")
-
-
-def _precompiles(
-    ident: cache.Identity, namespace: str, watched: Mapping[tuple[str, str], Iterable[Json]] | None
-) -> list[Json]:
-    """The precompile Volcano jobs of one cache entry: watched, or listed by label."""
-    if watched is None:
-        entry = f"{cache.LABEL_CACHE_ENTRY}={ident.record_name}"
-        return k8s.list_vcjobs(namespace, f"{entry},{ownership.LABEL_STAGE}=precompile")
-    return lookup(watched, (namespace, ident.record_name))
-
-
-def _alive(namespace: str, name: str, uid: str, read: Reader) -> bool:
-    """A lease holder is live while its job exists (same uid) and has not finished."""
-    body = read.get(Kind.TRAINIUMJOB, namespace, name)
-    if body is None or body["metadata"].get("uid") != uid:
-        return False
-    phase = (body.get("status") or {}).get("phase")
-    return phase not in {p.value for p in TERMINAL}
 
 
 _READ_PODS = (Child.FAILED, Child.RESTARTING)

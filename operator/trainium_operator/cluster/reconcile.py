@@ -19,6 +19,7 @@ from trainium_operator.cluster import (
     fsx,
     gangs,
     k8s,
+    lookagain,
     orphans,
     report,
     scrape,
@@ -41,7 +42,7 @@ from trainium_operator.domain.failures import Failure
 from trainium_operator.domain.lifecycle import Action, Child, Decision, Observed, Phase
 from trainium_operator.domain.model import Rejection
 from trainium_operator.domain.status import now_iso
-from trainium_operator.manifests import cache, workload
+from trainium_operator.manifests import workload
 from trainium_operator.manifests.ownership import Owner
 
 Json = dict[str, Any]
@@ -51,10 +52,6 @@ WATCHED = frozenset(
      "QueueNotLeaf", "VolumeTerminating", "GangStopping", "PriorityClassNotFound",
      "WaitingForQuota"}
 )  # fmt: skip
-
-
-#: Seconds until the next pass of a job whose status goes before its next stage (Decision.again).
-AGAIN_IN = 0.1
 
 
 @dataclass(frozen=True)
@@ -117,49 +114,23 @@ def _run(
     body: Json, spec: TrainiumJobSpec, emit: Emit, views: Views, lookup: fsx.FsxLookup | None
 ) -> Outcome:
     """A valid, unfinished job: observe, decide, act; report unless a created child will."""
-    md, read = body["metadata"], views.reader
-    owner, named = gangs.owner_of(md), gangs.named_size(md)
-    previous = report.status_of(body)
-    orphans.reap(body, views.orphans, emit, read)  # a Node deleted: pods go now, not PodGC's 40 s
-    full, spec = spec, elasticio.stage_spec(spec, owner, previous, read, named)  # its size now
-    seen = observe(spec, owner, views, lookup)
-    if seen.name_taken is not None and seen.name_taken.rename:  # never that name: a fresh one
-        body = gangs.take_fresh_name(body, seen.name_taken.holder, read, emit)
-        owner = gangs.owner_of(body["metadata"])
-        seen = observe(spec, owner, views, lookup)
-    seen, observed, counted = _judge(body, spec, seen, views)
-    sight = elasticio.Sighting(observed, seen.checkpoint, views.now, seen.progress_read, named)
-    observed, sized, shrink_in = elasticio.look(full, previous, sight)
-    decision = lifecycle.decide(observed)
-    if Action.CREATE_TRAINING in decision.actions and elasticio.hold_training(
-        full, spec, owner, previous, read, named
-    ):  # the next precompile size goes first: its pass starts when this record is written
-        acts = _without(decision.actions, Action.CREATE_TRAINING)
-        msg = "filling the Neuron compile cache: the next elastic size (spec.elastic)"
-        decision = replace(decision, phase=Phase.PRECOMPILING, message=msg, actions=acts)
+    read = views.reader
+    body, looked = _look(body, spec, emit, views, lookup)
+    owner, spec = looked.owner, looked.spec
+    seen, observed, counted = _judge(body, spec, looked.seen, views)
+    observed, sized, shrink_in = _elastic(looked, seen, observed, views.now)
+    decision = _decided(observed, looked, read)
     if Action.STOP_TRAINING in decision.actions and _replacing(observed) and seen.train_uid:
         size = elastic.named(sized or {}, observed.resize) if observed.resize else None
         body, _ = gangs.name_successor(body, owner, seen.train_uid, read, size)  # before the delete
     gangs.finish_replacing(owner, seen.train)
     rejections = actions.perform(decision.actions, spec, owner, seen, read)
-    soonest = _soonest(
-        _deadline_in(spec, previous),
-        seen.startup_left,
-        seen.events_look,
-        seen.progress_in,
-        shrink_in,
-        _name_wait_left(seen),
-        AGAIN_IN if decision.again else None,
-    )
+    soonest = lookagain.next_look(spec, looked.previous, seen, shrink_in, decision)
     if rejections:  # what the API server refused is observed, and decided on, in this pass
-        done = decision.actions  # finishes come first: those asked before were carried out
-        decision = lifecycle.decide(replace(observed, rejections=rejections))
-        # a refusal that ends the job releases its quota in this pass (issue 41)
-        left = tuple(a for a in quota.finishes(decision) if a not in done)
-        actions.perform(left, spec, owner, seen, read)
+        decision = _redecided(decision, observed, rejections, looked, seen, read)
     if views.kueue is not None:  # no watch of Workloads: look again soon (issue 33)
-        watched = read.watched(Kind.WORKLOAD)
-        soonest = _soonest(soonest, quota.unwatched_look(decision, watched, UNWATCHED_LOOK))
+        unwatched = quota.unwatched_look(decision, read.watched(Kind.WORKLOAD), UNWATCHED_LOOK)
+        soonest = lookagain.soonest(soonest, unwatched)
     if not rejections and _ECHOED.intersection(decision.actions):
         # The child just created wakes this job when its watch event arrives: that pass sees
         # it and reports. A status written now would say what existed before, and be redone.
@@ -180,10 +151,72 @@ def _run(
     return _kept(outcome, _learnt(views, seen), rv)
 
 
-def _name_wait_left(seen: Seen) -> float | None:
-    """Seconds until the job stops waiting for an earlier object's gang (a look is due then)."""
-    taken = seen.name_taken
-    return taken.left if taken is not None and taken.blocker is not None else None
+@dataclass(frozen=True)
+class _Looked:
+    """One pass's first reads of a job: whose it is, its spec now, and what was seen."""
+
+    owner: Owner
+    #: The job's spec, and the one this pass observes and builds (an elastic stage's size).
+    full: TrainiumJobSpec
+    spec: TrainiumJobSpec
+    previous: Json
+    #: A resize's size saved with the training gang's name (gangs.named_size).
+    named: elastic.Named | None
+    seen: Seen
+
+
+def _look(
+    body: Json, spec: TrainiumJobSpec, emit: Emit, views: Views, lookup: fsx.FsxLookup | None
+) -> tuple[Json, _Looked]:
+    """Observe the job (again under a fresh gang name if another owner's object holds its own)."""
+    md, read = body["metadata"], views.reader
+    owner, named = gangs.owner_of(md), gangs.named_size(md)
+    previous = report.status_of(body)
+    orphans.reap(body, views.orphans, emit, read)  # a Node deleted: pods go now, not PodGC's 40 s
+    staged = elasticio.stage_spec(spec, owner, previous, read, named)  # its size now
+    seen = observe(staged, owner, views, lookup)
+    if seen.name_taken is not None and seen.name_taken.rename:  # never that name: a fresh one
+        body = gangs.take_fresh_name(body, seen.name_taken.holder, read, emit)
+        owner = gangs.owner_of(body["metadata"])
+        seen = observe(staged, owner, views, lookup)
+    return body, _Looked(owner, spec, staged, previous, named, seen)
+
+
+def _elastic(
+    looked: _Looked, seen: Seen, observed: Observed, now: str
+) -> tuple[Observed, Json | None, float | None]:
+    """An elastic job's look: any resize due, status.elastic, seconds until a shrink is due."""
+    sight = elasticio.Sighting(observed, seen.checkpoint, now, seen.progress_read, looked.named)
+    return elasticio.look(looked.full, looked.previous, sight)
+
+
+def _decided(observed: Observed, looked: _Looked, read: Reader) -> Decision:
+    """The lifecycle's decision; an elastic job's next precompile size goes before training."""
+    decision = lifecycle.decide(observed)
+    if Action.CREATE_TRAINING in decision.actions and elasticio.hold_training(
+        looked.full, looked.spec, looked.owner, looked.previous, read, looked.named
+    ):  # the next precompile size goes first: its pass starts when this record is written
+        acts = _without(decision.actions, Action.CREATE_TRAINING)
+        msg = "filling the Neuron compile cache: the next elastic size (spec.elastic)"
+        decision = replace(decision, phase=Phase.PRECOMPILING, message=msg, actions=acts)
+    return decision
+
+
+def _redecided(
+    decision: Decision,
+    observed: Observed,
+    rejections: tuple[Rejection, ...],
+    looked: _Looked,
+    seen: Seen,
+    read: Reader,
+) -> Decision:
+    """Decide again on what the API server refused; carry out the finishes not yet made."""
+    done = decision.actions  # finishes come first: those asked before were carried out
+    decision = lifecycle.decide(replace(observed, rejections=rejections))
+    # a refusal that ends the job releases its quota in this pass (issue 41)
+    left = tuple(a for a in quota.finishes(decision) if a not in done)
+    actions.perform(left, looked.spec, looked.owner, seen, read)
+    return decision
 
 
 def _replacing(observed: Observed) -> bool:
@@ -246,7 +279,7 @@ def _judge(
     seen, redo = _watch(spec, owner, seen, previous, views)
     if redo is not None:
         counted = budget.replaced(counted, redo.reason, spec.runPolicy.maxRetries)
-    deadline_in = _deadline_in(spec, previous)
+    deadline_in = lookagain.deadline_in(spec, previous)
     observed = replace(
         seen.observed,
         failure=redo or supervise.explain_unschedulable(seen.observed.failure, previous),
@@ -282,20 +315,6 @@ def _watch(
         excluded_nodes=excluded, metrics_read_at=watched.read_at, progress_read=watched.latest,
     )  # fmt: skip
     return seen, redo
-
-
-def _soonest(*left: float | None) -> float | None:
-    """The nearest deadline still ahead, if any."""
-    ahead = [x for x in left if x is not None and x > 0]
-    return min(ahead) if ahead else None
-
-
-def _deadline_in(spec: TrainiumJobSpec, previous: Json) -> float | None:
-    """Seconds left of runPolicy.activeDeadlineSeconds, counted from the job's start."""
-    deadline, started = spec.runPolicy.activeDeadlineSeconds, previous.get("startTime")
-    if deadline is None or not isinstance(started, str):
-        return None
-    return deadline - cache.seconds_between(started, now_iso())
 
 
 def _new_figures(previous: Json, new: Json) -> tuple[tuple[str, float], ...]:

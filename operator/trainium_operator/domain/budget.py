@@ -150,30 +150,48 @@ def account(
     """
     if gang is None:
         return Accounted(before)
-    cur = before.cursor
-    if cur is None or cur.uid != gang.uid:
-        cur = Cursor(gang.uid, gang.retry_count if mirrored and cur is None else 0)
+    cur = _cursor_of(before.cursor, gang, mirrored)
     new = max(0, gang.retry_count - cur.retry_count)
     seen = failure.reason if failure is not None else None
     if new and gang.restarting and cur.pending is None and seen is None:
         return Accounted(replace(before, cursor=cur))  # its cause may be on its way: wait
-    first = cur.pending or seen or UNKNOWN
     tally = replace(before, cursor=replace(cur, retry_count=gang.retry_count))
-    restarted: list[str] = []
-    disrupted: list[str] = []
-    exhausted = None
-    for reason in [first, *[UNKNOWN] * (new - 1)][:new]:
-        tally, spent = _count(tally, reason, max_retries, restarted, disrupted)
-        exhausted = exhausted or spent
-    used_seen = new > 0 and cur.pending is None and seen is not None
-    pending = cur.pending if new == 0 else None
-    if seen is not None and not gang.restarting and not used_seen:
-        pending = seen  # Volcano has not restarted for it yet: count it when it does
+    reasons = [cur.pending or seen or UNKNOWN, *[UNKNOWN] * (new - 1)][:new]
+    tally, restarted, disrupted, exhausted = _count_all(tally, reasons, max_retries)
+    pending = _pending(cur, new, seen, gang)
     assert tally.cursor is not None
     tally = replace(tally, cursor=replace(tally.cursor, pending=pending))
     if exhausted is None and pending is not None:
         exhausted = _spent(tally, pending, max_retries)
-    return Accounted(tally, tuple(restarted), tuple(disrupted), exhausted)
+    return Accounted(tally, restarted, disrupted, exhausted)
+
+
+def _cursor_of(cur: Cursor | None, gang: Gang, mirrored: bool) -> Cursor:
+    """This instance's cursor: a new instance starts at 0 (at its retryCount if mirrored)."""
+    if cur is None or cur.uid != gang.uid:
+        return Cursor(gang.uid, gang.retry_count if mirrored and cur is None else 0)
+    return cur
+
+
+def _count_all(
+    tally: Tally, reasons: list[str], max_retries: int
+) -> tuple[Tally, tuple[str, ...], tuple[str, ...], Exhausted | None]:
+    """Count each new increment's class in turn; the first limit spent, if any."""
+    restarted: list[str] = []
+    disrupted: list[str] = []
+    exhausted = None
+    for reason in reasons:
+        tally, spent = _count(tally, reason, max_retries, restarted, disrupted)
+        exhausted = exhausted or spent
+    return tally, tuple(restarted), tuple(disrupted), exhausted
+
+
+def _pending(cur: Cursor, new: int, seen: str | None, gang: Gang) -> str | None:
+    """The failure class seen but not yet counted (Volcano has not restarted for it yet)."""
+    used_seen = new > 0 and cur.pending is None and seen is not None
+    if seen is not None and not gang.restarting and not used_seen:
+        return seen  # Volcano has not restarted for it yet: count it when it does
+    return cur.pending if new == 0 else None
 
 
 def _count(

@@ -254,31 +254,16 @@ def _after_storage(obs: Observed, conds: list[Condition], hit: bool | None) -> D
 
 
 def _precompiling(obs: Observed, conds: list[Condition], hit: bool | None) -> Decision:
-    end = verdicts.ends(
-        obs, obs.precompile, "PrecompileFailed", obs.precompile_message, "precompile"
-    )
-    if end is not None:
-        reason, msg, stop_now = end
-        conds.append(Condition("Precompiled", "False", reason, msg))
-        failed = verdicts.failed(conds, reason, msg, hit, obs)
-        stop = (Action.STOP_PRECOMPILE,) if stop_now else ()
-        if obs.cache_holder == "self":  # the entry says Failed; the next job retries once
-            return replace(failed, actions=(*stop, Action.RECORD_CACHE_FAILED))
-        return replace(failed, actions=stop)
+    failed = _precompile_failed(obs, conds, hit)
+    if failed is not None:
+        return failed
     if obs.precompile is Child.ABSENT and obs.cache_holder == "other":
         return _waiting_for_cache(obs, conds, hit)
     held = obs.queue_blocker or obs.precompile_blocker
     if obs.precompile is Child.ABSENT and held:
         conds.append(Condition("Precompiled", "False", *verdicts.said(held)))
         return verdicts.pending(conds, held, (), hit, obs)
-    reason, msg = verdicts.STAGE_WAIT.get(
-        obs.precompile, ("Compiling", "neuron_parallel_compile running")
-    )
-    if obs.precompile is Child.PENDING and obs.placement:
-        reason, msg = "GangPending", verdicts.gang_pending("precompile", obs)
-    stuck = obs.gang_blocker if obs.precompile is Child.PENDING else None
-    if stuck is not None:
-        reason, msg = verdicts.said(stuck)
+    reason, msg, stuck = _compile_wait(obs)
     conds.append(Condition("Precompiled", "False", reason, msg))
     actions: tuple[Action, ...] = ()
     if obs.precompile is Child.ABSENT:
@@ -297,6 +282,35 @@ def _precompiling(obs: Observed, conds: list[Condition], hit: bool | None) -> De
         if (rejection := obs.rejected(action)) is not None:
             return _refused(decision, rejection, "Precompiled", obs)
     return decision
+
+
+def _precompile_failed(obs: Observed, conds: list[Condition], hit: bool | None) -> Decision | None:
+    """The precompile stage ended badly: Failed, and the entry marked Failed if it is ours."""
+    end = verdicts.ends(
+        obs, obs.precompile, "PrecompileFailed", obs.precompile_message, "precompile"
+    )
+    if end is None:
+        return None
+    reason, msg, stop_now = end
+    conds.append(Condition("Precompiled", "False", reason, msg))
+    failed = verdicts.failed(conds, reason, msg, hit, obs)
+    stop = (Action.STOP_PRECOMPILE,) if stop_now else ()
+    if obs.cache_holder == "self":  # the entry says Failed; the next job retries once
+        return replace(failed, actions=(*stop, Action.RECORD_CACHE_FAILED))
+    return replace(failed, actions=stop)
+
+
+def _compile_wait(obs: Observed) -> tuple[str, str, Blocker | None]:
+    """What the precompile stage waits on now: (reason, message, a stuck gang's blocker)."""
+    reason, msg = verdicts.STAGE_WAIT.get(
+        obs.precompile, ("Compiling", "neuron_parallel_compile running")
+    )
+    if obs.precompile is Child.PENDING and obs.placement:
+        reason, msg = "GangPending", verdicts.gang_pending("precompile", obs)
+    stuck = obs.gang_blocker if obs.precompile is Child.PENDING else None
+    if stuck is not None:
+        reason, msg = verdicts.said(stuck)
+    return reason, msg, stuck
 
 
 def _waiting_for_cache(obs: Observed, conds: list[Condition], hit: bool | None) -> Decision:
