@@ -74,6 +74,41 @@ def test_gang_larger_than_the_free_nodes_never_starts_partially(
     assert sized == {str(16 * nodes)}, sized  # the whole gang's devices (was: pods only)
 
 
+def test_a_queued_1024_node_job_makes_no_pods(
+    cluster: Cluster, kubelet: FakeKubelet, running_operator: OperatorProcess, ns: str
+) -> None:
+    """Issue 43, item 8: a 1,024-node job the cluster cannot hold waits without a single pod.
+
+    Before, its PodGroup's minResources counted pods only: Volcano enqueued it and made all
+    1,024 pods, the scheduler writing a condition on each. Now the PodGroup carries the gang's
+    16,384 Neuron devices and Volcano's enqueue refuses it ("resource in cluster is overused").
+    """
+    fsx_claim(cluster, ns)
+    nodes = 1024
+    create(cluster, small_job("huge", ns, nodes=nodes, precompile={"policy": "Never"}))
+
+    def refused() -> dict | None:
+        made = [p["metadata"]["name"] for p in pods(cluster, ns)]
+        assert made == [], f"Volcano made {len(made)} pods of a gang that cannot fit"
+        listed = cluster.kubectl("get", "podgroups.scheduling.volcano.sh", "-n", ns, "-o", "json")
+        for group in json.loads(listed.stdout)["items"]:
+            selector = f"involvedObject.name={group['metadata']['name']},reason=Unschedulable"
+            said = cluster.kubectl("get", "events", "-n", ns, "--field-selector", selector,
+                                   "-o", "json")  # fmt: skip
+            if any(
+                "overused" in (e.get("message") or "") for e in json.loads(said.stdout)["items"]
+            ):
+                return dict(group)
+        return None
+
+    group = wait_until(refused, 180, "the 1,024-node gang refused by Volcano's enqueue", every=2)
+    assert group["spec"]["minResources"]["aws.amazon.com/neuron"] == str(16 * nodes), group
+    assert group["status"].get("phase") == "Pending", group["status"]
+    time.sleep(10)  # a few more scheduling sessions: still no pod of it
+    assert pods(cluster, ns) == []
+    cluster.kubectl("delete", TJ, "huge", "-n", ns, "--wait=false")
+
+
 def test_deleting_a_running_job_leaves_nothing(
     cluster: Cluster, kubelet: FakeKubelet, running_operator: OperatorProcess, ns: str
 ) -> None:

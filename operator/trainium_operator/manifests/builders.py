@@ -205,8 +205,6 @@ def build_vcjob(
     job = _overlay_job(job, spec, owner, stage, ctx.run_id)
     (task,) = job["spec"]["tasks"]
     job["spec"]["tasks"] = [_one_task(task, spec.nodes)]
-    # The whole gang's devices, cpu and memory (Volcano's PodGroup: the templates' requests).
-    job["spec"]["minResources"] = gangsize.min_resources(task["template"]["spec"], spec.nodes)
     return job
 
 

@@ -8,8 +8,8 @@ job controller makes pods only of an admitted one. Our pods asked for Neuron and
 PodGroup counted pods alone, Volcano admitted a gang that cannot fit and made every pod of it (a
 queued 1,024-node job: 1,024 pending pods, a scheduler condition written on each; issue 43). Each
 container's requests are now written out as the API server would default them (QoS unchanged),
-and the job's `spec.minResources` says the same sum (Volcano 1.16 reads the templates, not that
-field: it is there for a reader of the job, from the same numbers).
+and the PodGroup Volcano makes carries the whole gang's sum. (Volcano 1.16's Job has no
+`spec.minResources` any more: the API server prunes it; the templates are the one source.)
 """
 
 from __future__ import annotations
@@ -45,15 +45,5 @@ def pod_requests(pod_spec: Mapping[str, Any]) -> dict[str, Decimal]:
     return total
 
 
-def min_resources(pod_spec: Mapping[str, Any], pods: int) -> dict[str, str]:
-    """What `pods` pods of this template request together, as quantities."""
-    return {name: _quantity(value * pods) for name, value in sorted(pod_requests(pod_spec).items())}
-
-
 def _requests(container: Mapping[str, Any]) -> Mapping[str, Any]:
     return (container.get("resources") or {}).get("requests") or {}
-
-
-def _quantity(value: Decimal) -> str:
-    """A Decimal as a Kubernetes quantity (plain digits: never an exponent)."""
-    return format(value.normalize(), "f")
