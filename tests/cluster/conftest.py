@@ -30,6 +30,7 @@ from harness import OPERATORS, OperatorProcess
 from helmchart import CHART, HELM, REPO, ensure_helm, helm
 from kubelet import NODES, FakeKubelet
 from kueue import Kueue, admitted_of_finished
+from realtrainer import nodes_fixture, running_fixture, shards_fixture, trainer_fixture  # noqa: F401
 
 ASSETS_ENV = "TRAINIUM_CLUSTER_ASSETS"
 RELEASE, OPERATOR_NS = "trainium-operator", "trainium-system"

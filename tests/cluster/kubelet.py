@@ -351,6 +351,7 @@ class FakeKubelet(RunningMode):
         self._network: podrun.Network | None = None
         self.pods_root = Path(tempfile.mkdtemp(prefix="trainium-pods-"))
         self._released: set[str] = set()
+        self._lost: set[str] = set()  # uids of running-mode pods whose node was lost
         self.missing_devices: dict[str, int] = {}
 
     # -- the test-side API ---------------------------------------------------------------------
@@ -532,6 +533,11 @@ class FakeKubelet(RunningMode):
             gone = {u: p for u, p in self._running.items() if p["spec"].get("nodeName") == name}
             for uid in gone:
                 self._running.pop(uid, None)
+            # Running-mode pods (real processes) die with the instance, SIGKILL, unreported.
+            runs = {u: r for u, r in self._runs.items()
+                    if r.pod["spec"].get("nodeName") == name and not r.done.is_set()}  # fmt: skip
+            self._lost.update(runs)
+            gone.update({u: r.pod for u, r in runs.items()})
         for uid in gone:
             self._stop_feed(uid)
             run = self._runs.get(uid)

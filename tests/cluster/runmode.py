@@ -39,6 +39,8 @@ class RunningMode:
     _runs: dict[str, podrun.PodRun]
     _network: podrun.Network | None
     _released: set[str]
+    #: Pods whose node was lost (kubelet.lose_node): their end is reported by nobody.
+    _lost: set[str]
     _lock: threading.Condition
     #: node -> how many devices of each kind its device plugins lack (its preflight fails).
     missing_devices: dict[str, int]
@@ -177,16 +179,19 @@ class RunningMode:
         return terminated(code, "Completed" if code == 0 else "Error", message, box.started)
 
     def _ended(self, run: podrun.PodRun) -> None:
-        """The pod's processes are gone: report the phase their exit codes give, release it."""
+        """The pod's processes are gone: report the phase their exit codes give, release it
+        (a lost node's pod: neither; it stays until deleted, as the pod GC or operator does)."""
+        lost = run.pod["metadata"]["uid"] in self._lost
         try:
-            self._report_end(run)
+            if not lost:
+                self._report_end(run)
         except Exception as exc:  # the pod may be gone already; a test reads .errors otherwise
             if not (isinstance(exc, urllib.error.HTTPError) and exc.code in (404, 409)):
                 self.errors.append(f"run {run.pod['metadata']['name']}: {exc!r}")
         finally:
             if self._network is not None:
                 self._network.remove(run.ns)
-            if run.deleting.is_set():
+            if run.deleting.is_set() and not lost:
                 self._release(run)
 
     def _report_end(self, run: podrun.PodRun) -> None:

@@ -1,7 +1,7 @@
 """Issue 40, scenarios 4 and 5 with the real trainer: a hung gang, a bad node, a bad data dir.
 
 Minutes each on a busy machine, so opt-in: TRAINIUM_E2E_FAULTS=1 (README, "Tests"). Fixtures and
-the job come from test_tier_e2e.py (every pod of the test's namespace runs as processes).
+the job come from realtrainer.py (every pod of the test's namespace runs as processes).
  - hang: the trainer's processes are stopped (SIGSTOP, as a rank stuck in a collective): the
    operator's hang detection restarts the gang, whose trainer resumes from the newest checkpoint;
  - a node whose device plugin lacks a Neuron device: the real preflight init container fails
@@ -12,33 +12,16 @@ the job come from test_tier_e2e.py (every pod of the test's namespace runs as pr
 from __future__ import annotations
 
 import json
-import os
 import signal
 import time
 from typing import Any
 
-import pytest
-
 from cluster import Cluster, wait_until
-from harness import OperatorProcess
-from jobs import TJ, condition, create, fsx_claim, get, wait_condition
+from jobs import TJ, condition, create, get, wait_condition
 from kubelet import FakeKubelet
-from test_tier_e2e import (  # noqa: F401  (fixtures)
-    NODES,
-    goodput,
-    metrics,
-    running_pods,
-    shards,
-    tiny_bert,
-    trn2_nodes,
-    volume,
-)
-from test_tier_e2e_preempt import log_events
+from realtrainer import NODES, OPT_IN, goodput, log_events, metrics, tiny_bert, volume
 
-pytestmark = pytest.mark.skipif(
-    os.environ.get("TRAINIUM_E2E_FAULTS") != "1",
-    reason="minutes per scenario: TRAINIUM_E2E_FAULTS=1 runs them",
-)
+pytestmark = OPT_IN
 Obj = dict[str, Any]
 
 
@@ -47,13 +30,9 @@ def status_of(cluster: Cluster, name: str, ns: str) -> Obj:
 
 
 def test_a_hung_gang_is_restarted_and_resumes_from_its_checkpoint(
-    cluster: Cluster,
-    running_pods: FakeKubelet,  # noqa: F811
-    running_operator: OperatorProcess,
-    ns: str,
+    cluster: Cluster, trainer_pods: FakeKubelet, ns: str
 ) -> None:
-    kubelet = running_pods
-    fsx_claim(cluster, ns)
+    kubelet = trainer_pods
     # The tier's operator gives the first step no allowance (TRAINIUM_FIRST_STEP_ALLOWANCE_SECONDS
     # 0; 15 minutes by default): the deadline must outlast a gang's start here (imports, the
     # rendezvous and the first step took over 60 s at load 17, and 60 s restarted it 3 times).
@@ -97,13 +76,9 @@ def test_a_hung_gang_is_restarted_and_resumes_from_its_checkpoint(
 
 
 def test_a_node_whose_real_preflight_fails_is_kept_out(
-    cluster: Cluster,
-    running_pods: FakeKubelet,  # noqa: F811
-    running_operator: OperatorProcess,
-    ns: str,
+    cluster: Cluster, trainer_pods: FakeKubelet, ns: str
 ) -> None:
-    kubelet = running_pods
-    fsx_claim(cluster, ns)
+    kubelet = trainer_pods
     bad, good = NODES
     kubelet.missing_devices[bad] = 1  # its Neuron device plugin hands out one device too few
     cluster.kubectl("cordon", good)  # the first gang can only go to the bad node
@@ -130,12 +105,8 @@ def test_a_node_whose_real_preflight_fails_is_kept_out(
 
 
 def test_a_bad_data_dir_fails_with_the_trainers_own_error_line(
-    cluster: Cluster,
-    running_pods: FakeKubelet,  # noqa: F811
-    running_operator: OperatorProcess,
-    ns: str,
+    cluster: Cluster, trainer_pods: FakeKubelet, ns: str
 ) -> None:
-    fsx_claim(cluster, ns)
     body = tiny_bert("nodata", ns, 5, ("--data-dir", "/data/no-such-dir"), nodes=1)
     body["spec"]["precompile"] = {"policy": "Never"}
     create(cluster, body)

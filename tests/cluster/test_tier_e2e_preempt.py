@@ -7,12 +7,11 @@ Kueue admits the low one again and its trainer resumes from that
 checkpoint: its own log says `resumed` at that step, summary.json too, and no retry is spent.
 With --checkpoint-every beyond --max-steps, the preemption's checkpoint is the only one there
 is until the end. Module fixtures and helpers:
-test_tier_e2e.py (the running pods, trn2 nodes, shards), test_tier_kueue_preempt.py (queues).
+realtrainer.py (the running pods, trn2 nodes, shards), test_tier_kueue_preempt.py (queues).
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import time
 from typing import Any
@@ -20,24 +19,14 @@ from typing import Any
 import pytest
 
 from cluster import Cluster, wait_until
-from harness import OperatorProcess
-from jobs import TJ, condition, create, fsx_claim, get, wait_condition
+from jobs import TJ, condition, create, get, wait_condition
 from kubelet import FakeKubelet
 
 pytest.importorskip("kueue", reason="real Kueue on the tier: tests/cluster/kueue.py")
 from kueue import Kueue
-from test_tier_e2e import (  # noqa: F401  (fixtures)
-    TRN2_48XLARGE,
-    goodput,
-    metrics,
-    running_pods,
-    shards,
-    tiny_bert,
-    trn2_nodes,
-    volume,
-)
+from realtrainer import TRN2_48XLARGE, goodput, log_events, metrics, tiny_bert, volume
 from test_tier_kueue import LOCAL_QUEUE, PRIORITY_LABEL, QUEUE_LABEL, flavor  # noqa: F401
-from test_tier_kueue_preempt import preempting_queues
+from test_tier_kueue_preempt import preempting_queues, priority_classes
 
 Obj = dict[str, Any]
 #: Enough steps that Kueue's preemption lands mid-training on an idle machine too: with 16, a CI
@@ -60,22 +49,14 @@ def step_of(cluster: Cluster, name: str, ns: str) -> int:
 
 def test_preempted_trainer_checkpoints_on_sigterm_and_resumes_there(
     cluster: Cluster,
-    running_pods: FakeKubelet,  # noqa: F811
+    trainer_pods: FakeKubelet,
     kueue: Kueue,
     flavor: str,  # noqa: F811
-    running_operator: OperatorProcess,
     ns: str,
 ) -> None:
-    kubelet = running_pods
-    fsx_claim(cluster, ns)
+    kubelet = trainer_pods
     preempting_queues(cluster, ns, flavor, neuron=TRN2_48XLARGE.neuron_devices)
-    low_class, high_class = f"low-{ns}"[:63], f"high-{ns}"[:63]
-    cluster.apply(
-        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "WorkloadPriorityClass",
-         "metadata": {"name": low_class}, "value": 10},
-        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "WorkloadPriorityClass",
-         "metadata": {"name": high_class}, "value": 1000},
-    )  # fmt: skip
+    low_class, high_class = priority_classes(cluster, ns)
     low = queued(tiny_bert("low", ns, LOW_STEPS, ("--checkpoint-every", "1000")), low_class)
     began = time.monotonic()
     create(cluster, low)
@@ -123,14 +104,3 @@ def test_preempted_trainer_checkpoints_on_sigterm_and_resumes_there(
     print(f"preemption: apply -> Succeeded {took:.0f}s; the trainer's training time "
           f"{trained:.0f}s; checkpoint at step {kept} on SIGTERM, resumed at {resumed[0]['step']}"
           f" (steps lost: {kept - resumed[0]['step']})")  # fmt: skip
-
-
-def log_events(text: str) -> list[Obj]:
-    """The JSON lines of a trainer's log (torchrun's `[default0]:` prefix removed)."""
-    out = []
-    for line in text.splitlines():
-        body = line.split("]:", 1)[1] if line.startswith("[default") else line
-        if body.startswith("{"):
-            with contextlib.suppress(ValueError):
-                out.append(json.loads(body))
-    return out

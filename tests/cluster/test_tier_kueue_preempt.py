@@ -42,6 +42,18 @@ Obj = dict[str, Any]
 STEPS = Metrics(total_steps=100000, rate=5.0, checkpoint_every=10)
 
 
+def priority_classes(cluster: Cluster, namespace: str) -> tuple[str, str]:
+    """Kueue WorkloadPriorityClasses low (10) and high (1000) for namespace: their names."""
+    low, high = f"low-{namespace}"[:63], f"high-{namespace}"[:63]
+    cluster.apply(
+        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "WorkloadPriorityClass",
+         "metadata": {"name": low}, "value": 10},
+        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "WorkloadPriorityClass",
+         "metadata": {"name": high}, "value": 1000},
+    )  # fmt: skip
+    return low, high
+
+
 def preempting_queues(cluster: Cluster, namespace: str, rf: str, neuron: int) -> str:
     """A ClusterQueue for namespace alone that preempts lower priorities within itself, and
     LocalQueue team-a there; the ClusterQueue's name."""
@@ -98,13 +110,7 @@ def test_a_higher_priority_job_preempts_a_lower_one_which_resumes_at_its_checkpo
 ) -> None:
     fsx_claim(cluster, ns)
     cq = preempting_queues(cluster, ns, flavor, neuron=16)  # one one-node gang at a time
-    low_class, high_class = f"low-{ns}"[:63], f"high-{ns}"[:63]
-    cluster.apply(
-        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "WorkloadPriorityClass",
-         "metadata": {"name": low_class}, "value": 10},
-        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "WorkloadPriorityClass",
-         "metadata": {"name": high_class}, "value": 1000},
-    )  # fmt: skip
+    low_class, high_class = priority_classes(cluster, ns)
     kubelet.plan({}, Behavior(outcome="RunForever", metrics=STEPS), namespace=ns)
     create(cluster, priority_job("low", ns, low_class))
     running_pods(kubelet, ns, 1, "low")
