@@ -123,6 +123,8 @@ class Seen:
     name_taken: gangs.Taken | None = None
     #: The job's Kueue Workloads and admitted flavors (None: not a Kueue workload).
     kueue: workloads.Held | None = None
+    #: The live stage's gang pods this pass listed (none when it listed none).
+    pods: tuple[Json, ...] = ()
 
 
 def observe(
@@ -191,7 +193,7 @@ def observe(
     return Seen(
         observed, storage.names, storage.volume, lease, entry, left, _gang(job), checkpoint, look,
         events_looked=looked, train_uid=_uid(train), train=gang, pre_uid=_uid(pre),
-        name_taken=taken, kueue=held,
+        name_taken=taken, kueue=held, pods=tuple(pods),
     )  # fmt: skip
 
 

@@ -22,6 +22,7 @@ from trainium_operator.cluster import (
     orphans,
     report,
     scrape,
+    sparesio,
     workloads,
 )
 from trainium_operator.cluster.memory import Memory
@@ -31,8 +32,10 @@ from trainium_operator.cluster.report import Emit, Transition
 from trainium_operator.domain import (
     budget,
     elastic,
+    events,
     lifecycle,
     quota,
+    spares,
     specdigest,
     status,
     supervise,
@@ -130,6 +133,7 @@ def _run(
     seen, observed, counted = _judge(body, spec, seen, views)
     sight = elasticio.Sighting(observed, seen.checkpoint, views.now, seen.progress_read, named)
     observed, sized, shrink_in = elasticio.look(full, previous, sight)
+    spared = _spares(body, spec, owner, seen, views.now, emit)
     decision = lifecycle.decide(observed)
     if Action.CREATE_TRAINING in decision.actions and elasticio.hold_training(
         full, spec, owner, previous, read, named
@@ -167,7 +171,7 @@ def _run(
     inputs = replace(
         report.inputs(body, decision, spec),
         observed=observed, counted=counted, checkpoint=seen.checkpoint, progress=seen.progress,
-        elastic=sized,
+        elastic=sized, spares=spared,
     )  # fmt: skip
     new, transition, rv = report.write(body, inputs, emit, read)
     outcome = replace(
@@ -178,6 +182,19 @@ def _run(
         deadline_in=soonest,
     )
     return _kept(outcome, _learnt(views, seen), rv)
+
+
+def _spares(
+    body: Json, spec: TrainiumJobSpec, owner: Owner, seen: Seen, now: str, emit: Emit
+) -> Json | None:
+    """status.spares; a swap (a spare's node for a lost one, same world size) made and told."""
+    listed = [p for p in seen.pods if p.get("spec", {}).get("nodeName")]
+    standby = sparesio.standby_nodes(listed) if listed else None
+    looked = sparesio.look(spec, owner, report.status_of(body), seen, now, standby)
+    if looked.swap is not None:
+        message = spares.message(spec, looked.swap)
+        emit(body, "Normal", spares.EVENT_REASON, message, events.RESTART)
+    return looked.status
 
 
 def _name_wait_left(seen: Seen) -> float | None:

@@ -1,0 +1,97 @@
+"""A job with spare nodes in a pass: read its gang's reservation, swap when due (spares.py).
+
+The swap is one guarded JSON patch of the live training gang: its minAvailable and its `spare`
+task's drop to what the nodes left hold. Volcano's webhook lets both change on a live job, and
+its job controller passes them to the PodGroup, so the gang Volcano is restarting forms again at
+the same world size. The patch tests the gang's uid and its task's name: a gang replaced since
+the pass read it is never touched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from trainium_operator.api.instances import INSTANCE_TYPE_LABEL
+from trainium_operator.api.spec import TrainiumJobSpec
+from trainium_operator.cluster import k8s
+from trainium_operator.cluster.observe import Seen
+from trainium_operator.domain import capacity, nodes, spares
+from trainium_operator.domain.elastic import NOT_FORMED
+from trainium_operator.manifests import spares as spare_pods
+from trainium_operator.manifests.builders import Owner
+
+Json = dict[str, Any]
+JSON_PATCH = "application/json-patch+json"
+
+
+@dataclass(frozen=True)
+class Looked:
+    """status.spares to write (None: no spares) and the swap this pass made (None: none)."""
+
+    status: Json | None
+    swap: spares.Swap | None = None
+
+
+def look(
+    spec: TrainiumJobSpec, owner: Owner, previous: Mapping[str, Any], seen: Seen, now: str,
+    standby: list[str] | None = None,
+) -> Looked:  # fmt: skip
+    """Decide and make a swap for the live gang (spec: at the gang's size, elastic.at_size)."""
+    if spec.spares == 0:
+        return Looked(None)
+    job = seen.train.job if seen.train is not None else None
+    gang = _gang(spec, owner, job, seen)
+    schedulable = None
+    if spares.needs_count(spec, gang):
+        found = k8s.list_nodes(f"{INSTANCE_TYPE_LABEL}={spec.instanceType}")
+        schedulable = capacity.schedulable(found, spec, nodes.names(previous))
+    failure = seen.observed.failure
+    lost = spares.lost_node(failure.node if failure else None, failure.reason if failure else None)
+    before = previous.get("spares") if isinstance(previous.get("spares"), Mapping) else {}
+    stood = (before or {}).get("standby") or ()
+    swap = spares.decide(spec, gang, schedulable, lost, [str(n) for n in stood])
+    if swap is not None and job is not None:
+        lower(job, spec, swap.new)
+    reserved = gang.reserved if gang is not None else None
+    return Looked(spares.status(spec, previous, reserved, standby, swap, now), swap)
+
+
+def _gang(spec: TrainiumJobSpec, owner: Owner, job: Json | None, seen: Seen) -> spares.Gang | None:
+    """The swap decision's view of the live training gang (None: none lives)."""
+    if job is None or seen.gang is None or seen.train_uid != seen.gang.uid:
+        return None
+    waiting = seen.observed.training in NOT_FORMED
+    restarted = seen.gang.retry_count > 0 or bool(owner.train_gang)
+    return spares.Gang(spares.reserved_of(spec, job), waiting, restarted)
+
+
+def lower(job: Json, spec: TrainiumJobSpec, reserved: int) -> Json:
+    """Patch the live gang to reserve `reserved` spares; the gang as patched."""
+    meta = job["metadata"]
+    tasks = (job.get("spec") or {}).get("tasks") or []
+    index = next(i for i, t in enumerate(tasks) if t.get("name") == spares.SPARE_TASK)
+    ops = [
+        {"op": "test", "path": "/metadata/uid", "value": meta["uid"]},
+        {"op": "test", "path": f"/spec/tasks/{index}/name", "value": spares.SPARE_TASK},
+        {"op": "replace", "path": "/spec/minAvailable", "value": spares.gang_min(spec, reserved)},
+        {"op": "replace", "path": f"/spec/tasks/{index}/minAvailable", "value": reserved},
+    ]
+    out = k8s.request(
+        k8s.custom().patch_namespaced_custom_object,
+        k8s.VOLCANO_GROUP, k8s.VOLCANO_VERSION, meta["namespace"], k8s.VOLCANO_JOBS,
+        meta["name"], ops, _content_type=JSON_PATCH, guarded=True,
+    )  # fmt: skip
+    return out or {}  # type: ignore[no-any-return]
+
+
+def standby_nodes(pods: list[Json]) -> list[str]:
+    """The nodes the gang's spare pods stand by on (running ones)."""
+    return sorted(
+        str(p["spec"]["nodeName"])
+        for p in pods
+        if spare_pods.is_spare(p)
+        and (p.get("status") or {}).get("phase") == "Running"
+        and (p.get("spec") or {}).get("nodeName")
+    )

@@ -1,0 +1,146 @@
+"""Pure: spare nodes (spec.spares): the gang's reservation, and when a spare takes a node's place.
+
+A training gang is spec.nodes training pods (Volcano task `node`, the torchrun world) and
+spec.spares standby pods (task `spare`, manifests/spares.py): Volcano's gang minAvailable and
+the Kueue Workload's pod count include the spares, as SageMaker HyperPod's do (4 nodes + 2
+spares ask for 6 pods), so their nodes are reserved with the job. A standby pod never joins the
+world: torchrun's world and every rendezvous are the `node` task's.
+
+A swap: when a training node is lost, Volcano restarts the gang (a pod gone is a disruption,
+budget.py: no runPolicy.maxRetries spent), which cannot form again at nodes + reserved on the
+nodes left. The operator lowers the gang's reservation to what the nodes left hold beyond
+spec.nodes; the `node` task's minAvailable stays spec.nodes, so Volcano places every training
+index first, node 0 (the rendezvous host `<gang>-node-0`) too, on any node left, a spare's node
+among them: the same world size, so the same cache entry (no compile), resuming from the newest
+checkpoint. The `spare` task keeps spec.spares pods, so the one whose node went stays Pending:
+the replacement spare the gang asks for. Only with no spare reserved does the elastic shrink (or
+the whole-gang restart, waiting for a node) take over.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from trainium_operator.api.spec import TrainiumJobSpec
+
+Json = dict[str, Any]
+#: The Event a swap posts on the TrainiumJob.
+EVENT_REASON = "SpareSwapped"
+#: The Volcano task of the standby pods (the training pods' is naming.TASK).
+SPARE_TASK = "spare"
+#: The reason a swap gives when the lost node's pod was removed because its Node is gone.
+NODE_GONE = "NodeGone"
+
+
+def gang_min(spec: TrainiumJobSpec, reserved: int | None = None) -> int:
+    """The gang's minAvailable: the training nodes and the spares it reserves (all: None)."""
+    return spec.nodes + (spec.spares if reserved is None else max(0, min(reserved, spec.spares)))
+
+
+def reserved_of(spec: TrainiumJobSpec, vcjob: Mapping[str, Any] | None) -> int:
+    """The spares a live Volcano job reserves: its minAvailable less spec.nodes (0..spares)."""
+    found = ((vcjob or {}).get("spec") or {}).get("minAvailable")
+    if not isinstance(found, int) or isinstance(found, bool):
+        return spec.spares
+    return max(0, min(found - spec.nodes, spec.spares))
+
+
+@dataclass(frozen=True)
+class Gang:
+    """What the swap decision sees of the live training gang."""
+
+    #: Spares its reservation holds now (reserved_of).
+    reserved: int
+    #: It has not formed (pods pending, or restarting).
+    waiting: bool
+    #: It formed before: Volcano restarted it (status.retryCount > 0), not a first start.
+    restarted: bool
+
+
+@dataclass(frozen=True)
+class Swap:
+    """The gang's reservation drops so that it forms again at the same world size."""
+
+    old: int
+    new: int
+    #: The training node that went ("": not known to this pass), and why.
+    node: str
+    reason: str
+    #: Nodes the gang's spares stood on before (status.spares.standby).
+    standby: tuple[str, ...] = ()
+
+
+def needs_count(spec: TrainiumJobSpec, gang: Gang | None) -> bool:
+    """Whether this pass must count the schedulable nodes: a swap may be due."""
+    return spec.spares > 0 and gang is not None and _due(gang)
+
+
+def _due(gang: Gang) -> bool:
+    return gang.waiting and gang.restarted and gang.reserved > 0
+
+
+def decide(
+    spec: TrainiumJobSpec, gang: Gang | None, schedulable: int | None, lost: tuple[str, str],
+    standby: Sequence[str] = (),
+) -> Swap | None:  # fmt: skip
+    """The swap to make now (None: none): a restarted gang that waits, with spares reserved,
+    on fewer nodes than it reserves but at least spec.nodes. lost: (node, reason) last seen."""
+    if spec.spares == 0 or gang is None or schedulable is None or not _due(gang):
+        return None
+    if schedulable < spec.nodes:
+        return None  # no spare can fill the place: the elastic shrink or the gang restart
+    new = min(gang.reserved, schedulable - spec.nodes)
+    if new >= gang.reserved:
+        return None
+    node, reason = lost
+    gone = tuple(n for n in standby if n != node)
+    return Swap(gang.reserved, new, node, reason or NODE_GONE, gone)
+
+
+def message(spec: TrainiumJobSpec, swap: Swap) -> str:
+    """The SpareSwapped Event's message: which node, for which spares, why, what follows."""
+    which = f"training node {swap.node}" if swap.node else "a training node"
+    stood = f" (spares stood on {', '.join(swap.standby)})" if swap.standby else ""
+    asked = spec.spares - swap.new
+    return (
+        f"{which} was lost ({swap.reason}): a spare's node takes its place{stood}; the gang "
+        f"restarts at the same world size, {spec.nodes} nodes (no compile, no "
+        "runPolicy.maxRetries spent), from the newest checkpoint; it reserves "
+        f"{swap.new} of {spec.spares} spare(s) now and asks for {asked} replacement(s)"
+    )
+
+
+def status(
+    spec: TrainiumJobSpec, previous: Mapping[str, Any], reserved: int | None,
+    standby: Sequence[str] | None, swap: Swap | None, now: str,
+) -> Json | None:  # fmt: skip
+    """status.spares after this pass (None: the job has no spares). reserved/standby: the live
+    gang's, when one was read."""
+    if spec.spares == 0:
+        return None
+    before = previous.get("spares") if isinstance(previous.get("spares"), Mapping) else {}
+    assert isinstance(before, Mapping)
+    out: Json = {k: before[k] for k in ("swaps", "lastSwap", "standby") if k in before}
+    out.update(wanted=spec.spares, reserved=spec.spares if reserved is None else reserved)
+    out.setdefault("swaps", 0)
+    if standby is not None and (standby or swap is None):
+        out["standby"] = sorted(standby)
+    if swap is None:
+        return out
+    out.update(reserved=swap.new, swaps=int(out["swaps"]) + 1)
+    out["lastSwap"] = {
+        "node": swap.node, "spares": list(swap.standby), "reason": swap.reason,
+        "message": message(spec, swap)[:1024], "time": now,
+    }  # fmt: skip
+    return out
+
+
+def lost_node(failure_node: str | None, failure_reason: str | None) -> tuple[str, str]:
+    """(node, reason) a swap names: the node the gang's failure pointed at; a pod removed
+    because its Node is gone (a disruption, Evicted) reads NodeGone."""
+    if not failure_node:
+        return "", NODE_GONE
+    reason = NODE_GONE if failure_reason in (None, "Evicted") else failure_reason
+    return failure_node, reason
