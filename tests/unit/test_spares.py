@@ -13,7 +13,7 @@ from trainium_operator.api import spec as api_spec
 from trainium_operator.domain import spares
 from trainium_operator.manifests import builders, workload
 from trainium_operator.manifests import spares as spare_pods
-from trainium_operator.manifests.builders import Owner
+from trainium_operator.manifests.ownership import Owner
 from trainium_trainer import __main__ as trainer_main
 from trainium_trainer import contract, standby
 
@@ -66,11 +66,18 @@ def test_a_gang_without_spares_is_unchanged() -> None:
     spec = spec_of(nodes=2)
     job_ = builders.build_vcjob(spec, OWNER, "train")
     assert spare_pods.with_spares(job_, spec) is job_
+    assert [t["name"] for t in job_["spec"]["tasks"]] == ["node"]
+
+
+def test_a_precompile_gang_has_no_spares() -> None:
+    compile_ = builders.build_vcjob(spec_of(nodes=2, spares=1), OWNER, "precompile")
+    assert [t["name"] for t in compile_["spec"]["tasks"]] == ["node"]
+    assert compile_["spec"]["minAvailable"] == 2
 
 
 def test_the_gang_reserves_its_spares_beside_the_world() -> None:
     spec = spec_of(nodes=4, spares=2)
-    vcjob = spare_pods.with_spares(builders.build_vcjob(spec, OWNER, "train"), spec)
+    vcjob = builders.build_vcjob(spec, OWNER, "train")
     training, spare = vcjob["spec"]["tasks"]
     assert vcjob["spec"]["minAvailable"] == 6
     assert (training["name"], training["replicas"], training["minAvailable"]) == ("node", 4, 4)
@@ -94,7 +101,8 @@ def test_the_gang_reserves_its_spares_beside_the_world() -> None:
 
 def test_a_lowered_reservation_keeps_asking_for_every_spare() -> None:
     spec = spec_of(nodes=4, spares=2)
-    vcjob = spare_pods.with_spares(builders.build_vcjob(spec, OWNER, "train"), spec, reserved=1)
+    plain = builders.build_vcjob(spec_of(nodes=4), OWNER, "train")
+    vcjob = spare_pods.with_spares(plain, spec, reserved=1)
     assert vcjob["spec"]["minAvailable"] == 5
     assert vcjob["spec"]["tasks"][1]["replicas"] == 2  # the replacement spare's pod
     assert vcjob["spec"]["tasks"][1]["minAvailable"] == 1
@@ -103,7 +111,7 @@ def test_a_lowered_reservation_keeps_asking_for_every_spare() -> None:
 def test_the_kueue_workload_counts_the_spares() -> None:
     """HyperPod's rule: 4 replicas + 2 spares ask Kueue for 6 pods."""
     spec = spec_of(nodes=4, spares=2)
-    vcjob = spare_pods.with_spares(builders.build_vcjob(spec, OWNER, "train"), spec)
+    vcjob = builders.build_vcjob(spec, OWNER, "train")
     kueue = workload.Kueue(queue="team-a")
     body = workload.build_workload(spec, OWNER, "train", kueue, vcjob)
     (pod_set,) = body["spec"]["podSets"]
@@ -208,3 +216,46 @@ def test_the_trainer_dispatches_standby(monkeypatch: pytest.MonkeyPatch) -> None
     seen: list[list[str]] = []
     monkeypatch.setattr(standby, "main", lambda argv: seen.append(list(argv)) or 0)
     assert trainer_main.main(["standby"]) == 0 and seen == [[]]
+
+
+# --- the swap's one write -----------------------------------------------------------------------
+
+
+def test_the_swap_patches_the_gangs_reservation_guarded_by_uid(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from trainium_operator.cluster import k8s, sparesio
+
+    spec = spec_of(nodes=4, spares=2)
+    vcjob = builders.build_vcjob(spec, OWNER, "train")
+    vcjob["metadata"]["uid"] = "gang-uid"
+    sent: list[tuple[Any, ...]] = []
+    monkeypatch.setattr(k8s, "custom", lambda: type("C", (), {"patch_namespaced_custom_object": 0}))
+    monkeypatch.setattr(k8s, "request", lambda *a, **kw: sent.append((a, kw)) or {"ok": 1})
+    assert sparesio.lower(vcjob, spec, 1) == {"ok": 1}
+    [(args, kwargs)] = sent
+    assert args[1:6] == ("batch.volcano.sh", "v1alpha1", "team-a", "jobs", "bert-train")
+    assert args[6] == [
+        {"op": "test", "path": "/metadata/uid", "value": "gang-uid"},
+        {"op": "test", "path": "/spec/tasks/1/name", "value": "spare"},
+        {"op": "replace", "path": "/spec/minAvailable", "value": 5},
+        {"op": "replace", "path": "/spec/tasks/1/minAvailable", "value": 1},
+    ]
+    assert kwargs == {"_content_type": "application/json-patch+json", "guarded": True}
+
+
+def test_standby_nodes_are_the_running_spares() -> None:
+    from trainium_operator.cluster import sparesio
+
+    def pod(name: str, node: str, phase: str, spare: bool) -> Json:
+        labels = {spare_pods.LABEL_ROLE: spare_pods.ROLE_SPARE} if spare else {}
+        return {"metadata": {"name": name, "labels": labels}, "spec": {"nodeName": node},
+                "status": {"phase": phase}}  # fmt: skip
+
+    pods = [
+        pod("g-node-0", "a", "Running", False),
+        pod("g-spare-0", "c", "Running", True),
+        pod("g-spare-1", "b", "Running", True),
+        pod("g-spare-2", "d", "Pending", True),
+    ]
+    assert sparesio.standby_nodes(pods) == ["b", "c"]

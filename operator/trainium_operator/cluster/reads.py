@@ -357,7 +357,8 @@ _META = (
 )  # fmt: skip
 #: Per kind: (part, keys) kept; None keeps the whole part.
 _KEEP: dict[Kind, tuple[tuple[str, tuple[str, ...] | None], ...]] = {
-    Kind.VCJOB: (("status", ("state", "retryCount")),),
+    # spec.minAvailable: the spares a training gang reserves (domain/spares.py)
+    Kind.VCJOB: (("spec", ("minAvailable",)), ("status", ("state", "retryCount"))),
     Kind.CLAIM: (("status", ("phase",)),),
     Kind.VOLUME: (("spec", ("claimRef",)),),
     Kind.RECORD: (("data", None),),

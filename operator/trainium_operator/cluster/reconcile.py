@@ -188,9 +188,9 @@ def _spares(
     body: Json, spec: TrainiumJobSpec, owner: Owner, seen: Seen, now: str, emit: Emit
 ) -> Json | None:
     """status.spares; a swap (a spare's node for a lost one, same world size) made and told."""
-    listed = [p for p in seen.pods if p.get("spec", {}).get("nodeName")]
-    standby = sparesio.standby_nodes(listed) if listed else None
-    looked = sparesio.look(spec, owner, report.status_of(body), seen, now, standby)
+    previous = report.status_of(body)
+    standby = sparesio.standby(spec, owner, previous, seen)
+    looked = sparesio.look(spec, owner, previous, seen, now, standby)
     if looked.swap is not None:
         message = spares.message(spec, looked.swap)
         emit(body, "Normal", spares.EVENT_REASON, message, events.RESTART)

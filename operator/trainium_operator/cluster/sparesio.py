@@ -13,14 +13,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from trainium_operator.api import naming
 from trainium_operator.api.instances import INSTANCE_TYPE_LABEL
 from trainium_operator.api.spec import TrainiumJobSpec
 from trainium_operator.cluster import k8s
 from trainium_operator.cluster.observe import Seen
 from trainium_operator.domain import capacity, nodes, spares
 from trainium_operator.domain.elastic import NOT_FORMED
+from trainium_operator.domain.model import Child
 from trainium_operator.manifests import spares as spare_pods
-from trainium_operator.manifests.builders import Owner
+from trainium_operator.manifests.ownership import LABEL_JOB, Owner
 
 Json = dict[str, Any]
 JSON_PATCH = "application/json-patch+json"
@@ -69,9 +71,7 @@ def _gang(spec: TrainiumJobSpec, owner: Owner, job: Json | None, seen: Seen) -> 
 
 def lower(job: Json, spec: TrainiumJobSpec, reserved: int) -> Json:
     """Patch the live gang to reserve `reserved` spares; the gang as patched."""
-    meta = job["metadata"]
-    tasks = (job.get("spec") or {}).get("tasks") or []
-    index = next(i for i, t in enumerate(tasks) if t.get("name") == spares.SPARE_TASK)
+    meta, index = job["metadata"], spare_pods.SPARE_TASK_INDEX
     ops = [
         {"op": "test", "path": "/metadata/uid", "value": meta["uid"]},
         {"op": "test", "path": f"/spec/tasks/{index}/name", "value": spares.SPARE_TASK},
@@ -84,6 +84,29 @@ def lower(job: Json, spec: TrainiumJobSpec, reserved: int) -> Json:
         meta["name"], ops, _content_type=JSON_PATCH, guarded=True,
     )  # fmt: skip
     return out or {}  # type: ignore[no-any-return]
+
+
+def standby(
+    spec: TrainiumJobSpec, owner: Owner, previous: Mapping[str, Any], seen: Seen
+) -> list[str] | None:
+    """The nodes the live gang's spares stand on (None: not looked at in this pass): from the
+    pods this pass listed, else listed when a running gang's status lacks some (its spare pods
+    only: a handful, whatever the gang's size)."""
+    job = seen.train.job if seen.train is not None else None
+    if spec.spares == 0 or job is None:
+        return None
+    listed = [p for p in seen.pods if (p.get("spec") or {}).get("nodeName")]
+    if listed:
+        return standby_nodes(listed)
+    before = previous.get("spares") if isinstance(previous.get("spares"), Mapping) else None
+    known = (before or {}).get("standby")
+    complete = isinstance(known, list) and len(known) == spares.reserved_of(spec, job)
+    if seen.observed.training is not Child.RUNNING or complete:
+        return None
+    selector = f"{LABEL_JOB}={naming.label_value(owner.name)},{spare_pods.LABEL_ROLE}=spare"
+    prefix = f"{job['metadata']['name']}-{spares.SPARE_TASK}-"
+    pods = k8s.list_pods(owner.namespace, selector)
+    return standby_nodes([p for p in pods if p["metadata"]["name"].startswith(prefix)])
 
 
 def standby_nodes(pods: list[Json]) -> list[str]:

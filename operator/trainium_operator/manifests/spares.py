@@ -26,6 +26,8 @@ Json = dict[str, Any]
 #: The pod label that tells a spare's pod from a training pod (value ROLE_SPARE).
 LABEL_ROLE = f"{GROUP}/role"
 ROLE_SPARE = "spare"
+#: Where the spare task is in the Volcano job's tasks (after the training task).
+SPARE_TASK_INDEX = 1
 #: Volcano's policy that completes the job when the training task's pods all succeeded.
 COMPLETE_ON_TRAINING: Json = {"event": "TaskCompleted", "action": "CompleteJob"}
 
