@@ -163,8 +163,6 @@ def scenario(
     # The same world size, the same gang (no compile, no new name), no retry spent.
     assert status.get("restarts", 0) == 0, status
     assert status["trainingJob"] == gang_name
-    gang = get(cluster, VCJOB, gang_name, ns) or {}
-    assert gang["spec"]["minAvailable"] == 2 and gang["spec"]["tasks"][1]["replicas"] == 1
     now = training(cluster, ns)
     assert sorted(now) == [rank0, f"{gang_name}-node-1"], now
     assert spare_node in now.values() and lost not in now.values(), now
@@ -172,11 +170,17 @@ def scenario(
     assert stages == {"train"}, stages
     told = [e for e in events(cluster, ns, name) if e["reason"] == "SpareSwapped"]
     assert told and f"training node {lost} was lost (NodeGone)" in told[0]["message"], told
-    # The replacement spare is asked for: its pod waits for a node.
-    spare_pods = cluster.kubectl("get", "pods", "-n", ns, "-l", "trainium.dev/role=spare",
-                                 "-o", "json")  # fmt: skip
-    phases = [p["status"].get("phase") for p in json.loads(spare_pods.stdout)["items"]]
-    assert phases == ["Pending"], phases
+
+    # The replacement spare is asked for once the gang trains again: its pod waits for a node.
+    def replacement() -> list[str] | None:
+        found = cluster.kubectl("get", "pods", "-n", ns, "-l", "trainium.dev/role=spare",
+                                "-o", "json")  # fmt: skip
+        phases = [p["status"].get("phase") for p in json.loads(found.stdout)["items"]]
+        return phases if phases == ["Pending"] else None
+
+    wait_until(replacement, 60, "the replacement spare's pod, Pending", every=0.5)
+    gang = get(cluster, VCJOB, gang_name, ns) or {}
+    assert gang["spec"]["minAvailable"] == 2 and gang["spec"]["tasks"][1]["replicas"] == 1
 
 
 def _iso_now() -> str:

@@ -141,7 +141,7 @@ def test_a_lost_training_node_is_replaced_by_a_spare_at_the_same_size() -> None:
     message = spares.message(spec, swap)
     assert "training node n-2 was lost (NodeGone)" in message
     assert "spares stood on n-3" in message and "same world size, 2 nodes" in message
-    assert "asks for 1 replacement" in message
+    assert "asks for 1 replacement(s) once it trains again" in message
 
 
 @pytest.mark.parametrize(
@@ -176,25 +176,42 @@ def test_only_a_due_swap_counts_nodes() -> None:
     assert not spares.needs_count(spec, None)
 
 
-def test_lost_node_names_the_failure() -> None:
+def test_lost_node_names_the_failure_else_the_latest_node_gone() -> None:
     assert spares.lost_node("n-1", "Evicted") == ("n-1", "NodeGone")
     assert spares.lost_node("n-1", "NeuronRuntimeError") == ("n-1", "NeuronRuntimeError")
     assert spares.lost_node(None, None) == ("", "NodeGone")
+    assert spares.lost_node(None, None, ["n-4", "n-5"]) == ("n-5", "NodeGone")
 
 
 def test_status_counts_swaps_and_keeps_the_last() -> None:
     spec = spec_of(nodes=2, spares=1)
-    assert spares.status(spec_of(), {}, None, None, None, NOW) is None
-    first = spares.status(spec, {}, 1, ["n-3"], None, NOW)
+    assert spares.status(spec_of(), {}, spares.Seen(), None, NOW) is None
+    first = spares.status(spec, {}, spares.Seen(1, ["n-3"]), None, NOW)
     assert first == {"wanted": 1, "reserved": 1, "swaps": 0, "standby": ["n-3"]}
+    lost = spares.status(spec, {"spares": first}, spares.Seen(1, None, ("n-2",)), None, NOW)
+    assert lost is not None and lost["lost"] == ["n-2"] and lost["standby"] == ["n-3"]
+    assert spares.lost_since({"spares": lost}) == ["n-2"]
     swap = spares.Swap(1, 0, "n-2", "NodeGone", ("n-3",))
-    after = spares.status(spec, {"spares": first}, 1, None, swap, NOW)
+    after = spares.status(spec, {"spares": lost}, spares.Seen(1), swap, NOW)
     assert after is not None
-    assert (after["reserved"], after["swaps"], after["standby"]) == (0, 1, ["n-3"])
+    assert (after["reserved"], after["swaps"], after["standby"]) == (0, 1, [])
+    assert after["lost"] == []
     assert after["lastSwap"]["node"] == "n-2" and after["lastSwap"]["spares"] == ["n-3"]
     assert after["lastSwap"]["time"] == NOW and after["lastSwap"]["reason"] == "NodeGone"
-    again = spares.status(spec, {"spares": after}, 0, [], None, NOW)
+    again = spares.status(spec, {"spares": after}, spares.Seen(0, []), None, NOW)
     assert again is not None and again["swaps"] == 1 and again["standby"] == []
+
+
+def test_a_gang_running_again_asks_for_its_replacement_spares() -> None:
+    spec = spec_of(nodes=2, spares=2)
+    running = spares.Gang(0, waiting=False, restarted=True, running=True, replicas=0)
+    assert spares.replenish(spec, running)
+    assert not spares.replenish(spec, spares.Gang(0, False, True, running=True, replicas=2))
+    assert not spares.replenish(spec, spares.Gang(0, True, True, running=False, replicas=0))
+    assert not spares.replenish(spec_of(nodes=2), running)
+    vcjob = {"spec": {"tasks": [{"name": "node", "replicas": 2}, {"name": "spare", "replicas": 1}]}}
+    assert spares.spare_replicas(spec, vcjob) == 1
+    assert spares.spare_replicas(spec, {"spec": {}}) == 2
 
 
 # --- the trainer's standby ----------------------------------------------------------------------
@@ -232,7 +249,7 @@ def test_the_swap_patches_the_gangs_reservation_guarded_by_uid(
     sent: list[tuple[Any, ...]] = []
     monkeypatch.setattr(k8s, "custom", lambda: type("C", (), {"patch_namespaced_custom_object": 0}))
     monkeypatch.setattr(k8s, "request", lambda *a, **kw: sent.append((a, kw)) or {"ok": 1})
-    assert sparesio.lower(vcjob, spec, 1) == {"ok": 1}
+    assert sparesio.patch(vcjob, spec, 1, 1) == {"ok": 1}
     [(args, kwargs)] = sent
     assert args[1:6] == ("batch.volcano.sh", "v1alpha1", "team-a", "jobs", "bert-train")
     assert args[6] == [
@@ -240,6 +257,7 @@ def test_the_swap_patches_the_gangs_reservation_guarded_by_uid(
         {"op": "test", "path": "/spec/tasks/1/name", "value": "spare"},
         {"op": "replace", "path": "/spec/minAvailable", "value": 5},
         {"op": "replace", "path": "/spec/tasks/1/minAvailable", "value": 1},
+        {"op": "replace", "path": "/spec/tasks/1/replicas", "value": 1},
     ]
     assert kwargs == {"_content_type": "application/json-patch+json", "guarded": True}
 

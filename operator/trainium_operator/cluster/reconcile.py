@@ -43,6 +43,7 @@ from trainium_operator.domain import (
 from trainium_operator.domain.failures import Failure
 from trainium_operator.domain.lifecycle import Action, Child, Decision, Observed, Phase
 from trainium_operator.domain.model import Rejection
+from trainium_operator.domain.orphans import Orphan
 from trainium_operator.domain.status import now_iso
 from trainium_operator.manifests import cache, workload
 from trainium_operator.manifests.ownership import Owner
@@ -123,7 +124,8 @@ def _run(
     md, read = body["metadata"], views.reader
     owner, named = gangs.owner_of(md), gangs.named_size(md)
     previous = report.status_of(body)
-    orphans.reap(body, views.orphans, emit, read)  # a Node deleted: pods go now, not PodGC's 40 s
+    gone: list[Orphan] = []  # a Node deleted: pods go now, not PodGC's 40 s
+    orphans.reap(body, views.orphans, emit, read, gone)
     full, spec = spec, elasticio.stage_spec(spec, owner, previous, read, named)  # its size now
     seen = observe(spec, owner, views, lookup)
     if seen.name_taken is not None and seen.name_taken.rename:  # never that name: a fresh one
@@ -133,7 +135,7 @@ def _run(
     seen, observed, counted = _judge(body, spec, seen, views)
     sight = elasticio.Sighting(observed, seen.checkpoint, views.now, seen.progress_read, named)
     observed, sized, shrink_in = elasticio.look(full, previous, sight)
-    spared = _spares(body, spec, owner, seen, views.now, emit)
+    spared = _spares(body, spec, owner, seen, views.now, emit, tuple(o.node for o in gone))
     decision = lifecycle.decide(observed)
     if Action.CREATE_TRAINING in decision.actions and elasticio.hold_training(
         full, spec, owner, previous, read, named
@@ -185,12 +187,13 @@ def _run(
 
 
 def _spares(
-    body: Json, spec: TrainiumJobSpec, owner: Owner, seen: Seen, now: str, emit: Emit
-) -> Json | None:
+    body: Json, spec: TrainiumJobSpec, owner: Owner, seen: Seen, now: str, emit: Emit,
+    lost: tuple[str, ...],
+) -> Json | None:  # fmt: skip
     """status.spares; a swap (a spare's node for a lost one, same world size) made and told."""
     previous = report.status_of(body)
-    standby = sparesio.standby(spec, owner, previous, seen)
-    looked = sparesio.look(spec, owner, previous, seen, now, standby)
+    found = spares.Seen(None, sparesio.standby(spec, owner, previous, seen), lost)
+    looked = sparesio.look(spec, owner, previous, seen, now, found)
     if looked.swap is not None:
         message = spares.message(spec, looked.swap)
         emit(body, "Normal", spares.EVENT_REASON, message, events.RESTART)

@@ -1,10 +1,11 @@
 """A job with spare nodes in a pass: read its gang's reservation, swap when due (spares.py).
 
-The swap is one guarded JSON patch of the live training gang: its minAvailable and its `spare`
-task's drop to what the nodes left hold. Volcano's webhook lets both change on a live job, and
-its job controller passes them to the PodGroup, so the gang Volcano is restarting forms again at
-the same world size. The patch tests the gang's uid and its task's name: a gang replaced since
-the pass read it is never touched.
+The swap is one guarded JSON patch of the live training gang: its minAvailable, its `spare`
+task's and that task's pods drop to what the nodes left hold; once it runs again, a second one
+asks for the replacement spares (the task's pods back to spec.spares). Volcano's webhook lets
+these change on a live job, and its job controller passes them to the PodGroup, so the gang
+Volcano is restarting forms again at the same world size. The patch tests the gang's uid and its
+task's name: a gang replaced since the pass read it is never touched.
 """
 
 from __future__ import annotations
@@ -38,45 +39,55 @@ class Looked:
 
 def look(
     spec: TrainiumJobSpec, owner: Owner, previous: Mapping[str, Any], seen: Seen, now: str,
-    standby: list[str] | None = None,
+    found: spares.Seen,
 ) -> Looked:  # fmt: skip
-    """Decide and make a swap for the live gang (spec: at the gang's size, elastic.at_size)."""
+    """Swap, or ask for the replacement spares, for the live gang (spec: at its size)."""
     if spec.spares == 0:
         return Looked(None)
     job = seen.train.job if seen.train is not None else None
     gang = _gang(spec, owner, job, seen)
     schedulable = None
     if spares.needs_count(spec, gang):
-        found = k8s.list_nodes(f"{INSTANCE_TYPE_LABEL}={spec.instanceType}")
-        schedulable = capacity.schedulable(found, spec, nodes.names(previous))
+        listed = k8s.list_nodes(f"{INSTANCE_TYPE_LABEL}={spec.instanceType}")
+        schedulable = capacity.schedulable(listed, spec, nodes.names(previous))
     failure = seen.observed.failure
-    lost = spares.lost_node(failure.node if failure else None, failure.reason if failure else None)
+    lost = spares.lost_node(
+        failure.node if failure else None, failure.reason if failure else None,
+        [*spares.lost_since(previous), *found.lost],
+    )  # fmt: skip
     before = previous.get("spares") if isinstance(previous.get("spares"), Mapping) else {}
-    stood = (before or {}).get("standby") or ()
-    swap = spares.decide(spec, gang, schedulable, lost, [str(n) for n in stood])
+    stood = [str(n) for n in (before or {}).get("standby") or ()]
+    swap = spares.decide(spec, gang, schedulable, lost, stood)
     if swap is not None and job is not None:
-        lower(job, spec, swap.new)
+        patch(job, spec, swap.new, swap.new)
+    elif job is not None and spares.replenish(spec, gang):
+        patch(job, spec, spares.reserved_of(spec, job), spec.spares)
     reserved = gang.reserved if gang is not None else None
-    return Looked(spares.status(spec, previous, reserved, standby, swap, now), swap)
+    view = spares.Seen(reserved, found.standby, found.lost)
+    return Looked(spares.status(spec, previous, view, swap, now), swap)
 
 
 def _gang(spec: TrainiumJobSpec, owner: Owner, job: Json | None, seen: Seen) -> spares.Gang | None:
     """The swap decision's view of the live training gang (None: none lives)."""
     if job is None or seen.gang is None or seen.train_uid != seen.gang.uid:
         return None
-    waiting = seen.observed.training in NOT_FORMED
+    training = seen.observed.training
     restarted = seen.gang.retry_count > 0 or bool(owner.train_gang)
-    return spares.Gang(spares.reserved_of(spec, job), waiting, restarted)
+    return spares.Gang(
+        spares.reserved_of(spec, job), training in NOT_FORMED, restarted,
+        running=training is Child.RUNNING, replicas=spares.spare_replicas(spec, job),
+    )  # fmt: skip
 
 
-def lower(job: Json, spec: TrainiumJobSpec, reserved: int) -> Json:
-    """Patch the live gang to reserve `reserved` spares; the gang as patched."""
+def patch(job: Json, spec: TrainiumJobSpec, reserved: int, replicas: int) -> Json:
+    """Patch the live gang to reserve `reserved` spares of `replicas` spare pods; as patched."""
     meta, index = job["metadata"], spare_pods.SPARE_TASK_INDEX
     ops = [
         {"op": "test", "path": "/metadata/uid", "value": meta["uid"]},
         {"op": "test", "path": f"/spec/tasks/{index}/name", "value": spares.SPARE_TASK},
         {"op": "replace", "path": "/spec/minAvailable", "value": spares.gang_min(spec, reserved)},
         {"op": "replace", "path": f"/spec/tasks/{index}/minAvailable", "value": reserved},
+        {"op": "replace", "path": f"/spec/tasks/{index}/replicas", "value": replicas},
     ]
     out = k8s.request(
         k8s.custom().patch_namespaced_custom_object,
@@ -95,18 +106,20 @@ def standby(
     job = seen.train.job if seen.train is not None else None
     if spec.spares == 0 or job is None:
         return None
-    listed = [p for p in seen.pods if (p.get("spec") or {}).get("nodeName")]
-    if listed:
-        return standby_nodes(listed)
+    if seen.observed.training is not Child.RUNNING:
+        return None  # a restarting gang's pods say nothing of where its spares will stand
+    listed = standby_nodes(list(seen.pods))
+    if listed:  # none running may be a restart the gang's state does not show yet: no news
+        return listed
     before = previous.get("spares") if isinstance(previous.get("spares"), Mapping) else None
     known = (before or {}).get("standby")
     complete = isinstance(known, list) and len(known) == spares.reserved_of(spec, job)
-    if seen.observed.training is not Child.RUNNING or complete:
+    if complete:
         return None
     selector = f"{LABEL_JOB}={naming.label_value(owner.name)},{spare_pods.LABEL_ROLE}=spare"
     prefix = f"{job['metadata']['name']}-{spares.SPARE_TASK}-"
     pods = k8s.list_pods(owner.namespace, selector)
-    return standby_nodes([p for p in pods if p["metadata"]["name"].startswith(prefix)])
+    return standby_nodes([p for p in pods if p["metadata"]["name"].startswith(prefix)]) or None
 
 
 def standby_nodes(pods: list[Json]) -> list[str]:

@@ -8,13 +8,14 @@ world: torchrun's world and every rendezvous are the `node` task's.
 
 A swap: when a training node is lost, Volcano restarts the gang (a pod gone is a disruption,
 budget.py: no runPolicy.maxRetries spent), which cannot form again at nodes + reserved on the
-nodes left. The operator lowers the gang's reservation to what the nodes left hold beyond
-spec.nodes; the `node` task's minAvailable stays spec.nodes, so Volcano places every training
-index first, node 0 (the rendezvous host `<gang>-node-0`) too, on any node left, a spare's node
-among them: the same world size, so the same cache entry (no compile), resuming from the newest
-checkpoint. The `spare` task keeps spec.spares pods, so the one whose node went stays Pending:
-the replacement spare the gang asks for. Only with no spare reserved does the elastic shrink (or
-the whole-gang restart, waiting for a node) take over.
+nodes left. The operator lowers the gang's reservation, and its spare pods, to what the nodes
+left hold beyond spec.nodes; the `node` task's minAvailable stays spec.nodes, so Volcano places
+every training index, node 0 (the rendezvous host `<gang>-node-0`) too, on the nodes left, a
+spare's node among them: the same world size, so the same cache entry (no compile), resuming
+from the newest checkpoint. Once the gang runs again, its spare task goes back to spec.spares
+pods: the replacement spare it asks for, Pending until a node has room (asked earlier, a spare
+pod could take a node a training pod needs: Volcano orders a job's pods, not us). Only with no
+spare reserved does the elastic shrink (or the whole-gang restart, waiting for a node) take over.
 """
 
 from __future__ import annotations
@@ -39,6 +40,15 @@ def gang_min(spec: TrainiumJobSpec, reserved: int | None = None) -> int:
     return spec.nodes + (spec.spares if reserved is None else max(0, min(reserved, spec.spares)))
 
 
+def spare_replicas(spec: TrainiumJobSpec, vcjob: Mapping[str, Any] | None) -> int:
+    """The spare pods a live Volcano job asks for (its spare task's replicas)."""
+    for task in ((vcjob or {}).get("spec") or {}).get("tasks") or ():
+        if isinstance(task, Mapping) and task.get("name") == SPARE_TASK:
+            found = task.get("replicas")
+            return found if isinstance(found, int) and not isinstance(found, bool) else spec.spares
+    return spec.spares
+
+
 def reserved_of(spec: TrainiumJobSpec, vcjob: Mapping[str, Any] | None) -> int:
     """The spares a live Volcano job reserves: its minAvailable less spec.nodes (0..spares)."""
     found = ((vcjob or {}).get("spec") or {}).get("minAvailable")
@@ -57,6 +67,9 @@ class Gang:
     waiting: bool
     #: It formed before: Volcano restarted it (status.retryCount > 0), not a first start.
     restarted: bool
+    #: It runs (formed); and the spare pods it asks for (its spare task's replicas).
+    running: bool = False
+    replicas: int = 0
 
 
 @dataclass(frozen=True)
@@ -70,6 +83,13 @@ class Swap:
     reason: str
     #: Nodes the gang's spares stood on before (status.spares.standby).
     standby: tuple[str, ...] = ()
+
+
+def replenish(spec: TrainiumJobSpec, gang: Gang | None) -> bool:
+    """Whether a gang formed again after a swap asks for its replacement spares now: its spare
+    task back to spec.spares pods (a swap drops the pods it no longer reserves, so that no spare
+    takes a node a training pod needs while the gang forms; Volcano's task order is not ours)."""
+    return spec.spares > 0 and gang is not None and gang.running and gang.replicas < spec.spares
 
 
 def needs_count(spec: TrainiumJobSpec, gang: Gang | None) -> bool:
@@ -108,28 +128,45 @@ def message(spec: TrainiumJobSpec, swap: Swap) -> str:
         f"{which} was lost ({swap.reason}): a spare's node takes its place{stood}; the gang "
         f"restarts at the same world size, {spec.nodes} nodes (no compile, no "
         "runPolicy.maxRetries spent), from the newest checkpoint; it reserves "
-        f"{swap.new} of {spec.spares} spare(s) now and asks for {asked} replacement(s)"
+        f"{swap.new} of {spec.spares} spare(s) now and asks for {asked} replacement(s) once "
+        "it trains again"
     )
 
 
+@dataclass(frozen=True)
+class Seen:
+    """What a pass saw of the live gang's spares (None: not looked at)."""
+
+    reserved: int | None = None
+    #: The nodes its spare pods stand by on.
+    standby: Sequence[str] | None = None
+    #: Training nodes whose pods this pass removed because the Node is gone.
+    lost: Sequence[str] = ()
+
+
+#: The CRD's maxItems of status.spares.lost.
+MAX_LOST = 16
+
+
 def status(
-    spec: TrainiumJobSpec, previous: Mapping[str, Any], reserved: int | None,
-    standby: Sequence[str] | None, swap: Swap | None, now: str,
-) -> Json | None:  # fmt: skip
-    """status.spares after this pass (None: the job has no spares). reserved/standby: the live
-    gang's, when one was read."""
+    spec: TrainiumJobSpec, previous: Mapping[str, Any], seen: Seen, swap: Swap | None, now: str
+) -> Json | None:
+    """status.spares after this pass (None: the job has no spares)."""
     if spec.spares == 0:
         return None
     before = previous.get("spares") if isinstance(previous.get("spares"), Mapping) else {}
     assert isinstance(before, Mapping)
-    out: Json = {k: before[k] for k in ("swaps", "lastSwap", "standby") if k in before}
-    out.update(wanted=spec.spares, reserved=spec.spares if reserved is None else reserved)
+    out: Json = {k: before[k] for k in ("swaps", "lastSwap", "standby", "lost") if k in before}
+    out.update(wanted=spec.spares, reserved=spec.spares if seen.reserved is None else seen.reserved)
     out.setdefault("swaps", 0)
-    if standby is not None and (standby or swap is None):
-        out["standby"] = sorted(standby)
+    if seen.standby is not None:
+        out["standby"] = sorted(seen.standby)
+    if seen.lost:
+        out["lost"] = [*lost_since(previous), *seen.lost][-MAX_LOST:]
     if swap is None:
         return out
-    out.update(reserved=swap.new, swaps=int(out["swaps"]) + 1)
+    # the spares it had joined the world or wait for a node: looked at again once it runs
+    out.update(reserved=swap.new, swaps=int(out["swaps"]) + 1, lost=[], standby=[])
     out["lastSwap"] = {
         "node": swap.node, "spares": list(swap.standby), "reason": swap.reason,
         "message": message(spec, swap)[:1024], "time": now,
@@ -137,10 +174,19 @@ def status(
     return out
 
 
-def lost_node(failure_node: str | None, failure_reason: str | None) -> tuple[str, str]:
-    """(node, reason) a swap names: the node the gang's failure pointed at; a pod removed
-    because its Node is gone (a disruption, Evicted) reads NodeGone."""
-    if not failure_node:
-        return "", NODE_GONE
-    reason = NODE_GONE if failure_reason in (None, "Evicted") else failure_reason
-    return failure_node, reason
+def lost_since(previous: Mapping[str, Any]) -> list[str]:
+    """Training nodes lost since the last swap (status.spares.lost), oldest first."""
+    found = (previous.get("spares") or {}).get("lost") if isinstance(previous, Mapping) else None
+    return [n for n in found or () if isinstance(n, str)]
+
+
+def lost_node(
+    failure_node: str | None, failure_reason: str | None, lost: Sequence[str] = ()
+) -> tuple[str, str]:
+    """(node, reason) a swap names: the node the gang's failure pointed at, else the latest
+    training node whose pod was removed because its Node is gone (NodeGone)."""
+    if failure_node and failure_reason not in (None, "Evicted"):
+        return failure_node, str(failure_reason)
+    if failure_node:
+        return failure_node, NODE_GONE
+    return (lost[-1] if lost else ""), NODE_GONE
