@@ -176,11 +176,12 @@ def test_only_a_due_swap_counts_nodes() -> None:
     assert not spares.needs_count(spec, None)
 
 
-def test_lost_node_names_the_failure_else_the_latest_node_gone() -> None:
-    assert spares.lost_node("n-1", "Evicted") == ("n-1", "NodeGone")
+def test_lost_node_names_the_node_gone_else_a_node_fault() -> None:
+    assert spares.lost_node("n-1", "Evicted", ["n-4", "n-5"]) == ("n-5", "NodeGone")
     assert spares.lost_node("n-1", "NeuronRuntimeError") == ("n-1", "NeuronRuntimeError")
+    # an eviction's node may be any pod's the restart stopped: no evidence
+    assert spares.lost_node("n-1", "Evicted") == ("", "NodeGone")
     assert spares.lost_node(None, None) == ("", "NodeGone")
-    assert spares.lost_node(None, None, ["n-4", "n-5"]) == ("n-5", "NodeGone")
 
 
 def test_status_counts_swaps_and_keeps_the_last() -> None:

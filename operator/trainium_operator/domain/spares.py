@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainium_operator.api.spec import TrainiumJobSpec
+from trainium_operator.domain.failures import NODE_FAULTS
 
 Json = dict[str, Any]
 #: The Event a swap posts on the TrainiumJob.
@@ -183,10 +184,11 @@ def lost_since(previous: Mapping[str, Any]) -> list[str]:
 def lost_node(
     failure_node: str | None, failure_reason: str | None, lost: Sequence[str] = ()
 ) -> tuple[str, str]:
-    """(node, reason) a swap names: the node the gang's failure pointed at, else the latest
-    training node whose pod was removed because its Node is gone (NodeGone)."""
-    if failure_node and failure_reason not in (None, "Evicted"):
+    """(node, reason) a swap names: the latest training node whose pod the operator removed
+    because its Node is gone (NodeGone), else the node a node fault pointed at. An eviction's
+    node is not evidence: Volcano's restart stops every pod of the gang, on healthy nodes too."""
+    if lost:
+        return lost[-1], NODE_GONE
+    if failure_node and failure_reason in NODE_FAULTS:
         return failure_node, str(failure_reason)
-    if failure_node:
-        return failure_node, NODE_GONE
-    return (lost[-1] if lost else ""), NODE_GONE
+    return "", NODE_GONE
