@@ -6,7 +6,8 @@ beside the two training pods. A training node is lost as EKS loses an instance (
 deleted; the operator removes its pod, Volcano restarts the gang); the operator lowers the
 gang's reservation to the nodes left, so it forms again at 2 training nodes, the spare's node
 among them: no compile (the same cache entry), no runPolicy.maxRetries spent, status.spares
-and a SpareSwapped Event name the node. The second test loses node 0, the rendezvous host.
+and a SpareSwapped Event name the node; the gang asks for a replacement spare (Pending), which
+is reserved again once a node comes back. The second test loses node 0, the rendezvous host.
 """
 
 from __future__ import annotations
@@ -181,6 +182,20 @@ def scenario(
     wait_until(replacement, 60, "the replacement spare's pod, Pending", every=0.5)
     gang = get(cluster, VCJOB, gang_name, ns) or {}
     assert gang["spec"]["minAvailable"] == 2 and gang["spec"]["tasks"][1]["replicas"] == 1
+    if lose_rank0:
+        return
+    # A node joins the pool: the replacement stands by on it and is reserved again.
+    kubelet.add_node(lost, TRN1_32XLARGE)
+    label(cluster, lost, ns)
+
+    def reserved_again() -> Obj | None:
+        spares_ = status_of(cluster, name, ns).get("spares") or {}
+        return spares_ if (spares_.get("reserved"), spares_.get("standby")) == (1, [lost]) else None
+
+    wait_until(reserved_again, 120, "the replacement spare reserved on the node back", every=0.5)
+    gang = get(cluster, VCJOB, gang_name, ns) or {}
+    assert gang["spec"]["minAvailable"] == 3, gang["spec"]
+    assert training(cluster, ns) == now  # the training pods never stopped for it
 
 
 def _iso_now() -> str:

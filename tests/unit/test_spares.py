@@ -122,7 +122,7 @@ def test_the_kueue_workload_counts_the_spares() -> None:
 
 
 def waiting(reserved: int = 1, restarted: bool = True) -> spares.Gang:
-    return spares.Gang(reserved=reserved, waiting=True, restarted=restarted)
+    return spares.Gang(reserved, waiting=True, restarted=restarted, replicas=reserved)
 
 
 def test_reserved_reads_the_gangs_min_available() -> None:
@@ -203,16 +203,29 @@ def test_status_counts_swaps_and_keeps_the_last() -> None:
     assert again is not None and again["swaps"] == 1 and again["standby"] == []
 
 
-def test_a_gang_running_again_asks_for_its_replacement_spares() -> None:
+def test_a_gang_running_again_asks_for_its_replacement_spares_and_reserves_them() -> None:
     spec = spec_of(nodes=2, spares=2)
     running = spares.Gang(0, waiting=False, restarted=True, running=True, replicas=0)
-    assert spares.replenish(spec, running)
-    assert not spares.replenish(spec, spares.Gang(0, False, True, running=True, replicas=2))
-    assert not spares.replenish(spec, spares.Gang(0, True, True, running=False, replicas=0))
-    assert not spares.replenish(spec_of(nodes=2), running)
+    assert spares.replenish(spec, running, None) == (0, 2)  # the replacements' pods
+    asked = spares.Gang(0, False, True, running=True, replicas=2)
+    assert spares.replenish(spec, asked, 0) is None
+    assert spares.replenish(spec, asked, 1) == (1, 2)  # one stands by: reserved again
+    assert spares.replenish(spec, spares.Gang(2, False, True, True, 2), 2) is None
+    assert spares.replenish(spec, spares.Gang(0, True, True, running=False), 2) is None
+    assert spares.replenish(spec_of(nodes=2), running, 2) is None
     vcjob = {"spec": {"tasks": [{"name": "node", "replicas": 2}, {"name": "spare", "replicas": 1}]}}
     assert spares.spare_replicas(spec, vcjob) == 1
     assert spares.spare_replicas(spec, {"spec": {}}) == 2
+
+
+def test_spare_pods_beyond_the_nodes_left_are_dropped_even_unreserved() -> None:
+    """A replacement asked for but not yet reserved could take a training pod's node."""
+    spec = spec_of(nodes=2, spares=1)
+    gang_ = spares.Gang(0, waiting=True, restarted=True, replicas=1)
+    assert spares.decide(spec, gang_, 2, ("n-2", "NodeGone")) == spares.Swap(
+        0, 0, "n-2", "NodeGone"
+    )
+    assert spares.decide(spec, gang_, 3, ("n-2", "NodeGone")) is None
 
 
 # --- the trainer's standby ----------------------------------------------------------------------

@@ -60,11 +60,15 @@ def look(
     swap = spares.decide(spec, gang, schedulable, lost, stood)
     if swap is not None and job is not None:
         patch(job, spec, swap.new, swap.new)
-    elif job is not None and spares.replenish(spec, gang):
-        patch(job, spec, spares.reserved_of(spec, job), spec.spares)
+    elif job is not None and (again := spares.replenish(spec, gang, _standing(found))):
+        patch(job, spec, *again)
     reserved = gang.reserved if gang is not None else None
     view = spares.Seen(reserved, found.standby, found.lost)
     return Looked(spares.status(spec, previous, view, swap, now), swap)
+
+
+def _standing(found: spares.Seen) -> int | None:
+    return None if found.standby is None else len(found.standby)
 
 
 def _gang(spec: TrainiumJobSpec, owner: Owner, job: Json | None, seen: Seen) -> spares.Gang | None:
@@ -113,7 +117,7 @@ def standby(
         return listed
     before = previous.get("spares") if isinstance(previous.get("spares"), Mapping) else None
     known = (before or {}).get("standby")
-    complete = isinstance(known, list) and len(known) == spares.reserved_of(spec, job)
+    complete = isinstance(known, list) and len(known) >= spares.spare_replicas(spec, job)
     if complete:
         return None
     selector = f"{LABEL_JOB}={naming.label_value(owner.name)},{spare_pods.LABEL_ROLE}=spare"

@@ -86,11 +86,20 @@ class Swap:
     standby: tuple[str, ...] = ()
 
 
-def replenish(spec: TrainiumJobSpec, gang: Gang | None) -> bool:
-    """Whether a gang formed again after a swap asks for its replacement spares now: its spare
-    task back to spec.spares pods (a swap drops the pods it no longer reserves, so that no spare
-    takes a node a training pod needs while the gang forms; Volcano's task order is not ours)."""
-    return spec.spares > 0 and gang is not None and gang.running and gang.replicas < spec.spares
+def replenish(
+    spec: TrainiumJobSpec, gang: Gang | None, standing: int | None
+) -> tuple[int, int] | None:
+    """(reserved, replicas) a running gang is patched to (None: it stays): after a swap it asks
+    for its replacement spares (its spare task back to spec.spares pods: a swap drops the pods it
+    no longer reserves, so that no spare takes a node a training pod needs while the gang forms;
+    Volcano orders a job's pods, not us), and a replacement that stands by (`standing`, running
+    spare pods) is reserved again, so the next lost node is swapped too."""
+    if spec.spares == 0 or gang is None or not gang.running:
+        return None
+    reserved = max(gang.reserved, min(standing or 0, spec.spares))
+    if (reserved, spec.spares) == (gang.reserved, gang.replicas):
+        return None
+    return reserved, spec.spares
 
 
 def needs_count(spec: TrainiumJobSpec, gang: Gang | None) -> bool:
@@ -99,21 +108,22 @@ def needs_count(spec: TrainiumJobSpec, gang: Gang | None) -> bool:
 
 
 def _due(gang: Gang) -> bool:
-    return gang.waiting and gang.restarted and gang.reserved > 0
+    return gang.waiting and gang.restarted and max(gang.reserved, gang.replicas) > 0
 
 
 def decide(
     spec: TrainiumJobSpec, gang: Gang | None, schedulable: int | None, lost: tuple[str, str],
     standby: Sequence[str] = (),
 ) -> Swap | None:  # fmt: skip
-    """The swap to make now (None: none): a restarted gang that waits, with spares reserved,
-    on fewer nodes than it reserves but at least spec.nodes. lost: (node, reason) last seen."""
+    """The swap to make now (None: none): a restarted gang that waits on at least spec.nodes
+    nodes, fewer than its training and spare pods. lost: (node, reason) last seen."""
     if spec.spares == 0 or gang is None or schedulable is None or not _due(gang):
         return None
     if schedulable < spec.nodes:
         return None  # no spare can fill the place: the elastic shrink or the gang restart
-    new = min(gang.reserved, schedulable - spec.nodes)
-    if new >= gang.reserved:
+    room = schedulable - spec.nodes
+    new = min(gang.reserved, room)
+    if new >= gang.reserved and gang.replicas <= room:
         return None
     node, reason = lost
     gone = tuple(n for n in standby if n != node)
