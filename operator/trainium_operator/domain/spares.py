@@ -10,7 +10,7 @@ A swap: when a training node is lost, Volcano restarts the gang (a pod gone is a
 budget.py: no runPolicy.maxRetries spent), which cannot form again at nodes + reserved on the
 nodes left. The operator lowers the gang's reservation, and its spare pods, to what the nodes
 left hold beyond spec.nodes; the `node` task's minAvailable stays spec.nodes, so Volcano places
-every training index, node 0 (the rendezvous host `<gang>-node-0`) too, on the nodes left, a
+every training index, node 0 (the rendezvous host, naming.rank0_host) too, on the nodes left, a
 spare's node among them: the same world size, so the same cache entry (no compile), resuming
 from the newest checkpoint. Once the gang runs again, its spare task goes back to spec.spares
 pods: the replacement spare it asks for, Pending until a node has room (asked earlier, a spare
