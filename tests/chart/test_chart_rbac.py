@@ -30,7 +30,7 @@ CLUSTER_SCOPED = {
 NAMESPACED = {
     ("trainium.dev", "trainiumjobs"): {"get", "list", "watch", "patch", "delete"},
     ("trainium.dev", "trainiumjobs/status"): {"patch"},
-    ("batch.volcano.sh", "jobs"): {"get", "list", "watch", "create", "delete"},
+    ("batch.volcano.sh", "jobs"): {"get", "list", "watch", "create", "patch", "delete"},
     ("", "persistentvolumeclaims"): {"get", "list", "watch", "create"},
     ("", "configmaps"): {"get", "list", "watch", "create", "patch"},
     ("", "pods"): {"list", "watch", "delete"},  # delete, pods/status: a deleted Node's pods

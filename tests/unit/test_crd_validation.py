@@ -17,6 +17,11 @@ Json = dict[str, Any]
 BAD: list[tuple[str, Json, str]] = [
     ("missing-image", job_without("image"), "spec.image: required"),
     (
+        "spares-past-the-gang-limit",
+        job(nodes=1000, spares=25),
+        "spec.nodes + spec.spares may not exceed 1,024",
+    ),
+    (
         "placement-required-without-layer",
         job(scheduling={"placement": {"mode": "Required"}}),
         "spec.scheduling.placement.networkNodeLayer is required with mode Required",
@@ -395,6 +400,7 @@ IMMUTABLE: list[tuple[str, Json, str]] = [
         "spec.image is immutable",
     ),
     ("nodes", job(nodes=2, args=["bert-pretrain"]), "spec.nodes is immutable"),
+    ("spares", job(spares=1, args=["bert-pretrain"]), "spec.spares is immutable"),
     (
         "instance-type",
         job(instanceType="trn1n.32xlarge", args=["bert-pretrain"]),

@@ -26,6 +26,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from trainium_trainer import preflight
 
         return preflight.main(args[1:])
+    if args[:1] == [contract.STANDBY_COMMAND]:
+        from trainium_trainer import standby
+
+        return standby.main(args[1:])
     try:
         cfg = parse_args(argv)
         from trainium_trainer.device import make_runtime

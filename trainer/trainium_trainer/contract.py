@@ -78,6 +78,8 @@ ENV_NODE_INDEX = rendezvous.ENV_NODE_INDEX
 #: The init container that runs the preflight in training pods, and the trainer's subcommand.
 PREFLIGHT_CONTAINER = "preflight"
 PREFLIGHT_COMMAND = "preflight"
+#: The trainer's subcommand a spare node's pod runs: it stands by outside the world until stopped.
+STANDBY_COMMAND = "standby"
 #: The first words of the preflight's failure line (the operator classifies it PreflightFailed).
 PREFLIGHT_FAILED = "preflight failed:"
 #: Kubernetes shows this file's contents as the container's termination message.

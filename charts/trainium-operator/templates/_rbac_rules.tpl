@@ -65,8 +65,9 @@ collector through ownerReferences, so no delete on children but a pod whose Node
   verbs: [patch]
 - apiGroups: [batch.volcano.sh]
   resources: [jobs]
-  # delete: runPolicy.suspend and activeDeadlineSeconds stop the live stage jobs
-  verbs: [get, list, watch, create, delete]
+  # delete: runPolicy.suspend and activeDeadlineSeconds stop the live stage jobs; patch: a spare
+  # swap lowers a restarting gang's reservation (minAvailable) to the nodes left (spec.spares)
+  verbs: [get, list, watch, create, patch, delete]
 - apiGroups: [""]
   resources: [persistentvolumeclaims]
   # watch: a claim created or bound wakes the jobs that mount it

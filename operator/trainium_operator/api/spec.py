@@ -174,6 +174,8 @@ class TrainiumJobSpec:
     args: tuple[str, ...] = ()
     env: tuple[EnvVar, ...] = ()
     nodes: int = 1
+    #: Spare nodes the gang holds beside nodes, standing by outside the world (domain/spares.py).
+    spares: int = 0
     nprocPerNode: int | None = None
     #: xla or native; None: the instance family's default (effective_backend).
     backend: str | None = None
@@ -253,6 +255,7 @@ def from_dict(s: dict[str, Any]) -> TrainiumJobSpec:
         args=tuple(s.get("args", ())),
         env=tuple(EnvVar(e["name"], e.get("value", "")) for e in s.get("env", ())),
         nodes=s.get("nodes", 1),
+        spares=s.get("spares", 0),
         nprocPerNode=s.get("nprocPerNode"),
         backend=s.get("backend"),
         lnc=s.get("lnc"),

@@ -124,6 +124,8 @@ class Seen:
     name_taken: gangs.Taken | None = None
     #: The job's Kueue Workloads and admitted flavors (None: not a Kueue workload).
     kueue: workloads.Held | None = None
+    #: The live stage's gang pods this pass listed (none when it listed none).
+    pods: tuple[Json, ...] = ()
 
 
 def observe(
@@ -151,7 +153,7 @@ def observe(
     return Seen(
         observed, storage.names, storage.volume, world.lease, world.entry, left, _gang(job),
         checkpoint, look, events_looked=looked, train_uid=_uid(train), train=world.gang,
-        pre_uid=_uid(world.pre), name_taken=taken, kueue=held,
+        pre_uid=_uid(world.pre), name_taken=taken, kueue=held, pods=tuple(pods),
     )  # fmt: skip
 
 

@@ -31,11 +31,15 @@ STRATEGIC_MERGE = "application/strategic-merge-patch+json"
 log = logging.getLogger(__name__)
 
 
-def reap(body: Json, indices: tuple[Index, Index] | None, emit: Emit, read: Reader) -> int:
+def reap(
+    body: Json, indices: tuple[Index, Index] | None, emit: Emit, read: Reader,
+    gone: list[Orphan] | None = None,
+) -> int:  # fmt: skip
     """Remove the job's pods bound to a deleted Node whose gang still runs or stops; how many
     went (0 outside the operator).
 
     `indices`: (node names, our bound pods), kopf's indices (watches.py); None: no watches.
+    `gone`: the removed pods are appended there.
     """
     if indices is None:
         return 0
@@ -55,6 +59,8 @@ def reap(body: Json, indices: tuple[Index, Index] | None, emit: Emit, read: Read
         action = events.RESTART if outcome == orphans.RESTARTS else "Stop"
         emit(body, "Warning", orphans.EVENT_REASON, orphans.event_message(pod, outcome), action)
         removed += 1
+        if gone is not None:  # the pods removed (a spare swap names the node: spares.py)
+            gone.append(pod)
     return removed
 
 

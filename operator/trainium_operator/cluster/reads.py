@@ -357,7 +357,8 @@ _META = (
 )  # fmt: skip
 #: Per kind: (part, keys) kept; None keeps the whole part.
 _KEEP: dict[Kind, tuple[tuple[str, tuple[str, ...] | None], ...]] = {
-    Kind.VCJOB: (("status", ("state", "retryCount")),),
+    # spec.minAvailable: the spares a training gang reserves (domain/spares.py)
+    Kind.VCJOB: (("spec", ("minAvailable",)), ("status", ("state", "retryCount"))),
     Kind.CLAIM: (("status", ("phase",)),),
     Kind.VOLUME: (("spec", ("claimRef",)),),
     Kind.RECORD: (("data", None),),
@@ -379,4 +380,12 @@ def slim(kind: Kind, body: Mapping[str, Any]) -> Json:
         value = body.get(part)
         if isinstance(value, Mapping):
             out[part] = dict(value) if keys is None else _pick(body, part, keys)
+    if kind is Kind.VCJOB and isinstance(body.get("spec"), Mapping):
+        out.setdefault("spec", {})["tasks"] = _tasks(body["spec"].get("tasks"))
     return out
+
+
+def _tasks(tasks: Any) -> list[Json]:
+    """A Volcano job's tasks without their pod templates: the spares' reservation (spares.py)."""
+    keep = ("name", "replicas", "minAvailable")
+    return [{k: t[k] for k in keep if k in t} for t in tasks or () if isinstance(t, Mapping)]

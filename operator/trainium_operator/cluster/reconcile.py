@@ -23,6 +23,7 @@ from trainium_operator.cluster import (
     orphans,
     report,
     scrape,
+    sparesio,
     workloads,
 )
 from trainium_operator.cluster.memory import Memory
@@ -32,8 +33,10 @@ from trainium_operator.cluster.report import Emit, Transition
 from trainium_operator.domain import (
     budget,
     elastic,
+    events,
     lifecycle,
     quota,
+    spares,
     specdigest,
     status,
     supervise,
@@ -41,6 +44,7 @@ from trainium_operator.domain import (
 from trainium_operator.domain.failures import Failure
 from trainium_operator.domain.lifecycle import Action, Child, Decision, Observed, Phase
 from trainium_operator.domain.model import Rejection
+from trainium_operator.domain.orphans import Orphan
 from trainium_operator.domain.status import now_iso
 from trainium_operator.manifests import workload
 from trainium_operator.manifests.ownership import Owner
@@ -119,6 +123,7 @@ def _run(
     owner, spec = looked.owner, looked.spec
     seen, observed, counted = _judge(body, spec, looked.seen, views)
     observed, sized, shrink_in = _elastic(looked, seen, observed, views.now)
+    spared = _spares(body, spec, owner, seen, views.now, emit, looked.lost)
     decision = _decided(observed, looked, read)
     if Action.STOP_TRAINING in decision.actions and _replacing(observed) and seen.train_uid:
         size = elastic.named(sized or {}, observed.resize) if observed.resize else None
@@ -138,7 +143,7 @@ def _run(
     inputs = replace(
         report.inputs(body, decision, spec),
         observed=observed, counted=counted, checkpoint=seen.checkpoint, progress=seen.progress,
-        elastic=sized,
+        elastic=sized, spares=spared,
     )  # fmt: skip
     new, transition, rv = report.write(body, inputs, emit, read)
     outcome = replace(
@@ -163,6 +168,8 @@ class _Looked:
     #: A resize's size saved with the training gang's name (gangs.named_size).
     named: elastic.Named | None
     seen: Seen
+    #: Nodes whose pods this pass removed (a Node deleted): a spare may take their place.
+    lost: tuple[str, ...] = ()
 
 
 def _look(
@@ -172,14 +179,16 @@ def _look(
     md, read = body["metadata"], views.reader
     owner, named = gangs.owner_of(md), gangs.named_size(md)
     previous = report.status_of(body)
-    orphans.reap(body, views.orphans, emit, read)  # a Node deleted: pods go now, not PodGC's 40 s
+    gone: list[Orphan] = []  # a Node deleted: pods go now, not PodGC's 40 s
+    orphans.reap(body, views.orphans, emit, read, gone)
     staged = elasticio.stage_spec(spec, owner, previous, read, named)  # its size now
     seen = observe(staged, owner, views, lookup)
     if seen.name_taken is not None and seen.name_taken.rename:  # never that name: a fresh one
         body = gangs.take_fresh_name(body, seen.name_taken.holder, read, emit)
         owner = gangs.owner_of(body["metadata"])
         seen = observe(staged, owner, views, lookup)
-    return body, _Looked(owner, spec, staged, previous, named, seen)
+    lost = tuple(o.node for o in gone)
+    return body, _Looked(owner, spec, staged, previous, named, seen, lost)
 
 
 def _elastic(
@@ -217,6 +226,20 @@ def _redecided(
     left = tuple(a for a in quota.finishes(decision) if a not in done)
     actions.perform(left, looked.spec, looked.owner, seen, read)
     return decision
+
+
+def _spares(
+    body: Json, spec: TrainiumJobSpec, owner: Owner, seen: Seen, now: str, emit: Emit,
+    lost: tuple[str, ...],
+) -> Json | None:  # fmt: skip
+    """status.spares; a swap (a spare's node for a lost one, same world size) made and told."""
+    previous = report.status_of(body)
+    found = spares.Seen(None, sparesio.standby(spec, owner, previous, seen), lost)
+    looked = sparesio.look(spec, owner, previous, seen, now, found)
+    if looked.swap is not None:
+        message = spares.message(spec, looked.swap)
+        emit(body, "Normal", spares.EVENT_REASON, message, events.RESTART)
+    return looked.status
 
 
 def _replacing(observed: Observed) -> bool:

@@ -196,6 +196,8 @@ class Inputs:
     progress: Json | None = None
     #: status.elastic of an elastic job (elastic.py), None otherwise.
     elastic: Json | None = None
+    #: status.spares of a job with spare nodes (spares.py), None otherwise.
+    spares: Json | None = None
     #: The training gang's name when a replacement named it ("": the first, `<job>-train`).
     train_gang: str = ""
 
@@ -219,6 +221,8 @@ def compose(inputs: Inputs) -> Json:
     _add_evidence(new, inputs)
     if inputs.elastic is not None:
         new["elastic"] = inputs.elastic
+    if inputs.spares is not None:
+        new["spares"] = inputs.spares
     if decision.phase in TERMINAL:
         _settle(new, previous)
     pending = _gang_pending(decision, inputs.observed)

@@ -29,7 +29,7 @@ from trainium_operator.api.instances import INSTANCE_TYPE_LABEL
 from trainium_operator.api.spec import TrainiumJobSpec
 from trainium_operator.domain import nodes
 from trainium_operator.domain.cachekey import LABEL_CACHE_ENTRY, cache_key, cache_name, identity
-from trainium_operator.manifests import appdef, dra, gangsize, placement
+from trainium_operator.manifests import appdef, dra, gangsize, placement, spares
 from trainium_operator.manifests.appdef import StageContext
 from trainium_operator.manifests.ownership import (
     LABEL_CACHE_KEY,
@@ -205,7 +205,8 @@ def build_vcjob(
     job = _overlay_job(job, spec, owner, stage, ctx.run_id)
     (task,) = job["spec"]["tasks"]
     job["spec"]["tasks"] = [_one_task(task, spec.nodes)]
-    return job
+    # spec.spares stand by beside the training world (manifests/spares.py); a compile has none.
+    return spares.with_spares(job, spec) if stage == appdef.TRAIN else job
 
 
 def _overlay_job(job: Json, spec: TrainiumJobSpec, owner: Owner, stage: str, name: str) -> Json:
