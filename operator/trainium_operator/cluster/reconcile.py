@@ -128,8 +128,12 @@ def _run(
         owner = gangs.owner_of(body["metadata"])
         seen = observe(spec, owner, views, lookup)
     seen, observed, counted = _judge(body, spec, seen, views)
-    sight = elasticio.Sighting(observed, seen.checkpoint, views.now, seen.progress_read, named)
+    sight = elasticio.Sighting(
+        observed, seen.checkpoint, views.now, seen.progress_read, named, owner, seen.kueue
+    )
     observed, sized, shrink_in = elasticio.look(full, previous, sight)
+    if seen.kueue is not None and observed.quota is not None:  # a grow waits for its Workload
+        seen = replace(seen, kueue=workloads.matching(seen.kueue, observed.quota))
     decision = lifecycle.decide(observed)
     if Action.CREATE_TRAINING in decision.actions and elasticio.hold_training(
         full, spec, owner, previous, read, named
