@@ -48,6 +48,7 @@ from trainium_operator.manifests import dra
 
 Obj = dict[str, Any]
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+GATED_BY = "kueue.x-k8s.io/admission-gated-by"
 PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 LOCAL_QUEUE = "team-a"
 KUEUE_USER = "system:serviceaccount:kueue-system:kueue-controller-manager"
@@ -419,7 +420,9 @@ def test_compile_aware_admission(
     ns: str,
 ) -> None:
     """A cache miss: its precompile Workload, Finished before its training Workload is made;
-    a job waiting on that compile holds none; once the entry is Ready it (a hit) makes one."""
+    a job waiting on that compile queues its training Workload behind Kueue's admission gate
+    (kueue.x-k8s.io/admission-gated-by: holding nothing, issue 41); once the entry is Ready the
+    gate is lifted and it (a hit) trains under that Workload."""
     fsx_claim(cluster, ns)
     queues(cluster, ns, flavor, neuron=64)
     kubelet.plan(PRECOMPILE, RUNNING, namespace=ns)
@@ -446,7 +449,16 @@ def test_compile_aware_admission(
         cluster.kubectl("annotate", TJ, "waiter", "-n", ns, "--overwrite",
                         f"tier.trainium.dev/poke={poke}")  # fmt: skip
         wait_until(lambda n=passes: running_operator.passes() > n, procs.scaled(30), "a pass")
-    assert workloads_of(kueue, ns, "waiter") == []  # no quota held while it waits
+
+    def gated() -> Obj | None:  # in the queue, gated, holding nothing
+        found = workloads_of(kueue, ns, "waiter")
+        reserved = condition(found[0] if found else None, "QuotaReserved")
+        return found[0] if len(found) == 1 and reserved.get("reason") == "AdmissionGated" else None
+
+    waiting = wait_until(gated, procs.scaled(30), "the waiter's Workload gated by Kueue")
+    assert waiting["metadata"]["name"] == workload_of(cluster, ns, "waiter")
+    assert waiting["metadata"]["annotations"][GATED_BY] == "trainium.dev/compile-cache"
+    assert not (waiting.get("status") or {}).get("admission"), waiting["status"]
     assert (get(cluster, TJ, "waiter", ns) or {})["status"]["phase"] == "WaitingForCache"
 
     kubelet.finish(ns)  # the compile ends; training runs 1 s and exits 0

@@ -193,8 +193,9 @@ COMPILE = Observed(storage_ready=True, policy="Always")
         (replace(READY, training=Child.SUCCEEDED, quota=quota(train=Admission.ADMITTED)),
          (Action.FINISH_TRAINING_WORKLOAD,), None),
         (replace(READY, training=Child.SUCCEEDED, quota=quota(train=Admission.FINISHED)), (), None),
-        # a job waiting on another's compile holds no Workload
-        (replace(COMPILE, cache_holder="other", cache_holder_job="ns/other"), (), None),
+        # a job waiting on another's compile queues its training Workload gated (issue 41)
+        (replace(COMPILE, cache_holder="other", cache_holder_job="ns/other"),
+         (Action.CREATE_TRAINING_WORKLOAD,), None),
         # LocalQueue missing: said, nothing started outside the quota
         (replace(READY, quota=quota(train=Admission.PENDING, blocker=lifecycle.Blocker(
             "LocalQueueNotFound", "LocalQueue 'q' does not exist"))), (), "LocalQueueNotFound"),
@@ -212,10 +213,11 @@ def test_gate(obs: Observed, actions: tuple[Action, ...], reason: str | None) ->
         assert "insufficient unused quota" in decision.message  # Kueue's own words
 
 
-def test_waiting_for_cache_is_a_phase_of_its_own_without_workload() -> None:
+def test_waiting_for_cache_is_a_phase_of_its_own_with_a_gated_workload() -> None:
     obs = replace(COMPILE, cache_holder="other", cache_holder_job="ns/other", quota=quota())
     decision = lifecycle.decide(obs)
-    assert decision.phase is Phase.WAITING_FOR_CACHE and decision.actions == ()
+    assert decision.phase is Phase.WAITING_FOR_CACHE
+    assert decision.actions == (Action.CREATE_TRAINING_WORKLOAD,)  # behind the gate
 
 
 def test_kueue_not_installed_is_said_never_a_start_outside_quota() -> None:

@@ -138,7 +138,7 @@ def test_waiting_for_another_jobs_compile_holds_no_compile_workload() -> None:
                    cache_holder_job="other", quota=kueue(pre=Admission.ADMITTED))  # fmt: skip
     d = lifecycle.decide(obs)
     assert d.phase is Phase.WAITING_FOR_CACHE
-    assert d.actions == (Action.RELEASE_PRECOMPILE_WORKLOAD,)
+    assert d.actions == (Action.CREATE_TRAINING_WORKLOAD, Action.RELEASE_PRECOMPILE_WORKLOAD)
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,7 @@ from typing import Any
 from trainium_operator.api import naming
 from trainium_operator.api.instances import INSTANCE_TYPE_LABEL
 from trainium_operator.api.spec import TrainiumJobSpec
-from trainium_operator.cluster import k8s
+from trainium_operator.cluster import k8s, workloads
 from trainium_operator.cluster.reads import Kind, Reader
 from trainium_operator.domain import capacity, checkpoints, elastic, nodes
 from trainium_operator.domain.lifecycle import Observed
@@ -92,6 +92,9 @@ class Sighting:
     progress: Mapping[str, Any] | None = None
     #: A resize's size saved with the training gang's name (gangs.named_size).
     named: elastic.Named | None = None
+    #: Kueue: the job (its Workloads' names) and its Workloads as read (a grow waits for one).
+    owner: Owner | None = None
+    held: workloads.Held | None = None
 
 
 def look(
@@ -116,6 +119,14 @@ def look(
         count = capacity.schedulable(k8s.list_nodes(selector), spec, nodes.names(previous))
         seen = replace(seen, schedulable=count)
     new, resize = elastic.step(spec, state, seen)
+    kueue, held = observed.quota, sight.held
+    if resize is not None and resize.kind == elastic.GROW and kueue and held and sight.owner:
+        # Kueue: the gang keeps its size and its admission until the larger size's Workload is
+        # admitted (issue 41), as Kueue's own elastic jobs replace a slice only then.
+        kueue, admitted = workloads.growing(spec, sight.owner, kueue, held, resize.new)
+        observed = replace(observed, quota=kueue)
+        if not admitted:
+            new, resize = elastic.step(spec, state, replace(seen, schedulable=None))
     if resize is not None:
         observed = replace(observed, resize=resize)
     return observed, new, elastic.shrink_in(spec, new, now)

@@ -56,6 +56,12 @@ def set_active(workload: Json, active: bool) -> Json:
     return _merge_patch(k8s.custom().patch_namespaced_custom_object, md, body)
 
 
+def ungate_workload(workload: Json, patch: Json) -> Json:
+    """Merge-patch the Workload's admission-gated-by annotation (manifests/workload.ungated),
+    guarded by the version read."""
+    return _merge_patch(k8s.custom().patch_namespaced_custom_object, workload["metadata"], patch)
+
+
 def _merge_patch(method: Any, md: Json, body: Json) -> Json:
     """One guarded merge patch of a Workload (its body carries the resourceVersion read)."""
     out = k8s.request(

@@ -51,6 +51,7 @@ from typing import Any, Protocol
 
 from trainium_operator.cluster import cacheio, k8s, kueueio, volumes
 from trainium_operator.manifests.ownership import Owner, controlled_by
+from trainium_operator.manifests.workload import GATE_ANNOTATION
 
 Json = dict[str, Any]
 
@@ -376,6 +377,9 @@ def slim(kind: Kind, body: Mapping[str, Any]) -> Json:
         meta = body.get("metadata") or {}
         return {**body, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
     out: Json = {"metadata": _pick(body, "metadata", _META)}
+    gate = ((body.get("metadata") or {}).get("annotations") or {}).get(GATE_ANNOTATION)
+    if kind is Kind.WORKLOAD and gate:  # compile-aware admission: lifted when the cache is Ready
+        out["metadata"]["annotations"] = {GATE_ANNOTATION: gate}
     for part, keys in _KEEP[kind]:
         value = body.get(part)
         if isinstance(value, Mapping):

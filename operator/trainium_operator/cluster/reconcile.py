@@ -122,7 +122,7 @@ def _run(
     body, looked = _look(body, spec, emit, views, lookup)
     owner, spec = looked.owner, looked.spec
     seen, observed, counted = _judge(body, spec, looked.seen, views)
-    observed, sized, shrink_in = _elastic(looked, seen, observed, views.now)
+    seen, observed, sized, shrink_in = _elastic(looked, seen, observed, views.now)
     spared = _spares(body, spec, owner, seen, views.now, emit, looked.lost)
     decision = _decided(observed, looked, read)
     if Action.STOP_TRAINING in decision.actions and _replacing(observed) and seen.train_uid:
@@ -193,10 +193,16 @@ def _look(
 
 def _elastic(
     looked: _Looked, seen: Seen, observed: Observed, now: str
-) -> tuple[Observed, Json | None, float | None]:
-    """An elastic job's look: any resize due, status.elastic, seconds until a shrink is due."""
-    sight = elasticio.Sighting(observed, seen.checkpoint, now, seen.progress_read, looked.named)
-    return elasticio.look(looked.full, looked.previous, sight)
+) -> tuple[Seen, Observed, Json | None, float | None]:
+    """An elastic job's look: any resize due, status.elastic, seconds until a shrink is due;
+    under Kueue a grow waits for its Workload (the Workloads held are the size's now)."""
+    sight = elasticio.Sighting(
+        observed, seen.checkpoint, now, seen.progress_read, looked.named, looked.owner, seen.kueue
+    )
+    observed, sized, shrink_in = elasticio.look(looked.full, looked.previous, sight)
+    if seen.kueue is not None and observed.quota is not None:
+        seen = replace(seen, kueue=workloads.matching(seen.kueue, observed.quota))
+    return seen, observed, sized, shrink_in
 
 
 def _decided(observed: Observed, looked: _Looked, read: Reader) -> Decision:

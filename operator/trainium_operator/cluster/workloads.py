@@ -19,7 +19,7 @@ from trainium_operator.cluster.reads import Kind, Reader
 from trainium_operator.domain import elastic, kueuejob
 from trainium_operator.domain.kueuestate import Admission, Quota, Workload, workload_state
 from trainium_operator.domain.model import Action, Blocker, Child, Observed, Phase
-from trainium_operator.domain.quota import FINISHES, LIVE
+from trainium_operator.domain.quota import FINISHES, LIVE, waits_for_compile
 from trainium_operator.domain.status import now_iso
 from trainium_operator.manifests import builders, dra, ownership, workload
 from trainium_operator.manifests.ownership import Owner
@@ -40,6 +40,8 @@ class Held:
     priority: int | None = None
     #: spec.elastic: this job's training Workloads of sizes its gang no longer runs at.
     stale: tuple[Json, ...] = ()
+    #: spec.elastic: the size of a grow waiting for its Workload's admission (0: none).
+    grow: int = 0
 
 
 def observe(
@@ -55,7 +57,7 @@ def observe(
         bodies[stage] = body
         found = (read.get(Kind.FLAVOR, "", f) for f in workload.admitted_flavors(body))
         flavors[stage] = tuple(f for f in found if f is not None)
-    states = {s: workload_state(workload.workload_name(owner, spec, s), bodies[s]) for s in STAGES}
+    states = {s: _state(workload.workload_name(owner, spec, s), bodies[s]) for s in STAGES}
     stale = _stale(spec, owner, kueue, read) + _moved(kueue, states, bodies)
     names = tuple(str(b["metadata"]["name"]) for b in stale)
     blocker, priority = None, None
@@ -82,6 +84,11 @@ def observe(
         )
     quota = Quota(kueue.queue, states["precompile"], states["train"], blocker, names)
     return quota, Held(kueue, bodies, flavors, priority, stale)
+
+
+def _state(name: str, body: Json | None) -> Workload:
+    """workload_state, and whether our compile gate holds it (its annotation)."""
+    return replace(workload_state(name, body), gated=workload.gated(body))
 
 
 def _uncounted(
@@ -146,7 +153,8 @@ _READY = {action: stage for stage, action in kueuejob.READIES.items()}
 _ACTIVITY = {action: want for want, action in kueuejob.ACTIVITY.items()}
 ACTIONS = frozenset(
     {*_CREATE, *_FINISH, *_REQUEUE, *_READY, *_ACTIVITY, Action.DELETE_STALE_WORKLOADS,
-     Action.RELEASE_PRECOMPILE_WORKLOAD}
+     Action.RELEASE_PRECOMPILE_WORKLOAD, Action.CREATE_GROW_WORKLOAD,
+     Action.UNGATE_TRAINING_WORKLOAD}
 )  # fmt: skip
 
 
@@ -182,14 +190,14 @@ def act(
         if found is not None:
             _delete(found, read)
         return
-    if action in _CREATE:
-        stage = _CREATE[action]
-        vcjob = builders.build_vcjob(spec, owner, stage, excluded)
-        body = workload.build_workload(spec, owner, stage, held.kueue, vcjob, held.priority)
-        if dra.uses_dra(spec):  # Kueue counts the devices its claims ask for: it goes first
-            k8s.create_claim_template(builders.build_claim_template(spec, owner))
-        name = body["metadata"]["name"]
-        read.wrote(Kind.WORKLOAD, ns, name, kueueio.create_workload(body))
+    if action in _CREATE or action is Action.CREATE_GROW_WORKLOAD:
+        stage = _CREATE.get(action, "train")
+        sized = elastic.at_size(spec, held.grow) if held.grow else spec
+        gated = stage == "train" and waits_for_compile(observed)
+        _create(sized, owner, stage, held, excluded, read, gated=gated)
+        return
+    if action is Action.UNGATE_TRAINING_WORKLOAD:
+        _ungate(held.workloads.get("train"), read)
         return
     stage = _FINISH[action]
     found = held.workloads.get(stage)
@@ -200,6 +208,49 @@ def act(
     said = f"the {stage} stage {'succeeded' if ok else 'ended without success'}"
     written = kueueio.finish_workload(found, _finished(ok, said))
     read.wrote(Kind.WORKLOAD, ns, found["metadata"]["name"], written)
+
+
+def _create(spec: TrainiumJobSpec, owner: Owner, stage: str, held: Held,
+            excluded: tuple[str, ...], read: Reader, *, gated: bool) -> None:  # fmt: skip
+    """Create a stage's Workload from its gang as built (gated: behind our compile gate)."""
+    vcjob = builders.build_vcjob(spec, owner, stage, excluded)
+    body = workload.build_workload(spec, owner, stage, held.kueue, vcjob, held.priority, gated)
+    if dra.uses_dra(spec):  # Kueue counts the devices its claims ask for: it goes first
+        k8s.create_claim_template(builders.build_claim_template(spec, owner))
+    name = body["metadata"]["name"]
+    read.wrote(Kind.WORKLOAD, owner.namespace, name, kueueio.create_workload(body))
+
+
+def _ungate(found: Json | None, read: Reader) -> None:
+    """Lift our compile gate from the training Workload: the graphs are Ready (issue 41)."""
+    if found is None or not workload.gated(found):
+        return
+    md = found["metadata"]
+    written = kueueio.ungate_workload(found, workload.ungated(found))
+    read.wrote(Kind.WORKLOAD, md["namespace"], md["name"], written)
+
+
+def growing(
+    spec: TrainiumJobSpec, owner: Owner, kueue: Quota, held: Held, size: int
+) -> tuple[Quota, bool]:
+    """An elastic grow to `size` under Kueue: the Quota with that size's training Workload out
+    of the stale ones while it waits, and whether Kueue admitted it (the grow may go on)."""
+    name = workload.workload_name(owner, elastic.at_size(spec, size), "train")
+    body = next((b for b in held.stale if b["metadata"]["name"] == name), None)
+    wl = workload_state(name, body)
+    if wl.state is Admission.ADMITTED and wl.active:
+        return replace(kueue, stale=tuple(n for n in kueue.stale if n != name)), True
+    if wl.state in (Admission.EVICTED, Admission.FINISHED):  # deleted: made again next pass
+        return replace(kueue, grow=wl, grow_size=size), False
+    kept = tuple(n for n in kueue.stale if n != name)
+    return replace(kueue, stale=kept, grow=wl, grow_size=size), False
+
+
+def matching(held: Held, kueue: Quota) -> Held:
+    """The Held a pass acts with once the elastic look decided: only the stale Workloads the
+    Quota still names are deleted, and a grow's Workload is made at its size."""
+    stale = tuple(b for b in held.stale if b["metadata"]["name"] in kueue.stale)
+    return replace(held, stale=stale, grow=kueue.grow_size if kueue.grow is not None else 0)
 
 
 def _delete(body: Json, read: Reader) -> None:

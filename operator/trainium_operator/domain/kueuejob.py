@@ -17,7 +17,10 @@ as Kueue's reconciler does for the jobs it manages:
 - PodsReady follows the gang (waitForPodsReady; generatePodsReadyCondition);
 - an elastic resize is a new Workload at the new size (its name carries the size); the old one
   is deleted, as the framework deletes a Workload that no longer matches its job (its pod
-  set's count), so its quota comes back and its name can be used again.
+  set's count), so its quota comes back and its name can be used again. A grow waits, the
+  gang running on under its admission, until Kueue admits the larger size's Workload;
+- a job waiting for another job's compile queues its training Workload behind our admission
+  gate (kueue.x-k8s.io/admission-gated-by), lifted once the graphs are Ready.
 """
 
 from __future__ import annotations
@@ -61,11 +64,70 @@ def gate(decision: Decision, obs: Observed) -> Decision:
     stopping = decision.phase not in (*TERMINAL, Phase.SUSPENDED)  # a suspend stops its own
     unneeded = compile_unneeded(decision, obs, kueue)
     stopped = _stop(decision, obs, kueue) if stopping else None
-    gated = quota.gate(stopped or decision, obs)
+    starts = Action.CREATE_TRAINING in (stopped or decision).actions
+    gated = _growing(
+        _compile_gated(quota.gate(stopped or decision, obs), obs, kueue, starts), kueue
+    )
     extra = _upkeep(gated, obs, kueue, unneeded)
     return replace(gated, actions=(*gated.actions, *extra)) if extra else gated
 
 
+def _compile_gated(decision: Decision, obs: Observed, kueue: Quota, starts: bool) -> Decision:
+    """Compile-aware admission Kueue can see (issue 41): a job waiting for another job's
+    compile owns its training Workload, queued behind our admission gate (holding nothing);
+    the gate is lifted once the graphs are Ready and training may start."""
+    train = kueue.train
+    if starts and train.gated and train.state is Admission.PENDING:
+        return replace(decision, actions=(*decision.actions, Action.UNGATE_TRAINING_WORKLOAD))
+    if decision.phase is not Phase.WAITING_FOR_CACHE or kueue.blocker is not None:
+        return decision
+    if not quota.waits_for_compile(obs):
+        return decision
+    create = (Action.CREATE_TRAINING_WORKLOAD,) if train.state is Admission.ABSENT else ()
+    said = (
+        f"; its training Workload {train.name} waits in LocalQueue {kueue.queue!r}, gated by "
+        f"{GATE} (it holds no quota) until then"
+    )
+    conds = tuple(
+        replace(c, message=c.message + said) if c.reason == "WaitingForCache" else c
+        for c in decision.conditions
+    )
+    return replace(
+        decision,
+        message=decision.message + said,
+        conditions=conds,
+        actions=(*decision.actions, *create),
+    )
+
+
+def _growing(decision: Decision, kueue: Quota) -> Decision:
+    """An elastic grow waiting for Kueue (issue 41): the gang keeps its size and its admission
+    until the larger size's Workload is admitted; that Workload is queued (made once), and
+    the Running condition says what it waits for. A grow the quota never holds keeps the job
+    at its size (its Workload stays queued, holding nothing, while the grow is due)."""
+    wl = kueue.grow
+    if wl is None or decision.phase is not Phase.TRAINING:
+        return decision
+    said = f": {wl.reason}: {wl.message}".rstrip(": ") if wl.reason else ""
+    msg = (
+        f"training; a grow to {kueue.grow_size} nodes waits for Kueue to admit Workload "
+        f"{wl.name} in LocalQueue {kueue.queue!r}{said}; the gang keeps its size and its "
+        "admission until then"
+    )
+    conds = tuple(
+        Condition("Running", "True", GROW_WAITS, msg)
+        if c.type == "Running" and c.status == "True"
+        else c
+        for c in decision.conditions
+    )
+    create = (Action.CREATE_GROW_WORKLOAD,) if wl.state is Admission.ABSENT else ()
+    return replace(decision, message=msg, conditions=conds, actions=(*decision.actions, *create))
+
+
+#: The Running reason of a job whose elastic grow waits for its Workload's admission.
+GROW_WAITS = "GrowWaitingForQuota"
+#: The gate as the Workload's annotation names it (manifests/workload.COMPILE_GATE).
+GATE = "kueue.x-k8s.io/admission-gated-by=trainium.dev/compile-cache"
 #: What the job says of its compile once it needs none of its own (Precompiled otherwise True).
 _NO_COMPILE = ("Skipped", "WaitingForCache")
 

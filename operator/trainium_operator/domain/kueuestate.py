@@ -40,6 +40,8 @@ class Workload:
     pods_ready: tuple[str, str] = ("", "")
     #: Its spec.active (false: deactivated; Kueue evicts it and holds no quota for it).
     active: bool = True
+    #: Behind our compile gate (kueue.x-k8s.io/admission-gated-by): Kueue does not admit it.
+    gated: bool = False
 
 
 @dataclass(frozen=True)
@@ -53,6 +55,10 @@ class Quota:
     blocker: Blocker | None = None
     #: spec.elastic: this job's training Workloads of sizes its gang no longer runs at.
     stale: tuple[str, ...] = ()
+    #: spec.elastic: the larger size's training Workload while a grow waits for Kueue to admit
+    #: it (the gang keeps its size and its admission until then), and that size.
+    grow: Workload | None = None
+    grow_size: int = 0
 
     def of(self, stage: str) -> Workload:
         """The Workload of one stage ("precompile" or "train")."""

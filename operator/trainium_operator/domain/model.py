@@ -114,6 +114,12 @@ class Action(str, enum.Enum):
     #: evicts them and their quota is released; true again on resume: they queue again).
     DEACTIVATE_WORKLOADS = "DeactivateWorkloads"
     ACTIVATE_WORKLOADS = "ActivateWorkloads"
+    #: spec.elastic under Kueue: the larger size's training Workload, queued while the gang
+    #: runs on at its size (the grow is made once Kueue admits it).
+    CREATE_GROW_WORKLOAD = "CreateGrowWorkload"
+    #: Lift our admission gate from the training Workload: the graphs another job compiled
+    #: are Ready (it was queued gated while the job waited for them).
+    UNGATE_TRAINING_WORKLOAD = "UngateTrainingWorkload"
 
 
 #: Codes of API rejections that will not heal by retrying the same request.
@@ -281,6 +287,8 @@ _REJECTED = {
     Action.CREATE_TRAINING: "TrainingRejected",
     Action.CREATE_PRECOMPILE_WORKLOAD: "WorkloadRejected",
     Action.CREATE_TRAINING_WORKLOAD: "WorkloadRejected",
+    Action.CREATE_GROW_WORKLOAD: "WorkloadRejected",
+    Action.UNGATE_TRAINING_WORKLOAD: "WorkloadRejected",
 }
 #: Every reason a job fails with (its Failed condition's reason): metrics export each at 0.
 FAILURE_REASONS = (

@@ -21,6 +21,7 @@ from trainium_operator.domain.model import (
     Decision,
     Observed,
     Phase,
+    Rejection,
 )
 
 #: (the stage's create, its stage, the create of its Workload, the condition it holds)
@@ -80,6 +81,12 @@ def finishes(decision: Decision) -> tuple[Action, ...]:
 LIVE = (Admission.PENDING, Admission.ADMITTED, Admission.EVICTED)
 
 
+def waits_for_compile(obs: Observed) -> bool:
+    """Another job compiles this job's graphs and it has no compile of its own: its training
+    Workload is made behind our admission gate (compile-aware admission, issue 41)."""
+    return obs.precompile is Child.ABSENT and obs.cache_holder == "other"
+
+
 def started(obs: Observed, phase: Phase) -> bool:
     """Whether the job has started, as status.startTime says (activeDeadlineSeconds counts
     from it): under Kueue once one of its Workloads was admitted, as Kueue's own batch Jobs
@@ -115,53 +122,21 @@ def _wait(
 ) -> Decision:
     """The stage waits for Kueue: its Workload is created (once), or Kueue's reason is shown."""
     create, admit, ctype = acts
-    wl = quota.of(stage)
     actions = tuple(a for a in decision.actions if a is not create)
     rejection = obs.rejected(admit)
-    where = f"LocalQueue {quota.queue!r} (label kueue.x-k8s.io/queue-name)"
-    if rejection is not None and rejection.code == 404:
-        msg = (
-            f"the Workload API (kueue.x-k8s.io/v1beta2) is not served: Kueue is not installed; "
-            f"install Kueue or remove the kueue.x-k8s.io/queue-name label: the {stage} gang is "
-            "not started outside the quota"
-        )
-        blocker = Blocker(NOT_INSTALLED, msg)
-        actions = tuple(a for a in actions if a is not admit)
-    elif rejection is not None:
-        msg = f"the API server refused the {stage} Workload ({rejection.code}): {rejection.message}"
-        reason = "WorkloadRejected"
-        if rejection.permanent:
-            conds = [c for c in decision.conditions if c.type not in (ctype, "Succeeded", "Failed")]
-            conds.append(Condition(ctype, "False", reason, msg))
-            failed = verdicts.failed(conds, reason, msg, decision.cache_hit, obs)
-            return replace(failed, actions=())
-        blocker = Blocker(reason, msg + "; retrying with backoff")
+    if rejection is not None and rejection.code != 404 and rejection.permanent:
+        return _refused(decision, obs, ctype, _refusal(rejection, stage))
+    if rejection is not None:
+        blocker = _refusal(rejection, stage)
+        if rejection.code == 404:
+            actions = tuple(a for a in actions if a is not admit)
     elif quota.blocker is not None:
         blocker = quota.blocker
-    elif wl.state is Admission.ABSENT:
-        actions = (*actions, admit)
-        msg = f"creating Kueue Workload {wl.name} in {where}; the {stage} gang waits for admission"
-        blocker = Blocker("WaitingForQuota", msg, warn=False)
-    elif wl.state is Admission.EVICTED:
-        blocker = _evicted(wl, stage, where)
-    elif wl.state is Admission.FINISHED:
-        msg = (
-            f"Kueue Workload {wl.name} is Finished but the {stage} gang has not run: delete "
-            "the Workload to queue the stage again"
-        )
-        blocker = Blocker("WorkloadFinished", msg)
-    elif not wl.active:  # still admitted: the gang waits until it is active again
-        msg = (
-            f"Workload {wl.name} was deactivated while the job was suspended: activating it; "
-            f"the {stage} gang starts once Kueue admits it active"
-        )
-        blocker = Blocker("WaitingForQuota", msg, warn=False)
     else:
-        msg = (
-            f"waiting for Kueue to admit Workload {wl.name} ({where}): "
-            f"{wl.reason}: {wl.message}".rstrip(": ")
-        )
-        blocker = Blocker("WaitingForQuota", msg, warn=False)
+        wl = quota.of(stage)
+        if wl.state is Admission.ABSENT:
+            actions = (*actions, admit)
+        blocker = _waiting(wl, stage, quota.queue)
     conds = [c for c in decision.conditions if c.type not in (ctype, "Succeeded", "Failed")]
     conds.append(Condition(ctype, "False", blocker.reason, blocker.message))
     return replace(
@@ -172,6 +147,57 @@ def _wait(
         actions=actions,
         blocker=blocker,
     )
+
+
+def _refusal(rejection: Rejection, stage: str) -> Blocker:
+    """What the API server's refusal of the stage's Workload create means (404: no Kueue)."""
+    if rejection.code == 404:
+        msg = (
+            f"the Workload API (kueue.x-k8s.io/v1beta2) is not served: Kueue is not installed; "
+            f"install Kueue or remove the kueue.x-k8s.io/queue-name label: the {stage} gang is "
+            "not started outside the quota"
+        )
+        return Blocker(NOT_INSTALLED, msg)
+    msg = f"the API server refused the {stage} Workload ({rejection.code}): {rejection.message}"
+    if rejection.permanent:
+        return Blocker("WorkloadRejected", msg)
+    return Blocker("WorkloadRejected", msg + "; retrying with backoff")
+
+
+def _refused(decision: Decision, obs: Observed, ctype: str, blocker: Blocker) -> Decision:
+    """A Workload refused for good fails the job, naming the refusal; nothing is created."""
+    conds = [c for c in decision.conditions if c.type not in (ctype, "Succeeded", "Failed")]
+    conds.append(Condition(ctype, "False", blocker.reason, blocker.message))
+    failed = verdicts.failed(conds, blocker.reason, blocker.message, decision.cache_hit, obs)
+    return replace(failed, actions=())
+
+
+def _waiting(wl: Workload, stage: str, queue: str) -> Blocker:
+    """Why the stage's Workload is not admitted yet, in Kueue's words where it gave any."""
+    where = f"LocalQueue {queue!r} (label kueue.x-k8s.io/queue-name)"
+    if wl.state is Admission.ABSENT:
+        msg = f"creating Kueue Workload {wl.name} in {where}; the {stage} gang waits for admission"
+        return Blocker("WaitingForQuota", msg, warn=False)
+    if wl.state is Admission.EVICTED:
+        return _evicted(wl, stage, where)
+    if wl.state is Admission.FINISHED:
+        msg = (
+            f"Kueue Workload {wl.name} is Finished but the {stage} gang has not run: delete "
+            "the Workload to queue the stage again"
+        )
+        return Blocker("WorkloadFinished", msg)
+    if not wl.active:  # still admitted: the gang waits until it is active again
+        msg = (
+            f"Workload {wl.name} was deactivated while the job was suspended: activating it; "
+            f"the {stage} gang starts once Kueue admits it active"
+        )
+        return Blocker("WaitingForQuota", msg, warn=False)
+    gate = "; lifting its compile gate (the graphs are Ready)" if wl.gated else ""
+    msg = (
+        f"waiting for Kueue to admit Workload {wl.name} ({where}): "
+        f"{wl.reason}: {wl.message}".rstrip(": ")
+    )
+    return Blocker("WaitingForQuota", msg + gate, warn=False)
 
 
 def _evicted(wl: Workload, stage: str, where: str) -> Blocker:

@@ -37,6 +37,12 @@ _POD_FIELDS = (
     "resourceClaims",
 )  # fmt: skip
 _CONTAINER_FIELDS = ("name", "image", "resources")
+#: Kueue's admission gate (KEP-6915, beta and on since v0.19): a comma list of `domain/name`;
+#: while it is on a Workload Kueue never admits it (QuotaReserved=False, AdmissionGated). It
+#: may be set only at creation, and later only removed or shrunk.
+GATE_ANNOTATION = "kueue.x-k8s.io/admission-gated-by"
+#: Our gate: the job's graphs are being compiled by another job (its training waits for them).
+COMPILE_GATE = "trainium.dev/compile-cache"
 
 
 @dataclass(frozen=True)
@@ -118,9 +124,11 @@ def build_workload(
     kueue: Kueue,
     vcjob: Mapping[str, Any],
     priority: int | None = None,
+    gated: bool = False,
 ) -> Json:
     """The stage's Workload, controlled by the TrainiumJob; `priority`: the named
-    WorkloadPriorityClass's value (Kueue's schema wants both or neither)."""
+    WorkloadPriorityClass's value (Kueue's schema wants both or neither); `gated`: queued
+    behind our compile gate (another job compiles its graphs: it holds nothing meanwhile)."""
     body: Json = {
         "apiVersion": API_VERSION,
         "kind": "Workload",
@@ -143,7 +151,24 @@ def build_workload(
             "name": kueue.priority_class,
         }
         body["spec"]["priority"] = priority
+    if gated:
+        body["metadata"]["annotations"][GATE_ANNOTATION] = COMPILE_GATE
     return body
+
+
+def gated(workload: Mapping[str, Any] | None) -> bool:
+    """Whether our compile gate is on the Workload (Kueue does not admit it while it is)."""
+    gates = ((workload or {}).get("metadata") or {}).get("annotations") or {}
+    return COMPILE_GATE in str(gates.get(GATE_ANNOTATION) or "").split(",")
+
+
+def ungated(workload: Mapping[str, Any]) -> Json:
+    """The merge patch that lifts our gate (other gates kept), guarded by the version read."""
+    md = workload["metadata"]
+    gates = str((md.get("annotations") or {}).get(GATE_ANNOTATION) or "").split(",")
+    left = ",".join(g for g in gates if g and g != COMPILE_GATE) or None
+    return {"metadata": {"resourceVersion": md["resourceVersion"],
+                         "annotations": {GATE_ANNOTATION: left}}}  # fmt: skip
 
 
 #: What a `devices: dra` gang's pods request besides their claims: anything else in an
