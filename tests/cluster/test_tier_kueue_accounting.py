@@ -26,7 +26,6 @@ from harness import OperatorProcess
 from jobs import TJ, VCJOB, children, condition, create, fsx_claim, get, wait_condition
 from kubelet import FakeKubelet
 from kueue import API, Kueue
-from trainium_operator.manifests.workload import RESOURCE_IN_USE
 from test_tier_kueue import (  # noqa: F401  (flavor is a fixture)
     FLAVOR_LABELS,
     PRECOMPILE,
@@ -38,6 +37,7 @@ from test_tier_kueue import (  # noqa: F401  (flavor is a fixture)
     running_pods,
     workloads_of,
 )
+from trainium_operator.manifests.workload import RESOURCE_IN_USE
 
 Obj = dict[str, Any]
 CACHED: Obj = {"precompile": {"policy": "IfNotCached"}, "cache": {"name": "shared"}}

@@ -17,8 +17,8 @@ from typing import Any
 
 from trainium_operator.cluster import k8s, kueueio
 from trainium_operator.cluster.reads import Kind, Reader
-from trainium_operator.domain.quota import Admission, workload_state
-from trainium_operator.manifests import builders
+from trainium_operator.domain.kueuestate import Admission, workload_state
+from trainium_operator.manifests import ownership
 from trainium_operator.manifests.workload import RESOURCE_IN_USE
 
 Json = dict[str, Any]
@@ -56,14 +56,14 @@ def gang_gone(body: Mapping[str, Any]) -> bool:
     """No Volcano job and no pod of the Workload's job and stage is left (running or
     terminating): the quota it counts is no longer used."""
     md = body["metadata"]
-    uid, labels = builders.owner_uid(md), md.get("labels") or {}
-    keys = (builders.LABEL_JOB, builders.LABEL_STAGE)
+    uid, labels = ownership.owner_uid(md), md.get("labels") or {}
+    keys = (ownership.LABEL_JOB, ownership.LABEL_STAGE)
     if not uid or not all(labels.get(k) for k in keys):
         return True  # not made by a gang of ours: nothing to wait for
     selector = ",".join(f"{k}={labels[k]}" for k in keys)
     for child in (*k8s.list_vcjobs(md["namespace"], selector),
                   *k8s.list_pods(md["namespace"], selector)):  # fmt: skip
-        if builders.owner_uid(child.get("metadata") or {}) == uid:
+        if ownership.owner_uid(child.get("metadata") or {}) == uid:
             return False
     return True
 
