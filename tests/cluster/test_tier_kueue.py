@@ -611,10 +611,11 @@ def second_queue(cluster: Cluster, ns: str, flavor: str, neuron: int) -> str:
 
 
 def set_neuron_quota(cluster: Cluster, name: str, neuron: int) -> None:
-    """The ClusterQueue's Neuron quota (its first flavor's third resource) set to `neuron`."""
+    """The ClusterQueue's Neuron and EFA quotas (its first flavor's third and fourth
+    resources, as `queues` and `second_queue` order them) set to `neuron`."""
     patch = [{"op": "replace",
-              "path": "/spec/resourceGroups/0/flavors/0/resources/2/nominalQuota",
-              "value": neuron}]  # fmt: skip
+              "path": f"/spec/resourceGroups/0/flavors/0/resources/{i}/nominalQuota",
+              "value": neuron} for i in (2, 3)]  # fmt: skip
     cluster.kubectl("patch", "clusterqueue", name, "--type=json", "-p", json.dumps(patch))
 
 
