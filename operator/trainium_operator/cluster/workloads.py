@@ -272,9 +272,8 @@ def settle(body: Json, read: Reader) -> None:
     Kueue's reconciler finishes a finished job's Workload): whatever path ended the job, its
     quota is released."""
     md = body["metadata"]
-    kueue = workload.opt_in(md.get("labels"))
-    if kueue is None:
-        return
+    if workload.opt_in(md.get("labels")) is None and not read.watched(Kind.WORKLOAD):
+        return  # no label (removed, maybe: kept): looked for in the index only, no GETs
     try:
         spec = parsed.spec(body)
     except SpecError:  # an invalid job never made a Workload
