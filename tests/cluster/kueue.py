@@ -60,8 +60,12 @@ ATTEMPTS = 3
 class Kueue:
     """Kueue's controller manager against a running Cluster: start() in ~10 s, stop() always."""
 
-    def __init__(self, cluster: Cluster, *, settle_discovery: bool = True) -> None:
+    def __init__(
+        self, cluster: Cluster, *, settle_discovery: bool = True, config: Obj | None = None
+    ) -> None:
         self.cluster = cluster
+        #: Kueue Configuration fields set over its defaults (None: its defaults, as installed).
+        self.overrides = config or {}
         #: False: no extra Workload CRD event once discovery lists every kind (the operator
         #: may then never watch Workloads: what a user's install does; issue 33).
         self.settle_discovery = settle_discovery
@@ -190,6 +194,7 @@ class Kueue:
         config["resources"] = {"deviceClassMappings": [
             {"name": "aws.amazon.com/neuron", "deviceClassNames": [dra.DEVICE_CLASS]},
         ]}  # fmt: skip
+        config.update(self.overrides)
         (self.root / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
 
     def _spawn(self) -> None:

@@ -604,23 +604,11 @@ def _dra_job_counted(cluster: Cluster, kueue: Kueue, flavor: str, ns: str) -> No
     cluster.kubectl("delete", "trainiumjob", "dra", "-n", ns, "--wait=false")
 
 
-def test_the_queue_label_moves_a_waiting_job_and_is_kept_while_it_runs(
-    cluster: Cluster,
-    kubelet: FakeKubelet,
-    kueue: Kueue,
-    flavor: str,
-    running_operator: OperatorProcess,
-    ns: str,
-) -> None:
-    """Issue 41, item 4: the label changed while the job waits moves its Workload to the new
-    LocalQueue (on main it stayed in the old one); the chart's admission policy refuses removing
-    it from a waiting job (on main its gang started at once outside the quota) and changing or
-    removing it once the gang runs, as Kueue's webhook does for its own jobs."""
-    fsx_claim(cluster, ns)
-    queues(cluster, ns, flavor, neuron=0)  # team-a: no Neuron quota, the job waits there
+def second_queue(cluster: Cluster, ns: str, flavor: str, neuron: int) -> str:
+    """LocalQueue team-b in ns, on a ClusterQueue of its own with `neuron` devices; its name."""
     other = f"cqb-{ns}"[:63]
     resources = [{"name": "cpu", "nominalQuota": 1024}, {"name": "memory", "nominalQuota": "4Ti"},
-                 {"name": NEURON, "nominalQuota": 16},
+                 {"name": NEURON, "nominalQuota": neuron},
                  {"name": "vpc.amazonaws.com/efa", "nominalQuota": 16}]  # fmt: skip
     cluster.apply(
         {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue",
@@ -631,24 +619,68 @@ def test_the_queue_label_moves_a_waiting_job_and_is_kept_while_it_runs(
         {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
          "metadata": {"name": "team-b", "namespace": ns}, "spec": {"clusterQueue": other}},
     )  # fmt: skip
+    return other
+
+
+def set_neuron_quota(cluster: Cluster, name: str, neuron: int) -> None:
+    """The ClusterQueue's Neuron and EFA quotas (its first flavor's third and fourth
+    resources, as `queues` and `second_queue` order them) set to `neuron`."""
+    patch = [{"op": "replace",
+              "path": f"/spec/resourceGroups/0/flavors/0/resources/{i}/nominalQuota",
+              "value": neuron} for i in (2, 3)]  # fmt: skip
+    cluster.kubectl("patch", "clusterqueue", name, "--type=json", "-p", json.dumps(patch))
+
+
+def relabel(cluster: Cluster, ns: str, job: str, value: str) -> subprocess.CompletedProcess[str]:
+    """Set the job's queue-name label to `value` ("": remove it); the kubectl run."""
+    change = f"{QUEUE_LABEL}-" if value == "" else f"{QUEUE_LABEL}={value}"
+    return cluster.kubectl("label", "--overwrite", f"{TJ}/{job}", "-n", ns, change, check=False)
+
+
+def refused_in(kueue: Kueue, ns: str, job: str) -> Obj | None:
+    """The job's (one) Workload once Kueue refused it quota (QuotaReserved=False)."""
+    found = workloads_of(kueue, ns, job)
+    verdict = condition(found[0], "QuotaReserved") if len(found) == 1 else {}
+    return found[0] if verdict.get("status") == "False" and verdict.get("message") else None
+
+
+def test_the_queue_label_moves_a_waiting_job_and_is_kept_while_it_runs(
+    cluster: Cluster,
+    kubelet: FakeKubelet,
+    kueue: Kueue,
+    flavor: str,
+    running_operator: OperatorProcess,
+    ns: str,
+) -> None:
+    """Issue 41, item 4: the label changed while the job waits moves its Workload to the new
+    LocalQueue (on main it stayed in the old one), and the job then quotes the new
+    ClusterQueue's refusal (it quoted the old one's); the chart's admission policy refuses
+    removing it from a waiting job (on main its gang started at once outside the quota) and
+    changing or removing it once the gang runs, as Kueue's webhook does for its own jobs."""
+    fsx_claim(cluster, ns)
+    queues(cluster, ns, flavor, neuron=0)  # team-a: no Neuron quota, the job waits there
+    other = second_queue(cluster, ns, flavor, neuron=8)  # team-b: too little at first
     kubelet.plan({}, RUNNING, namespace=ns)
     create(cluster, kueue_job("mover", ns))
-
-    def refused() -> Obj | None:
-        found = workloads_of(kueue, ns, "mover")
-        verdict = condition(found[0], "QuotaReserved") if found else {}
-        return found[0] if verdict.get("status") == "False" else None
-
-    wait_until(refused, procs.scaled(60), "Kueue's refusal in LocalQueue team-a")
-
-    def label(value: str) -> subprocess.CompletedProcess[str]:
-        change = f"{QUEUE_LABEL}-" if value == "" else f"{QUEUE_LABEL}={value}"
-        return cluster.kubectl("label", "--overwrite", f"{TJ}/mover", "-n", ns, change,
-                               check=False)  # fmt: skip
-
-    out = label("")
+    first = wait_until(lambda: refused_in(kueue, ns, "mover"), procs.scaled(60),
+                       "Kueue's refusal in LocalQueue team-a")  # fmt: skip
+    out = relabel(cluster, ns, "mover", "")
     assert out.returncode != 0 and "cannot be removed while the job is waiting" in out.stderr, out
-    assert label("team-b").returncode == 0
+    assert relabel(cluster, ns, "mover", "team-b").returncode == 0
+
+    def quoted() -> str | None:
+        found = refused_in(kueue, ns, "mover")
+        if found is None or found["spec"]["queueName"] != "team-b":
+            return None
+        said = condition(found, "QuotaReserved")["message"]
+        cond = condition(get(cluster, TJ, "mover", ns), "Running")
+        return cond["message"] if said in cond.get("message", "") else None
+
+    message = wait_until(quoted, procs.scaled(60), "the job quoting team-b's ClusterQueue")
+    assert "LocalQueue 'team-b'" in message, message
+    assert condition(first, "QuotaReserved")["message"] not in message, (first, message)
+    assert children(cluster, VCJOB, ns, "mover") == []
+    set_neuron_quota(cluster, other, 16)
     running_pods(kubelet, ns, 1, "mover")
     (wl,) = workloads_of(kueue, ns, "mover")
     assert wl["spec"]["queueName"] == "team-b", wl["spec"]
@@ -656,10 +688,72 @@ def test_the_queue_label_moves_a_waiting_job_and_is_kept_while_it_runs(
     wait_until(lambda: (get(cluster, TJ, "mover", ns) or {}).get("status", {}).get("phase")
                == "Training", procs.scaled(60), "the job Training")  # fmt: skip
     for value, said in (("team-a", "cannot be changed"), ("", "cannot be removed")):
-        out = label(value)
+        out = relabel(cluster, ns, "mover", value)
         assert out.returncode != 0 and said in out.stderr and "Training" in out.stderr, out
     kubelet.finish(ns)
     wait_condition(cluster, "mover", ns, "Succeeded", timeout=int(procs.scaled(60)))
+
+
+#: The chart's ValidatingAdmissionPolicyBinding of the queue-name label (kueue.guardQueueLabel).
+LABEL_POLICY = "validatingadmissionpolicybinding/trainiumjobs.trainium.dev-queue-name"
+
+
+@pytest.fixture
+def without_label_policy(cluster: Cluster) -> Iterator[None]:
+    """The chart's queue-label policy unbound for one test (as with kueue.guardQueueLabel
+    false, or Kubernetes < 1.30), bound again after it."""
+    found = json.loads(cluster.kubectl("get", LABEL_POLICY, "-o", "json").stdout)
+    cluster.kubectl("delete", LABEL_POLICY)
+    try:
+        yield
+    finally:
+        md = found["metadata"]
+        keep = {k: md[k] for k in ("name", "labels", "annotations") if md.get(k)}
+        cluster.apply({"apiVersion": found["apiVersion"], "kind": found["kind"],
+                       "metadata": keep, "spec": found["spec"]})  # fmt: skip
+
+
+def test_a_waiting_job_that_loses_the_label_stays_in_its_queue(
+    cluster: Cluster,
+    kubelet: FakeKubelet,
+    kueue: Kueue,
+    flavor: str,
+    running_operator: OperatorProcess,
+    without_label_policy: None,
+    ns: str,
+) -> None:
+    """Issue 41, item 4, without the chart's policy: a job that waited for quota and then
+    lost its queue-name label starts no gang outside the quota (on main its gang started at
+    once, its Workload left behind): it stays in the LocalQueue its Workload names, says so
+    (QueueNameRemoved, a Warning), and starts once Kueue admits that Workload."""
+    fsx_claim(cluster, ns)
+    cq = queues(cluster, ns, flavor, neuron=0)  # no Neuron quota: the job waits
+    kubelet.plan({}, RUNNING, namespace=ns)
+    create(cluster, kueue_job("keeper", ns))
+    wait_until(lambda: refused_in(kueue, ns, "keeper"), procs.scaled(60), "Kueue's refusal")
+    wait_until(lambda: relabel(cluster, ns, "keeper", "").returncode == 0, procs.scaled(30),
+               "the label removed (the unbound policy refusing no more)")  # fmt: skip
+
+    def kept() -> Obj | None:
+        cond = condition(get(cluster, TJ, "keeper", ns), "Running")
+        return cond if cond.get("reason") == "QueueNameRemoved" else None
+
+    cond = wait_until(kept, procs.scaled(60), "QueueNameRemoved on the job", every=0.5)
+    assert f"LocalQueue '{LOCAL_QUEUE}'" in cond["message"], cond
+    job = get(cluster, TJ, "keeper", ns) or {}
+    assert QUEUE_LABEL not in (job["metadata"].get("labels") or {}), job["metadata"]
+    assert job["status"]["phase"] == "Pending", job["status"]
+    assert children(cluster, VCJOB, ns, "keeper") == []
+    assert [w["spec"]["queueName"] for w in workloads_of(kueue, ns, "keeper")] == [LOCAL_QUEUE]
+    warned = cluster.kubectl("get", "events", "-n", ns, "-o", "json").stdout
+    assert "QueueNameRemoved" in warned
+    set_neuron_quota(cluster, cq, 16)  # Kueue admits it: the gang starts inside the quota
+    running_pods(kubelet, ns, 1, "keeper")
+    (wl,) = workloads_of(kueue, ns, "keeper")
+    assert condition(wl, "Admitted").get("status") == "True", wl.get("status")
+    kubelet.finish(ns)
+    wait_condition(cluster, "keeper", ns, "Succeeded", timeout=int(procs.scaled(60)))
+    wait_until(lambda: released(kueue, cq), procs.scaled(60), "the quota released")
 
 
 def test_a_job_without_the_label_is_left_alone(

@@ -37,6 +37,7 @@ from test_tier_kueue import (  # noqa: F401  (flavor is a fixture)
     running_pods,
     workloads_of,
 )
+from trainium_operator.manifests.workload import RESOURCE_IN_USE
 
 Obj = dict[str, Any]
 CACHED: Obj = {"precompile": {"policy": "IfNotCached"}, "cache": {"name": "shared"}}
@@ -253,4 +254,124 @@ def test_admission_checks_pod_set_updates_reach_the_gang_pods(
         assert toleration in pod["spec"]["tolerations"]
     kubelet.finish(ns)
     wait_condition(cluster, "checked", ns, "Succeeded", timeout=int(procs.scaled(60)))
+    wait_until(lambda: released(kueue, cq), procs.scaled(60), f"{cq} usage back to 0")
+
+
+def pods_of(cluster: Cluster, namespace: str, job: str) -> dict[str, str]:
+    """The job's gang pods the API server still has (terminating ones too): uid -> name."""
+    found = cluster.api.get(f"/api/v1/namespaces/{namespace}/pods") or {}
+    return {
+        p["metadata"]["uid"]: p["metadata"]["name"]
+        for p in found.get("items") or []
+        if (p["metadata"].get("labels") or {}).get("trainium.dev/job-name") == job
+    }
+
+
+def workload_body(cluster: Cluster, namespace: str, name: str) -> Obj | None:
+    return cluster.api.get(f"{API}/namespaces/{namespace}/workloads/{name}")
+
+
+def kept_until_pods_gone(
+    cluster: Cluster, namespace: str, job: str, workload: Obj, pods: dict[str, str]
+) -> None:
+    """Poll until the Workload (that uid) is gone; it must outlive every pod in `pods` (its
+    finalizer holds its quota while they run). AssertionError otherwise."""
+    name, uid = workload["metadata"]["name"], workload["metadata"]["uid"]
+
+    def gone() -> bool:
+        now = workload_body(cluster, namespace, name)  # first: pods never come back
+        left = set(pods) & set(pods_of(cluster, namespace, job))
+        if now is not None and now["metadata"]["uid"] == uid:
+            return False
+        assert not left, f"Workload {name} went while pods {sorted(left)} still ran"
+        return True
+
+    wait_until(gone, procs.scaled(120), f"Workload {name} gone once its pods are", every=0.2)
+
+
+def test_a_deleted_workload_keeps_its_quota_until_its_gang_is_gone(
+    cluster: Cluster,
+    kubelet: FakeKubelet,
+    kueue: Kueue,
+    flavor: str,  # noqa: F811
+    running_operator: OperatorProcess,
+    ns: str,
+) -> None:
+    """Issue 41 (7): our Workloads carry Kueue's resource-in-use finalizer, as its job
+    framework's do: a Workload deleted while its gang runs stays (deletionTimestamp set, its
+    quota still counted) until the operator has stopped the gang and its pods are gone (on
+    main it went at once, its quota free while the pods ran); then a new Workload is queued,
+    admitted, and the job runs to its end; the Finished Workload carries no finalizer."""
+    fsx_claim(cluster, ns)
+    cq = queues(cluster, ns, flavor, neuron=16)
+    kubelet.plan({}, RUNNING, namespace=ns)
+    create(cluster, kueue_job("inuse", ns))
+    running_pods(kubelet, ns, 1, "inuse")
+    (wl,) = workloads_of(kueue, ns, "inuse")
+    assert RESOURCE_IN_USE in wl["metadata"].get("finalizers", []), wl["metadata"]
+    pods = pods_of(cluster, ns, "inuse")
+    assert pods
+    name = wl["metadata"]["name"]
+    cluster.kubectl("delete", "workload", name, "-n", ns, "--wait=false")
+    now = workload_body(cluster, ns, name)
+    assert now is not None and now["metadata"].get("deletionTimestamp"), now
+    kept_until_pods_gone(cluster, ns, "inuse", wl, pods)
+    said = cluster.kubectl("get", "events", "-n", ns, "-o", "json").stdout
+    assert "NoMatchingWorkload" in said  # the gang was stopped for it, as Kueue's reconciler does
+
+    def again() -> list[str]:
+        found = [p for p in kubelet.running(ns) if p.startswith("inuse-")]
+        new = set(pods_of(cluster, ns, "inuse")) - set(pods)
+        return found if new and found else []
+
+    wait_until(again, procs.scaled(120), "the gang again, on a new Workload")
+    kubelet.finish(ns)
+    wait_condition(cluster, "inuse", ns, "Succeeded", timeout=int(procs.scaled(90)))
+
+    def unheld() -> Obj | None:
+        (done,) = workloads_of(kueue, ns, "inuse")
+        fin = condition(done, "Finished").get("status") == "True"
+        return done if fin and not done["metadata"].get("finalizers") else None
+
+    wait_until(unheld, procs.scaled(60), "the Finished Workload without its finalizer")
+    wait_until(lambda: released(kueue, cq), procs.scaled(60), f"{cq} usage back to 0")
+
+
+def test_a_deleted_jobs_workload_goes_once_its_pods_do_even_if_the_operator_was_down(
+    cluster: Cluster,
+    kubelet: FakeKubelet,
+    kueue: Kueue,
+    flavor: str,  # noqa: F811
+    running_operator: OperatorProcess,
+    ns: str,
+) -> None:
+    """Issue 41 (7): a job deleted while its gang runs: the garbage collector deletes its
+    Workload, which keeps its quota until the gang's pods are gone, and then goes (no Workload
+    stays stuck with our finalizer); with the operator down meanwhile, it goes once the
+    operator is back (its Workload watch lists it)."""
+    fsx_claim(cluster, ns)
+    cq = queues(cluster, ns, flavor, neuron=32)  # both jobs' gangs at once
+    kubelet.plan({}, RUNNING, namespace=ns)
+    for job in ("gone", "late"):
+        create(cluster, kueue_job(job, ns))
+        running_pods(kubelet, ns, 1, job)
+    (first,) = workloads_of(kueue, ns, "gone")
+    pods = pods_of(cluster, ns, "gone")
+    cluster.kubectl("delete", TJ, "gone", "-n", ns, "--wait=false")
+    kept_until_pods_gone(cluster, ns, "gone", first, pods)
+    (second,) = workloads_of(kueue, ns, "late")
+    late_pods = pods_of(cluster, ns, "late")
+    running_operator.stop()
+    try:
+        cluster.kubectl("delete", TJ, "late", "-n", ns, "--wait=false")
+        wait_until(lambda: not set(late_pods) & set(pods_of(cluster, ns, "late")),
+                   procs.scaled(120), "the deleted job's pods gone")  # fmt: skip
+        name = second["metadata"]["name"]
+        stuck = workload_body(cluster, ns, name)
+        assert stuck is not None and stuck["metadata"].get("deletionTimestamp"), stuck
+        assert RESOURCE_IN_USE in stuck["metadata"]["finalizers"], stuck["metadata"]
+    finally:
+        running_operator.start(timeout=60)
+    wait_until(lambda: workload_body(cluster, ns, name) is None, procs.scaled(60),
+               "the stuck Workload gone once the operator is back")  # fmt: skip
     wait_until(lambda: released(kueue, cq), procs.scaled(60), f"{cq} usage back to 0")

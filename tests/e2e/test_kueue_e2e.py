@@ -9,6 +9,8 @@ requeue clears the admission Kueue applied). Volcano by patching the Volcano job
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -467,3 +469,35 @@ def test_kueue_listed_after_the_operators_last_look_still_admits_and_trains(
     simulate_vcjob_phase(ns, "bert-train", "Completed")
     wait_phase(ns, "bert", "Succeeded")
     assert "not watched" not in operator.log()
+
+
+def test_render_prints_the_workloads_the_operator_creates(
+    kueue: None, operator: OperatorProcess, ns: str, k8s: EmulatorServer
+) -> None:
+    """Issue 41: `trainium render -f JOB` of a labelled job prints its Workloads (it printed
+    none), each before its stage's Volcano job, as the operator creates them: the compile
+    Workload the operator made is the one printed (name, labels, owner, pod set, queue)."""
+    q = prerequisites(ns)
+    queue = {"name": "team-a", "namespace": ns}
+    apply({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue", "metadata": queue,
+           "spec": {"clusterQueue": "cq"}})  # fmt: skip
+    body = job(ns, "shown", q)
+    body["metadata"]["labels"] = {Q_LABEL: "team-a"}
+    apply(body)
+    name = wl_name(k8s, ns, "shown", "compile")
+    made = wait_for(lambda: k8s.get(WORKLOADS, ns, name), timeout=20, what="the compile Workload")
+    stored = k8s.get(TJS, ns, "shown")  # its uid: the Workload names carry its hash
+    out = subprocess.run(
+        [sys.executable, "-m", "trainium_operator", "render", "-f", "-", "-o", "json"],
+        input=json.dumps(stored), capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    items = json.loads(out.stdout)["items"]
+    kinds = [(i["kind"], i["metadata"]["name"]) for i in items]
+    train = wl_name(k8s, ns, "shown", "train")
+    assert kinds == [("Workload", name), ("Job", "shown-compile"),
+                     ("Workload", train), ("Job", "shown-train")], kinds  # fmt: skip
+    shown = items[0]
+    for key in ("labels", "annotations", "ownerReferences"):
+        assert shown["metadata"][key] == made["metadata"][key], key
+    assert shown["spec"] == made["spec"]
+    assert "created only once Kueue admits" in out.stderr, out.stderr

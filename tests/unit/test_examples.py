@@ -119,13 +119,16 @@ def test_the_kueue_setup_has_what_the_kueue_example_names() -> None:
     assert instance == job["spec"]["instanceType"]
     [group] = cq["spec"]["resourceGroups"]
     assert [f["name"] for f in group["flavors"]] == [flavor["metadata"]["name"]]
+    shown = render.render_job(job).manifests  # the Workloads' pod sets: what Kueue counts
     requested = {
         name
-        for m in render.render_job(job).manifests
-        for task in m["spec"]["tasks"]
-        for c in task["template"]["spec"]["containers"]
-        + task["template"]["spec"].get("initContainers", [])
+        for m in shown
+        if m["kind"] == "Workload"
+        for pod_set in m["spec"]["podSets"]
+        for c in pod_set["template"]["spec"]["containers"]
+        + pod_set["template"]["spec"].get("initContainers", [])
         for part in ("requests", "limits")
         for name in (c.get("resources") or {}).get(part) or {}
     }
+    assert [m["kind"] for m in shown].count("Workload") == 2
     assert requested and requested <= set(group["coveredResources"]), requested

@@ -115,8 +115,12 @@ def test_a_settled_job_finishes_its_workloads_until_they_are(
     assert finished == []
     unlabelled = job_body("Failed")
     unlabelled["metadata"]["labels"] = {}
-    workloads.settle(unlabelled, read)
+    unwatched = Reader(admitted, done)
+    unwatched.watched = lambda kind: False  # type: ignore[method-assign]
+    workloads.settle(unlabelled, unwatched)  # no label, no index: no GET per settled job
     assert finished == []
+    workloads.settle(unlabelled, Reader(admitted, done))  # it lost the label: still finished
+    assert [(c["type"], c["reason"]) for c in finished] == [("Finished", "Failed")]
 
 
 # --- (2) a compile Workload outlives no compile ---------------------------------------------

@@ -182,8 +182,8 @@ def test_no_requeue_while_a_gang_of_the_job_still_runs(monkeypatch: pytest.Monke
     monkeypatch.setattr(k8s, "list_vcjobs", lambda ns, selector: list(live))
     held = workloads.Held(workload.Kueue("q"))
     act = Action.REQUEUE_TRAINING_WORKLOAD
-    workloads.act(act, spec, owner, held, Observed(), (), NoIndex())
+    workloads.act(act, workloads.Acting(spec, owner, held, Observed()), NoIndex())
     assert applied == []  # the gang runs: no requeue
     live.clear()
-    workloads.act(act, spec, owner, held, Observed(), (), NoIndex())
+    workloads.act(act, workloads.Acting(spec, owner, held, Observed()), NoIndex())
     assert len(applied) == 1  # gone for the API server too: requeued

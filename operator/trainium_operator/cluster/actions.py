@@ -48,8 +48,8 @@ def _one(action: Action, spec: TrainiumJobSpec, owner: Owner, seen: Seen, read: 
         _create_stage(action, spec, owner, seen, read)
     elif action in workloads.ACTIONS:
         assert seen.kueue is not None
-        held, excluded = seen.kueue, seen.excluded_nodes
-        workloads.act(action, spec, owner, held, seen.observed, excluded, read)
+        acting = workloads.Acting(spec, owner, seen.kueue, seen.observed, seen.excluded_nodes)
+        workloads.act(action, acting, read)
     elif action in _CACHE_ACTIONS:
         _cache_action(action, spec, owner, seen, read)
     elif action in (Action.STOP_TRAINING, Action.STOP_PRECOMPILE):

@@ -71,6 +71,15 @@ def _merge_patch(method: Any, md: Json, body: Json) -> Json:
     return out or {}  # type: ignore[no-any-return]
 
 
+def drop_finalizer(workload: Json, finalizer: str) -> Json:
+    """Remove one finalizer from the Workload, guarded by the version read (a lost race is a
+    409: read again); the object after."""
+    md = workload["metadata"]
+    kept = [f for f in md.get("finalizers") or () if f != finalizer]
+    body: Json = {"metadata": {"resourceVersion": md["resourceVersion"], "finalizers": kept}}
+    return _merge_patch(k8s.custom().patch_namespaced_custom_object, md, body)
+
+
 def apply_workload_status(body: Json, manager: str) -> Json:
     """Server-side apply of Workload status fields as `manager`, forced, as Kueue applies
     them; the body's resourceVersion guards it (a lost race is a 409: read again)."""

@@ -355,6 +355,7 @@ def _pick(body: Mapping[str, Any], part: str, keys: Iterable[str]) -> Json:
 _META = (
     "name", "namespace", "uid", "resourceVersion", "creationTimestamp", "deletionTimestamp",
     "ownerReferences",  # whose child it is: ownership.controlled_by (never the name)
+    "finalizers",  # a Workload's resource-in-use (cluster/inuse.py)
 )  # fmt: skip
 #: Per kind: (part, keys) kept; None keeps the whole part.
 _KEEP: dict[Kind, tuple[tuple[str, tuple[str, ...] | None], ...]] = {

@@ -54,7 +54,7 @@ Json = dict[str, Any]
 WATCHED = frozenset(
     {"ClaimNotFound", "ClaimPending", "ClaimLost", "QueueNotFound", "QueueNotOpen",
      "QueueNotLeaf", "VolumeTerminating", "GangStopping", "PriorityClassNotFound",
-     "WaitingForQuota"}
+     "WaitingForQuota", workloads.QUEUE_NAME_REMOVED}
 )  # fmt: skip
 
 
@@ -109,6 +109,8 @@ def reconcile(
         new, transition, rv = report.write(body, inputs, emit, read)
         return _kept(Outcome(new.get("phase"), transition), memory, rv)
     kueue = workload.opt_in(body["metadata"].get("labels"))  # None: no Kueue, nothing changes
+    if kueue is None:  # unless it lost the label after it had a Workload (issue 41)
+        kueue = workloads.kept(spec, gangs.owner_of(body["metadata"]), body, read)
     if kueue is not None and spec.elastic is not None:  # a Workload per size (kueuejob.py)
         kueue = replace(kueue, sizes=elastic.allowed_sizes(spec))
     return _run(body, spec, emit, replace(views, now=now_iso(), kueue=kueue), lookup)

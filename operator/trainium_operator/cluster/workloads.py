@@ -14,7 +14,7 @@ from typing import Any
 
 from trainium_operator.api import naming, parsed
 from trainium_operator.api.spec import SpecError, TrainiumJobSpec
-from trainium_operator.cluster import k8s, kueueio, reads
+from trainium_operator.cluster import inuse, k8s, kueueio, reads
 from trainium_operator.cluster.reads import Kind, Reader
 from trainium_operator.domain import elastic, kueuejob
 from trainium_operator.domain.kueuestate import Admission, Quota, Workload, workload_state
@@ -57,7 +57,9 @@ def observe(
         bodies[stage] = body
         found = (read.get(Kind.FLAVOR, "", f) for f in workload.admitted_flavors(body))
         flavors[stage] = tuple(f for f in found if f is not None)
-    states = {s: _state(workload.workload_name(owner, spec, s), bodies[s]) for s in STAGES}
+    # One being deleted is gone for the decisions (its gang stops, as Kueue's reconciler
+    # stops a job whose Workload is deleted); its finalizer keeps its quota until then.
+    states = {s: _state(workload.workload_name(owner, spec, s), _live(bodies[s])) for s in STAGES}
     stale = _stale(spec, owner, kueue, read) + _moved(kueue, states, bodies)
     names = tuple(str(b["metadata"]["name"]) for b in stale)
     blocker, priority = None, None
@@ -82,6 +84,8 @@ def observe(
             f"LocalQueue {kueue.queue!r} (label {workload.LABEL_QUEUE}) does not exist in "
             f"namespace {owner.namespace}: create it or name another; the job waits",
         )
+    if blocker is None and kueue.kept:
+        blocker = _kept_blocker(kueue, states)
     quota = Quota(kueue.queue, states["precompile"], states["train"], blocker, names)
     return quota, Held(kueue, bodies, flavors, priority, stale)
 
@@ -89,6 +93,47 @@ def observe(
 def _state(name: str, body: Json | None) -> Workload:
     """workload_state, and whether our compile gate holds it (its annotation)."""
     return replace(workload_state(name, body), gated=workload.gated(body))
+
+
+#: The reason a job says it stays in its LocalQueue though its queue-name label was removed.
+QUEUE_NAME_REMOVED = "QueueNameRemoved"
+
+
+def kept(spec: TrainiumJobSpec, owner: Owner, job: Json, read: Reader) -> Kueue | None:
+    """A job without the queue-name label that has a Workload of ours stays in the LocalQueue
+    its Workload names (issue 41): it lost the label while it waited (or between stages), and
+    its gang never starts outside the quota it waited for, as if the chart's policy had refused
+    the removal. Without a Workload (never made, or deleted by whoever may) it is not Kueue's.
+    Index reads only, but for a job that waited for quota (no startTime) while the watch lists."""
+    status = job.get("status") or {}
+    if not read.watched(Kind.WORKLOAD) and (status.get("startTime") or not status.get("phase")):
+        return None
+    for name in _every_name(spec, owner):
+        found, _other = reads.ours(read.get(Kind.WORKLOAD, owner.namespace, name), owner)
+        queue = str(((found or {}).get("spec") or {}).get("queueName") or "")
+        if queue:
+            priority = str((job["metadata"].get("labels") or {}).get(workload.LABEL_PRIORITY) or "")
+            return Kueue(queue, priority, kept=True)
+    return None
+
+
+def _kept_blocker(kueue: Kueue, states: Mapping[str, Workload]) -> Blocker | None:
+    """What a kept job (kept) says while a Workload of it waits: why it still waits."""
+    waiting = next((w for w in states.values() if w.state is Admission.PENDING), None)
+    if waiting is None:
+        return None
+    said = f"{waiting.reason}: {waiting.message}".rstrip(": ")
+    return Blocker(
+        QUEUE_NAME_REMOVED,
+        f"the {workload.LABEL_QUEUE} label was removed while the job waited for quota: it stays "
+        f"in LocalQueue {kueue.queue!r}, where Workload {waiting.name} waits ({said}), and no "
+        "gang starts outside the quota; delete the job, or its Workloads, to take it out of Kueue",
+    )
+
+
+def _live(body: Json | None) -> Json | None:
+    """The Workload, or None while it is being deleted (cluster/inuse.py releases it)."""
+    return None if inuse.deleting(body) else body
 
 
 def _uncounted(
@@ -158,67 +203,70 @@ ACTIONS = frozenset(
 )  # fmt: skip
 
 
-def act(
-    action: Action,
-    spec: TrainiumJobSpec,
-    owner: Owner,
-    held: Held,
-    observed: Observed,
-    excluded: tuple[str, ...],
-    read: Reader,
-) -> None:
+@dataclass(frozen=True)
+class Acting:
+    """What a Workload write needs of its pass: the job, its Workloads, its gangs."""
+
+    spec: TrainiumJobSpec
+    owner: Owner
+    held: Held
+    observed: Observed
+    #: Nodes the job's gangs keep out of (a Workload's pod set is read from the gang as built).
+    excluded: tuple[str, ...] = ()
+
+
+def act(action: Action, job: Acting, read: Reader) -> None:
     """Create a stage's Workload (from its gang as built), mark it Finished, requeue it, set
     its PodsReady or spec.active; delete an elastic job's Workloads of other sizes."""
-    ns = owner.namespace
     if action in _REQUEUE:
         stage = _REQUEUE[action]
-        if not _gang_may_run(owner, stage):
-            _requeue(workload.workload_name(owner, spec, stage), owner, read)
-        return
-    if action in _READY:
-        _ready(_READY[action], held, observed, read)
-        return
-    if action in _ACTIVITY:
-        _activity(_ACTIVITY[action], held, read)
-        return
-    if action is Action.DELETE_STALE_WORKLOADS:
-        for body in held.stale:
+        if not _gang_may_run(job.owner, stage):
+            _requeue(workload.workload_name(job.owner, job.spec, stage), job.owner, read)
+    elif action in _READY:
+        _ready(_READY[action], job.held, job.observed, read)
+    elif action in _ACTIVITY:
+        _activity(_ACTIVITY[action], job.held, read)
+    elif action is Action.DELETE_STALE_WORKLOADS:
+        for body in job.held.stale:
             _delete(body, read)
-        return
-    if action is Action.RELEASE_PRECOMPILE_WORKLOAD:
-        found = held.workloads.get("precompile")
+    elif action is Action.RELEASE_PRECOMPILE_WORKLOAD:
+        found = job.held.workloads.get("precompile")
         if found is not None:
             _delete(found, read)
-        return
-    if action in _CREATE or action is Action.CREATE_GROW_WORKLOAD:
-        stage = _CREATE.get(action, "train")
-        sized = elastic.at_size(spec, held.grow) if held.grow else spec
-        gated = stage == "train" and waits_for_compile(observed)
-        _create(sized, owner, stage, held, excluded, read, gated=gated)
-        return
-    if action is Action.UNGATE_TRAINING_WORKLOAD:
-        _ungate(held.workloads.get("train"), read)
-        return
-    stage = _FINISH[action]
-    found = held.workloads.get(stage)
-    if found is None:
-        return
-    child = observed.precompile if stage == "precompile" else observed.training
-    ok = child is Child.SUCCEEDED
-    said = f"the {stage} stage {'succeeded' if ok else 'ended without success'}"
-    written = kueueio.finish_workload(found, _finished(ok, said))
-    read.wrote(Kind.WORKLOAD, ns, found["metadata"]["name"], written)
+    elif action in _CREATE or action is Action.CREATE_GROW_WORKLOAD:
+        _create(_CREATE.get(action, "train"), job, read)
+    elif action is Action.UNGATE_TRAINING_WORKLOAD:
+        _ungate(job.held.workloads.get("train"), read)
+    else:
+        _finish(_FINISH[action], job, read)
 
 
-def _create(spec: TrainiumJobSpec, owner: Owner, stage: str, held: Held,
-            excluded: tuple[str, ...], read: Reader, *, gated: bool) -> None:  # fmt: skip
-    """Create a stage's Workload from its gang as built (gated: behind our compile gate)."""
-    vcjob = builders.build_vcjob(spec, owner, stage, excluded)
+def _create(stage: str, job: Acting, read: Reader) -> None:
+    """Create the stage's Workload, its pod set read from the stage's gang as built (a grow's
+    at its new size; gated: behind our compile gate)."""
+    owner, held = job.owner, job.held
+    if not held.grow and inuse.deleting(held.workloads.get(stage)):
+        return  # the name is free once its finalizer goes (inuse.sweep): made again then
+    spec = elastic.at_size(job.spec, held.grow) if held.grow else job.spec
+    gated = stage == "train" and waits_for_compile(job.observed)
+    vcjob = builders.build_vcjob(spec, owner, stage, job.excluded)
     body = workload.build_workload(spec, owner, stage, held.kueue, vcjob, held.priority, gated)
     if dra.uses_dra(spec):  # Kueue counts the devices its claims ask for: it goes first
         k8s.create_claim_template(builders.build_claim_template(spec, owner))
     name = body["metadata"]["name"]
     read.wrote(Kind.WORKLOAD, owner.namespace, name, kueueio.create_workload(body))
+
+
+def _finish(stage: str, job: Acting, read: Reader) -> None:
+    """Mark the stage's Workload Finished (Succeeded when its gang did): its quota released."""
+    found = job.held.workloads.get(stage)
+    if found is None:
+        return
+    ok = kueuejob.child_of(job.observed, stage) is Child.SUCCEEDED
+    said = f"the {stage} stage {'succeeded' if ok else 'ended without success'}"
+    written = kueueio.finish_workload(found, _finished(ok, said))
+    read.wrote(Kind.WORKLOAD, job.owner.namespace, found["metadata"]["name"], written)
+    inuse.release(written, read)  # Finished: its quota is released, as is its finalizer
 
 
 def _ungate(found: Json | None, read: Reader) -> None:
@@ -254,8 +302,10 @@ def matching(held: Held, kueue: Quota) -> Held:
 
 
 def _delete(body: Json, read: Reader) -> None:
-    """Delete a Workload of ours, the one read (its uid): Kueue releases what it held."""
+    """Delete a Workload of ours, the one read (its uid): Kueue releases what it held (the job
+    no longer needs it: its finalizer goes first)."""
     md = body["metadata"]
+    inuse.release(body, read)
     kueueio.delete_workload(md["namespace"], md["name"], str(md.get("uid") or ""))
     read.deleted(Kind.WORKLOAD, md["namespace"], md["name"])
 
@@ -265,9 +315,8 @@ def settle(body: Json, read: Reader) -> None:
     Kueue's reconciler finishes a finished job's Workload): whatever path ended the job, its
     quota is released."""
     md = body["metadata"]
-    kueue = workload.opt_in(md.get("labels"))
-    if kueue is None:
-        return
+    if workload.opt_in(md.get("labels")) is None and not read.watched(Kind.WORKLOAD):
+        return  # no label (removed, maybe: kept): looked for in the index only, no GETs
     try:
         spec = parsed.spec(body)
     except SpecError:  # an invalid job never made a Workload
@@ -276,11 +325,12 @@ def settle(body: Json, read: Reader) -> None:
     ok = (body.get("status") or {}).get("phase") == Phase.SUCCEEDED.value
     for name in _every_name(spec, owner):
         found, _other = reads.ours(read.get(Kind.WORKLOAD, owner.namespace, name), owner)
-        if found is None or workload_state(name, found).state not in LIVE:
-            continue
-        said = "succeeded" if ok else "failed"
-        written = kueueio.finish_workload(found, _finished(ok, f"the job {said}"))
-        read.wrote(Kind.WORKLOAD, owner.namespace, name, written)
+        if found is not None and workload_state(name, found).state in LIVE:
+            said = "succeeded" if ok else "failed"
+            found = kueueio.finish_workload(found, _finished(ok, f"the job {said}"))
+            read.wrote(Kind.WORKLOAD, owner.namespace, name, found)
+        if found is not None:
+            inuse.release(found, read)  # Finished (or being deleted): its quota is released
 
 
 def _every_name(spec: TrainiumJobSpec, owner: Owner) -> list[str]:

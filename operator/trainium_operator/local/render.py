@@ -19,7 +19,7 @@ from trainium_operator.api.crd import GROUP, KIND, VERSION, version_schema
 from trainium_operator.api.spec import SpecError, TrainiumJobSpec, parse
 from trainium_operator.cluster import fsx
 from trainium_operator.local import kubeyaml
-from trainium_operator.manifests import builders, dra
+from trainium_operator.manifests import builders, dra, workload
 from trainium_operator.manifests.ownership import Owner
 
 Json = dict[str, Any]
@@ -240,14 +240,42 @@ def _storage(spec: TrainiumJobSpec, owner: Owner, lookup: fsx.FsxLookup | None) 
 
 
 def render_job(doc: Json, lookup: fsx.FsxLookup | None = None) -> Rendered:
-    """Exactly what the operator would create for this job, in creation order."""
+    """Exactly what the operator would create for this job, in creation order: under Kueue
+    (the queue-name label) each stage's Workload before its gang (the quota it asks for)."""
     spec, owner = checked(doc)
     out = _storage(spec, owner, lookup)
     stages = ["train"] if spec.precompile.policy == "Never" else ["precompile", "train"]
     if dra.uses_dra(spec):
         out.manifests.append(builders.build_claim_template(spec, owner))
-    out.manifests += [builders.build_vcjob(spec, owner, stage) for stage in stages]
+    kueue = workload.opt_in((doc.get("metadata") or {}).get("labels"))
+    for stage in stages:
+        vcjob = builders.build_vcjob(spec, owner, stage)
+        if kueue is not None:
+            out.manifests.append(workload.build_workload(spec, owner, stage, kueue, vcjob))
+        out.manifests.append(vcjob)
+    if kueue is not None:
+        out.notes += _kueue_notes(owner, kueue)
     return out
+
+
+def _kueue_notes(owner: Owner, kueue: workload.Kueue) -> list[str]:
+    """What a Kueue job's render cannot know offline: its uid, its class's value, its flavor."""
+    notes = [
+        f"{owner.name}: each Volcano job is created only once Kueue admits the Workload printed "
+        "before it; the admitted ResourceFlavor's nodeLabels and tolerations are then added to "
+        "its pods"
+    ]
+    if not owner.uid:
+        notes.append(
+            f"{owner.name}: Workload names carry a hash of the job's uid, which the API server "
+            "gives on create: printed with an empty uid's (metadata.uid is used when given)"
+        )
+    if kueue.priority_class:
+        notes.append(
+            f"{owner.name}: spec.priority and spec.priorityClassRef of the Workloads come from "
+            f"WorkloadPriorityClass {kueue.priority_class!r} on the cluster: not printed"
+        )
+    return notes
 
 
 class _Dumper(yaml.SafeDumper):

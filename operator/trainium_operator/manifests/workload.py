@@ -30,6 +30,8 @@ API_VERSION = f"{GROUP}/{VERSION}"
 #: pod integration would make Workloads of its own.
 LABEL_QUEUE = "kueue.x-k8s.io/queue-name"
 LABEL_PRIORITY = "kueue.x-k8s.io/priority-class"
+#: Kueue's finalizer on a job's Workload: its quota stays counted until the job's pods are gone.
+RESOURCE_IN_USE = "kueue.x-k8s.io/resource-in-use"
 #: Pod-template fields a Workload keeps: what Kueue reads to fit, count and place the pods
 #: (resourceClaims: a DRA job's Neuron devices, counted through their ResourceClaimTemplate).
 _POD_FIELDS = (
@@ -53,6 +55,8 @@ class Kueue:
     priority_class: str = ""
     #: spec.elastic: every size the gang may run at (each has its own training Workload).
     sizes: tuple[int, ...] = ()
+    #: The queue-name label was removed once the job had a Workload: it stays in `queue`.
+    kept: bool = False
 
 
 def opt_in(job_labels: Mapping[str, Any] | None) -> Kueue | None:
@@ -138,6 +142,7 @@ def build_workload(
             "labels": labels(owner, stage),
             "annotations": owner_annotations(owner),
             "ownerReferences": [owner.reference()],
+            "finalizers": [RESOURCE_IN_USE],
         },
         "spec": {
             "queueName": kueue.queue,

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from trainium_operator.cluster import kueueio
+from trainium_operator.cluster import inuse, kueueio
 from trainium_operator.cluster.ownwatch import KindIndex, OwnWatch
 from trainium_operator.cluster.reads import Kind, resource, slim
 from trainium_operator.manifests.ownership import LABEL_MANAGED_BY, MANAGED_BY
@@ -62,6 +62,8 @@ def on_event(passes: Passes, kind: Kind) -> Callable[[str, Json], None]:
             owner = pods.owner_key(meta, passes)
             if owner is not None:
                 passes.wake(owner)
+            if type != "DELETED" and meta.get("deletionTimestamp") and inuse.held(body):
+                passes.sweep_workload(str(meta.get("namespace") or ""), str(meta.get("name")))
 
     return changed
 

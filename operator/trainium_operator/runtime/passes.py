@@ -21,7 +21,7 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from trainium_operator.cluster import k8s, reads, storage
+from trainium_operator.cluster import inuse, k8s, reads, storage
 from trainium_operator.cluster.observe import Views
 from trainium_operator.cluster.reads import Indices, Kind, Overlay, Reader, Unwatched, WatchReader
 from trainium_operator.cluster.reconcile import Emit, Outcome, StaleRead
@@ -46,6 +46,10 @@ TERM_READS_PER_SECOND = 20.0
 #: Queue keys of PV sweeps: this, the PV's name, ":" and its owner's uid as the PV showed it
 #: (a uid and a PV name have no colon).
 VOLUME_KEY = "volume:"
+#: Queue keys of Workload finalizer sweeps (cluster/inuse.py): this and namespace/name.
+WORKLOAD_KEY = "workload:"
+#: Seconds between looks at a deleted Workload whose gang still runs (no event says it ended).
+WORKLOAD_RECHECK = 2.0
 _TERMINAL = {p.value for p in TERMINAL}
 log = logging.getLogger(__name__)
 
@@ -125,9 +129,11 @@ class Passes:
         on_idle: Callable[[], None] | None = None,
         backoff: tuple[float, float] = (1.0, 60.0),
         sweep: Callable[[str], bool] = storage.sweep_volume,
+        release: Callable[[str, str], bool] = inuse.sweep,
         term_reads_per_second: float = TERM_READS_PER_SECOND,
     ) -> None:
         self._reconcile, self._emit, self._sweep = reconcile, emit, sweep
+        self._release = release
         self._term_pace = term_reads_per_second
         first, cap = backoff  # an API error: retry soon, backing off (not kopf's 60 s)
         self.queue: WorkQueue[Key] = WorkQueue(clock=clock, base_delay=first, max_delay=cap)
@@ -200,6 +206,11 @@ class Passes:
         """
         self.queue.add(f"{VOLUME_KEY}{volume}:{owner or ''}")
 
+    def sweep_workload(self, namespace: str, name: str) -> None:
+        """Remove the resource-in-use finalizer of a Workload of ours being deleted once its
+        gang is gone (cluster/inuse.py), in a term of ours (its own queue key)."""
+        self.queue.add(f"{WORKLOAD_KEY}{namespace}/{name}")
+
     def gone(self, key: Key) -> None:
         """The object is gone: its record, queued work, timers and metrics go, in this one place."""
         with self.records.lock:
@@ -212,6 +223,9 @@ class Passes:
         """One reconcile of one job (a worker holds its key); any error backs off, never lost."""
         if item.key.startswith(VOLUME_KEY):
             self._sweep_volume(item.key)
+            return
+        if item.key.startswith(WORKLOAD_KEY):
+            self._sweep_workload(item.key)
             return
         record = self.records.get(item.key)
         if record is None or not record.name:
@@ -259,6 +273,20 @@ class Passes:
             quiet = isinstance(exc, NotLeader) or k8s.conflict(exc)  # outside a term; a new PV
             level = logging.INFO if quiet else logging.WARNING
             log.log(level, "sweep of PersistentVolume %s: %s", name, exc)
+            self.queue.add_rate_limited(key)
+
+    def _sweep_workload(self, key: Key) -> None:
+        """One look at a deleted Workload; its gang still running, another in a moment."""
+        namespace, _sep, name = key.removeprefix(WORKLOAD_KEY).partition("/")
+        try:
+            done = self._release(namespace, name)
+            self.queue.forget(key)
+            if not done:
+                self.queue.add_after(key, WORKLOAD_RECHECK)
+        except Exception as exc:
+            quiet = isinstance(exc, NotLeader) or k8s.conflict(exc)
+            level = logging.INFO if quiet else logging.WARNING
+            log.log(level, "finalizer sweep of Workload %s/%s: %s", namespace, name, exc)
             self.queue.add_rate_limited(key)
 
     def _keep(
