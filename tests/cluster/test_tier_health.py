@@ -190,7 +190,7 @@ WINDOW = 10
 
 def straggler_count(operator: OperatorProcess, ns: str) -> float | None:
     """trainium_operator_job_straggler_nodes of the job `slow`, from the operator's metrics."""
-    with urllib.request.urlopen(operator.metrics_url(), timeout=10) as resp:
+    with urllib.request.urlopen(operator.metrics_url, timeout=10) as resp:
         text = resp.read().decode()
     for line in text.splitlines():
         if line.startswith("trainium_operator_job_straggler_nodes{") and f'"{ns}"' in line:
@@ -250,6 +250,7 @@ def test_a_node_stepping_slower_than_the_gang_is_flagged_then_replaced_when_aske
         ], status
         assert status.get("restarts", 0) == 0 and status.get("disruptions") == 1, status
     finally:
+        cluster.kubectl("delete", TJ, "slow", "-n", ns, "--wait=false", check=False)
         cluster.kubectl("uncordon", "trn1-32xl-3", check=False)
         for node in STRAGGLER_POOL:
             label(cluster, node, POOL, None)

@@ -111,3 +111,12 @@ def test_the_metric_counts_flagged_nodes_per_job() -> None:
         for s in family.samples
     }
     assert found == {"a": 1, "b": 0}
+
+
+def test_the_metrics_index_keeps_status_stragglers() -> None:
+    from trainium_operator.runtime import metrics
+
+    entries = [{"index": 2, "node": "ip-2", "since": at(0), "flaggedAt": at(60)}]
+    assert metrics.indexed_status({"phase": "Training", "stragglers": entries})["stragglers"] == (
+        entries
+    )
