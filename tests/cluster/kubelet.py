@@ -32,6 +32,7 @@ import json
 import logging
 import queue
 import random
+import re
 import ssl
 import tempfile
 import threading
@@ -57,6 +58,8 @@ Obj = dict[str, Any]
 log = logging.getLogger("tier.kubelet")
 
 NEURON_LABEL = "node.kubernetes.io/instance-type"
+#: A gang pod's name: its Volcano job, then its index.
+_GANG_POD = re.compile(r"^(.*)-node-(\d+)$")
 FSX_DRIVER = "fsx.csi.aws.com"
 ANNOTATION = "tier.trainium.dev/"
 #: Outcomes a pod can have: finish (Succeeded or Failed by exit code), OOMKilled, an image that
@@ -116,14 +119,22 @@ class Metrics:
     checkpoint_step: int = 0
     #: Non-zero: the served checkpoint step follows the step, a checkpoint every this many steps.
     checkpoint_every: int = 0
+    #: Non-zero: each node's step seconds (the trainer's per-node gauge), for every node of the
+    #: pod's gang by its index; a node in `slow_nodes` (name, factor) steps that much slower.
+    step_seconds: float = 0.0
+    slow_nodes: tuple[tuple[str, float], ...] = ()
 
 
 class Feed:
     """One pod's metrics endpoint: the step advances with the clock until stalled."""
 
-    def __init__(self, metrics: Metrics, namespace: str) -> None:
+    def __init__(
+        self, metrics: Metrics, namespace: str, peers: Callable[[], dict[int, str]] | None = None
+    ) -> None:
         self.metrics = metrics
         self.namespace = namespace
+        #: The pod's gang: node by pod index, now (the per-node step seconds follow the node).
+        self.peers = peers
         self.began = time.monotonic()
         self.frozen: int | None = None
         self.server: http.server.ThreadingHTTPServer | None = None
@@ -156,6 +167,12 @@ class Feed:
         }
         for name, value in values.items():
             Gauge(name, name, registry=registry).set(value)
+        if m.step_seconds and self.peers is not None:
+            per_node = Gauge(contract.METRIC_NODE_STEP_SECONDS, "step seconds by node",
+                             [contract.NODE_STEP_LABEL], registry=registry)  # fmt: skip
+            slow = dict(m.slow_nodes)
+            for index, node in self.peers().items():
+                per_node.labels(str(index)).set(m.step_seconds * slow.get(node, 1.0))
         return generate_latest(registry)
 
 
@@ -555,10 +572,13 @@ class FakeKubelet(RunningMode):
         return sorted(p["metadata"]["name"] for p in gone.values())
 
     def _heartbeat(self) -> None:
+        # A strategic merge, as the kubelet's: conditions merge by type, so a node problem
+        # detector's (NeuronHealth) stays; a merge patch would replace the whole list.
         for name in [n for n in list(self.nodes) if n in self._beats]:
-            self.api.merge_patch(
-                f"/api/v1/nodes/{name}/status", {"status": _node_status(self.port)}
-            )
+            self.api.request(
+                "PATCH", f"/api/v1/nodes/{name}/status", {"status": _node_status(self.port)},
+                "application/strategic-merge-patch+json",
+            )  # fmt: skip
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -793,6 +813,19 @@ class FakeKubelet(RunningMode):
         index = (pod["metadata"].get("annotations") or {}).get(TASK_INDEX)
         return index == str(behavior.metrics_index)
 
+    def _gang_nodes(self, pod: Obj) -> dict[int, str]:
+        """The running pods of the pod's gang: node by pod index (from the names' end)."""
+        gang = _GANG_POD.match(pod["metadata"]["name"])
+        with self._lock:
+            running = list(self._running.values())
+        out = {}
+        for other in running:
+            found = _GANG_POD.match(other["metadata"]["name"])
+            same = other["metadata"]["namespace"] == pod["metadata"]["namespace"]
+            if gang and found and same and found.group(1) == gang.group(1):
+                out[int(found.group(2))] = str(other["spec"].get("nodeName") or "")
+        return out
+
     def _finish(self, pod: Obj, behavior: Behavior) -> None:
         uid = pod["metadata"]["uid"]
         if uid in self._runs:  # a real process ends as it ends: killed
@@ -834,7 +867,7 @@ class FakeKubelet(RunningMode):
         port = metrics_port(pod)
         if port is None:
             return None
-        feed = Feed(metrics, pod["metadata"]["namespace"])
+        feed = Feed(metrics, pod["metadata"]["namespace"], functools.partial(self._gang_nodes, pod))
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_GET(self) -> None:

@@ -88,3 +88,43 @@ def test_a_bad_port_is_a_usage_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(contract.ENV_METRICS_PORT, "http")
     with pytest.raises(UsageError, match=contract.ENV_METRICS_PORT):
         parse_args(["bert-pretrain"])
+
+
+def test_each_nodes_step_seconds_are_served_by_its_index(
+    bert_data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The straggler gauge: this node's (index from the pod's env) rank-local step seconds."""
+    monkeypatch.setenv(contract.ENV_NODE_INDEX, "0")
+    args = ["bert-pretrain", "--data-dir", str(bert_data), "--output-dir", str(tmp_path), *FAST]
+    args += ["--max-steps", "4", "--log-every", "2", "--seq-len", "64"]
+    port = free_port()
+    cfg = dataclasses.replace(parse_args(args), metrics_port=port)
+    served: dict[int, str] = {}
+
+    def read(step: int) -> None:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+            served[step] = resp.read().decode()
+
+    train(cfg, make_runtime("cpu"), on_step=read)
+    found = {
+        s.labels[contract.NODE_STEP_LABEL]: s.value
+        for f in text_string_to_metric_families(served[4])
+        for s in f.samples
+        if s.name == contract.METRIC_NODE_STEP_SECONDS
+    }
+    assert list(found) == ["0"] and 0 < found["0"] < 60, found
+
+
+def test_a_nodes_figure_is_its_slowest_ranks() -> None:
+    """Two nodes of two ranks each: every rank learns each node's slowest rank's seconds."""
+    from trainium_trainer.loop import node_step_seconds
+
+    class Gathered:
+        def gather_host(self, values: list[float]) -> list[list[float]]:
+            return [[0, 0.2], [0, 0.25], [1, 0.4], [1, 0.3]]
+
+    class T:
+        rt = Gathered()
+        state = type("S", (), {"local_seconds": 1.0})()
+
+    assert node_step_seconds(T(), 5) == {0: 0.25, 1: 0.4}  # type: ignore[arg-type]

@@ -32,6 +32,7 @@ MODELS: dict[str, type] = {
     "spec.cache": spec.Cache,
     "spec.precompile": spec.Precompile,
     "spec.elastic": spec.Elastic,
+    "spec.stragglers": spec.Stragglers,
     "spec.scheduling": spec.Scheduling,
     "spec.scheduling.placement": spec.Placement,
     "spec.resources": spec.Resources,

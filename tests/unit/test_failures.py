@@ -381,6 +381,7 @@ def test_scheduled_pods_are_not_unschedulable() -> None:
 def test_every_reason_has_exactly_one_policy() -> None:
     used = {r.reason for r in LOG_RULES} | {"Unschedulable", "Unknown", "AdmissionRejected"}
     used.add("Hung")  # judged from the trainer's progress (progress.py), not from a pod
+    used |= {"NodeUnhealthy", "Straggler"}  # judged from the node (health.py, stragglers.py)
     for table in (
         failures._DISRUPTION_REASONS,
         failures._STATUS_REASONS,
@@ -404,7 +405,10 @@ def test_retry_decisions_the_issue_names() -> None:
     assert not any(POLICIES[r].retry for r in fail_fast)
     assert all(POLICIES[r].retry for r in restart)
     free = {r for r, p in POLICIES.items() if not p.counts_against_budget}
-    assert free == {"Evicted", "Preempted", "Interrupted", "Unschedulable", "PreflightFailed"}
+    assert free == {
+        "Evicted", "Preempted", "Interrupted", "Unschedulable", "PreflightFailed",
+        "NodeUnhealthy", "Straggler",
+    }  # fmt: skip
     assert POLICIES["Interrupted"].retry
 
 

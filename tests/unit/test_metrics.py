@@ -133,7 +133,7 @@ def test_collector_exports_one_series_per_job_from_a_kopf_index() -> None:
     collector.source = lambda: jobstate.snapshot(index)
     families = list(collector.collect())
     got = {(m.name, s.labels["name"], s.labels["phase"]): s.value
-           for m in families for s in m.samples if "name" in s.labels}  # fmt: skip
+           for m in families for s in m.samples if {"name", "phase"} <= set(s.labels)}  # fmt: skip
     by_phase = {s.labels["phase"]: s.value for m in families for s in m.samples
                 if m.name == "trainium_operator_jobs"}  # fmt: skip
     assert by_phase["Precompiling"] == 2 and by_phase["Training"] == 0  # one source, same read

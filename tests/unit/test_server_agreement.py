@@ -209,7 +209,7 @@ def test_the_field_walk_sees_the_schema() -> None:
 
 def _int_fields(obj: Any) -> list[Any]:
     if dataclasses.is_dataclass(obj):
-        fields = [getattr(obj, f.name) for f in dataclasses.fields(obj)]
+        fields = [getattr(obj, f.name) for f in dataclasses.fields(obj) if f.type != "float"]
         return [v for f in fields for v in ([f] if isinstance(f, (int, float)) else _int_fields(f))]
     if isinstance(obj, tuple):
         return [v for item in obj for v in _int_fields(item)]

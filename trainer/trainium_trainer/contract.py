@@ -50,6 +50,10 @@ METRIC_SAMPLES_PER_SECOND = "trainium_trainer_samples_per_second"
 METRIC_TOKENS_PER_SECOND = "trainium_trainer_tokens_per_second"
 METRIC_LR = "trainium_trainer_learning_rate"
 METRIC_CHECKPOINT_STEP = "trainium_trainer_last_checkpoint_step"
+#: Each node's rank-local step seconds (its slowest local rank), one series per node labelled
+#: with the node's index in the gang: the operator flags stragglers from it (stragglers.py).
+METRIC_NODE_STEP_SECONDS = "trainium_trainer_node_step_seconds"
+NODE_STEP_LABEL = "node"
 
 STAGE_PRECOMPILE = "precompile"
 STAGE_TRAIN = "train"

@@ -101,6 +101,15 @@ class Runtime:
         dist.all_reduce(values, op=dist.ReduceOp.MAX, group=self._host_group())
         return [int(v) for v in values.tolist()]
 
+    def gather_host(self, values: list[float]) -> list[list[float]]:
+        """A few host floats from every rank, in rank order (over the host group, no device)."""
+        if not self.distributed:
+            return [list(values)]
+        mine = torch.tensor(values, dtype=torch.float64)
+        out = [torch.zeros_like(mine) for _ in range(self.world_size)]
+        dist.all_gather(out, mine, group=self._host_group())
+        return [[float(v) for v in t.tolist()] for t in out]
+
     def _host_group(self) -> Any:
         """The process group host-side agreement runs in (the default gloo one on CPU)."""
         return None

@@ -43,6 +43,12 @@ class LiveMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self.gauges = {n: Gauge(n, text, registry=self.registry) for n, text in HELP.items()}
+        self.node_step = Gauge(
+            contract.METRIC_NODE_STEP_SECONDS,
+            "Each node's rank-local seconds per step before the gradient sync (its slowest rank)",
+            [contract.NODE_STEP_LABEL],
+            registry=self.registry,
+        )
         self._server: Any = None
         self.port: int | None = None
 
@@ -70,6 +76,11 @@ class LiveMetrics:
         for key, name in RECORD_GAUGES.items():
             if isinstance(record.get(key), int | float):
                 self.gauges[name].set(record[key])
+
+    def node_steps(self, seconds: dict[int, float]) -> None:
+        """Each node's rank-local step seconds by its index in the gang (stragglers)."""
+        for index, value in seconds.items():
+            self.node_step.labels(str(index)).set(value)
 
     def checkpoint(self, step: int) -> None:
         """A complete checkpoint was written at step."""

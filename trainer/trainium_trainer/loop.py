@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+import os
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -23,7 +24,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from trainium_trainer import export, optim, persist
+from trainium_trainer import contract, export, optim, persist
 from trainium_trainer.background import Writer
 from trainium_trainer.config import RunConfig, for_world_size
 from trainium_trainer.control import Clock, Control
@@ -50,6 +51,9 @@ class TrainState:
     started: float = dataclasses.field(default_factory=time.perf_counter)
     logged_step: int = 0
     last_checkpoint: int = 0
+    #: Host seconds this rank spent in its steps since the last log before their gradient sync
+    #: (data, forward, accumulation micro-steps): its rank-local share of the step time.
+    local_seconds: float = 0.0
 
 
 @dataclasses.dataclass
@@ -90,11 +94,15 @@ def step_seed(seed: int, rank: int, step: int) -> int:
 def train_step(model: nn.Module, batches: Iterator[Batch], t: Trainer) -> torch.Tensor:
     """Accumulate gradients over micro-batches, reduce, clip, update; returns the loss on device."""
     cfg, rt = t.cfg, t.rt
+    began = time.perf_counter()
     total = torch.zeros((), device=rt.device)
     for micro in range(cfg.grad_accum_steps):
         batch = next(batches)
-        with rt.no_sync(model, sync=micro == cfg.grad_accum_steps - 1):
+        last = micro == cfg.grad_accum_steps - 1
+        with rt.no_sync(model, sync=last):
             loss = model(**batch).loss / cfg.grad_accum_steps
+            if last:  # the backward that waits for the other ranks comes next
+                t.state.local_seconds += time.perf_counter() - began
             loss.backward()
         total = total + loss.detach().float()
     rt.reduce_gradients(t.optimizer)
@@ -151,12 +159,26 @@ def _log(t: Trainer, step: int, checks: torch.Tensor, lr: float) -> None:
     st.final_loss = loss
     if st.initial_loss is None:
         st.initial_loss = loss
+    t.live.node_steps(node_step_seconds(t, step - st.logged_step))
+    st.local_seconds = 0.0
     record = {"step": step, "loss": loss, "lr": lr, "samples_per_second": sps}
     record["samples"] = t.samples_at(step)
     record["tokens_per_second"] = sps * t.cfg.seq_len
     t.live.log(record)  # every rank: each node's server shows the same rank-mean loss
     if t.rt.is_main:
         t.metrics.log(record)
+
+
+def node_step_seconds(t: Trainer, steps: int) -> dict[int, float]:
+    """Each node's rank-local seconds per step since the last log (its slowest rank), by the
+    node's index in the gang: every rank offers its own, every rank learns all (stragglers)."""
+    index = float(os.environ.get(contract.ENV_NODE_INDEX, "") or -1)
+    mine = [index, t.state.local_seconds / max(steps, 1)]
+    out: dict[int, float] = {}
+    for node, seconds in t.rt.gather_host(mine):
+        if node >= 0:
+            out[int(node)] = max(out.get(int(node), 0.0), seconds)
+    return out
 
 
 def _due(step: int, every: int, last: int) -> bool:

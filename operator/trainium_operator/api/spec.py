@@ -129,6 +129,15 @@ class Elastic:
 
 
 @dataclass(frozen=True)
+class Stragglers:
+    """When a node whose steps are slower than the gang's median is flagged, and replaced."""
+
+    threshold: float = 1.3
+    windowSeconds: int = 300
+    replace: bool = False
+
+
+@dataclass(frozen=True)
 class Scheduling:
     """Volcano queue, priority and node placement."""
 
@@ -186,6 +195,8 @@ class TrainiumJobSpec:
     precision: str = "bf16"
     #: Check each training node in an init container before the gang starts.
     preflight: bool = True
+    #: Straggler detection (domain/stragglers.py).
+    stragglers: Stragglers = Stragglers()
     compilerFlags: tuple[str, ...] = ()
     cache: Cache = Cache()
     precompile: Precompile = Precompile()
@@ -262,6 +273,7 @@ def from_dict(s: dict[str, Any]) -> TrainiumJobSpec:
         devices=s.get("devices", DEVICES_PLUGIN),
         precision=s.get("precision", "bf16"),
         preflight=s.get("preflight", True),
+        stragglers=Stragglers(**s.get("stragglers", {})),
         compilerFlags=tuple(s.get("compilerFlags", ())),
         cache=Cache(**s.get("cache", {})),
         precompile=Precompile(**s.get("precompile", {})),

@@ -69,6 +69,8 @@ class Views:
     #: What this job's earlier passes left for this one (its record keeps it).
     memory: Memory = field(default_factory=Memory)
     orphans: tuple[Any, Any] | None = None  #: kopf's node names, our bound pods (orphans.py)
+    #: kopf's unhealthy nodes and our bound pods (cluster/nodehealth.py); None: not watched.
+    health: tuple[Any, Any] | None = None
     #: The job's Kueue opt-in (its labels, manifests/workload.opt_in); None: Kueue plays no part.
     kueue: Kueue | None = None
 
@@ -126,6 +128,9 @@ class Seen:
     kueue: workloads.Held | None = None
     #: The live stage's gang pods this pass listed (none when it listed none).
     pods: tuple[Json, ...] = ()
+    #: status.stragglers to write in this pass (None: leave it), and the nodes flagged now.
+    stragglers: list[Json] | None = None
+    straggler_flags: tuple[Json, ...] = ()
 
 
 def observe(

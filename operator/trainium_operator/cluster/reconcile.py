@@ -20,6 +20,7 @@ from trainium_operator.cluster import (
     gangs,
     k8s,
     lookagain,
+    nodehealth,
     orphans,
     report,
     scrape,
@@ -35,10 +36,12 @@ from trainium_operator.domain import (
     elastic,
     events,
     lifecycle,
+    nodes,
     quota,
     spares,
     specdigest,
     status,
+    stragglers,
     supervise,
 )
 from trainium_operator.domain.failures import Failure
@@ -145,7 +148,8 @@ def _run(
     inputs = replace(
         report.inputs(body, decision, spec),
         observed=observed, counted=counted, checkpoint=seen.checkpoint, progress=seen.progress,
-        elastic=sized, spares=spared,
+        elastic=sized, spares=spared, stragglers=seen.stragglers,
+        straggler_flags=seen.straggler_flags,
     )  # fmt: skip
     new, transition, rv = report.write(body, inputs, emit, read)
     outcome = replace(
@@ -338,14 +342,38 @@ def _watch(
         rank0=views.rank0_pod, watched=views.pods_watched, last_progress=views.memory.progress,
     )  # fmt: skip
     watched = scrape.look(spec, owner, sight)
+    gang = ((seen.train.job if seen.train else None) or {}).get("metadata", {}).get("name", "")
+    sick = nodehealth.look(owner, views.health, gang, nodes.names(previous))
+    judged, slow = _stragglers(spec, owner, views, gang, previous, watched, seen)
     excluded, redo = supervise.gang_to_replace(
-        seen.observed.failure, training, previous, watched.hung
+        seen.observed.failure, training, previous, watched.hung, sick or slow
     )
     seen = replace(
         seen, progress=watched.write, progress_in=watched.next_read_in,
         excluded_nodes=excluded, metrics_read_at=watched.read_at, progress_read=watched.latest,
+        stragglers=judged.entries, straggler_flags=judged.flagged,
     )  # fmt: skip
     return seen, redo
+
+
+def _stragglers(
+    spec: TrainiumJobSpec, owner: Owner, views: Views, gang: str, previous: Json,
+    watched: scrape.Reading, seen: Seen,
+) -> tuple[stragglers.Judged, Failure | None]:  # fmt: skip
+    """Judge this reading's step times (stragglers.py); a flagged node due out now, if asked."""
+    live = seen.checkpoint.step if seen.checkpoint else None
+    checkpoint = elastic.newest_step((watched.latest or {}).get("checkpointStep"), live)
+    before = [e for e in previous.get("stragglers") or () if isinstance(e, dict)]
+    judged = stragglers.Judged(None)
+    if watched.node_steps:
+        names = nodehealth.gang_nodes(owner, views.health, gang)
+        judged = stragglers.judge(
+            watched.node_steps, names, before, spec.stragglers, views.now, checkpoint
+        )
+    entries = before if judged.entries is None else judged.entries
+    return judged, stragglers.to_replace(
+        entries, spec.stragglers, checkpoint, nodes.names(previous)
+    )
 
 
 def _new_figures(previous: Json, new: Json) -> tuple[tuple[str, float], ...]:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from trainium_operator.api import parsed
-from trainium_operator.api.spec import TrainiumJobSpec
+from trainium_operator.api.spec import Stragglers, TrainiumJobSpec
 from trainium_operator.cluster import gangs, k8s
 from trainium_operator.cluster.reads import Kind, Reader, version
 from trainium_operator.domain import (
@@ -24,6 +24,7 @@ from trainium_operator.domain import (
     lifecycle,
     nodes,
     status,
+    stragglers,
 )
 from trainium_operator.domain.checkpoints import Checkpoint
 from trainium_operator.domain.lifecycle import Decision
@@ -102,6 +103,9 @@ def _warn(body: Json, inputs: status.Inputs, emit: Emit) -> None:
     node = inputs.excluded_node
     if node is not None and obs.failure is not None:
         emit(body, "Warning", "NodeExcluded", nodes.event(node, obs.failure), events.RESTART)
+    knobs = spec.stragglers if spec is not None else Stragglers()
+    for entry in inputs.straggler_flags:  # flagged now (written with this status)
+        emit(body, "Warning", "Straggler", stragglers.event(entry, knobs), events.FLAG)
     if obs.resize is not None:  # an elastic gang changes size (written with this status)
         emit(body, "Normal", "Resized", obs.resize.message, events.RESTART)
 

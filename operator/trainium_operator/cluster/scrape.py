@@ -19,7 +19,7 @@ from typing import Any
 from trainium_operator.api import naming
 from trainium_operator.api.spec import TrainiumJobSpec
 from trainium_operator.cluster import gangpods, k8s
-from trainium_operator.domain import failures, progress
+from trainium_operator.domain import failures, progress, stragglers
 from trainium_operator.domain.lifecycle import Child
 from trainium_operator.manifests import ownership
 from trainium_operator.manifests.ownership import Owner
@@ -51,6 +51,8 @@ class Reading:
     read_at: float | None = None
     #: The progress the last reading made (written or not), for the job's record.
     latest: Json | None = None
+    #: Each node's step seconds by its index in the gang, read now (None: no reading now).
+    node_steps: Mapping[int, float] | None = None
 
 
 def interval() -> float:
@@ -128,7 +130,8 @@ def _read(
     spec: TrainiumJobSpec, owner: Owner, pod: Json | None, previous: Json | None, sight: Sight
 ) -> Reading:
     """One reading of rank 0's metrics: the new progress, and whether the gang is hung."""
-    sample = progress.parse(read_metrics(*address)) if pod and (address := _address(pod)) else None
+    text = read_metrics(*address) if pod and (address := _address(pod)) else None
+    sample = progress.parse(text) if text is not None else None
     assert sight.gang_uid is not None
     base = newest(previous, sight.last_progress, sight.gang_uid)
     new = progress.advance(base, sample, sight.gang_uid, sight.now)
@@ -139,7 +142,10 @@ def _read(
     write = new if due or hung else None
     if write is None and "step" not in new and previous and previous.get("gang") != new["gang"]:
         write = CLEAR  # an earlier gang's step and ETA are not this one's
-    return Reading(write=write, hung=hung, next_read_in=interval(), read_at=sight.clock, latest=new)
+    return Reading(
+        write=write, hung=hung, next_read_in=interval(), read_at=sight.clock, latest=new,
+        node_steps=stragglers.parse(text) if text else None,
+    )  # fmt: skip
 
 
 def newest(written: Json | None, remembered: Json | None, gang: str) -> Json | None:

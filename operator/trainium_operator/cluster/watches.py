@@ -19,6 +19,7 @@ import kopf
 
 from trainium_operator.api.crd import GROUP, PLURAL, VERSION
 from trainium_operator.cluster.reads import Kind, Overlay, slim
+from trainium_operator.domain import health
 from trainium_operator.manifests.cache import LABEL_CACHE_ENTRY
 from trainium_operator.manifests.ownership import (
     ANNOTATION_OWNER,
@@ -140,6 +141,13 @@ def slim_precompile(body: Mapping[str, Any]) -> dict[str, Any]:
 async def node_names(name: str, **_: Any) -> dict[Any, Any]:
     """The names of the Nodes that exist (names only): a gang pod bound elsewhere is orphaned."""
     return {name: True}
+
+
+@kopf.index("", "v1", "nodes")
+async def node_health(name: str, body: kopf.Body, **_: Any) -> dict[Any, Any]:
+    """Unhealthy Nodes only, with why (domain/health.py): a gang on one leaves it early."""
+    said = health.node_verdict(body)
+    return {name: said} if said else {}
 
 
 @kopf.index("", "v1", "pods", labels={LABEL_MANAGED_BY: MANAGED_BY})

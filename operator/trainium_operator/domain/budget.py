@@ -21,6 +21,9 @@ from typing import Any
 
 from trainium_operator.domain.failures import NODE_FAULTS, NOT_CHARGED, POLICIES, Failure
 
+#: Node faults a failed pod shows (Volcano restarted its gang too); a node's own signal is not.
+POD_NODE_FAULTS = NODE_FAULTS - {"NodeUnhealthy", "Straggler"}
+
 #: The CRD's maximum of runPolicy.maxRetries (a drift test keeps them equal).
 MAX_RETRIES_LIMIT = 100
 #: Evictions and preemptions never spend runPolicy.maxRetries, but a node that evicts forever
@@ -271,7 +274,7 @@ def replaced(counted: Accounted, reason: str, max_retries: int) -> Accounted:
     if reason in counted.restarted or reason in counted.disrupted:
         return counted
     cursor = counted.tally.cursor
-    if reason in NODE_FAULTS and cursor and cursor.retry_count and cursor.pending != reason:
+    if reason in POD_NODE_FAULTS and cursor and cursor.retry_count and cursor.pending != reason:
         # A pod's failure: Volcano restarted this gang for it too, and an earlier pass counted
         # that restart (a failure seen before Volcano restarts stays pending until counted).
         return counted

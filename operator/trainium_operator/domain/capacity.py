@@ -1,10 +1,10 @@
 """Pure: how many nodes of the cluster could hold one pod of this job's gang right now.
 
 An elastic job shrinks to, and grows back to, what the nodes hold: a node counts when it is
-Ready, not cordoned, carries the job's instance type and nodeSelector labels, has no NoSchedule
-or NoExecute taint the job does not tolerate, and is not in status.excludedNodes. What other
-jobs use on it is not counted (Volcano decides that): a grown gang that does not fit is shrunk
-again after spec.elastic.shrinkAfterSeconds.
+Ready, not cordoned, not unhealthy (health.py), carries the job's instance type and
+nodeSelector labels, has no NoSchedule or NoExecute taint the job does not tolerate, and is not
+in status.excludedNodes. What other jobs use on it is not counted (Volcano decides that): a
+grown gang that does not fit is shrunk again after spec.elastic.shrinkAfterSeconds.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from typing import Any
 
 from trainium_operator.api.instances import INSTANCE_TYPE_LABEL
 from trainium_operator.api.spec import TrainiumJobSpec
+from trainium_operator.domain import health
 
 Json = dict[str, Any]
 _HARD = frozenset({"NoSchedule", "NoExecute"})
@@ -30,7 +31,7 @@ def fits(node: Mapping[str, Any], spec: TrainiumJobSpec, excluded: Sequence[str]
     meta, node_spec = node.get("metadata") or {}, node.get("spec") or {}
     if meta.get("deletionTimestamp") or meta.get("name") in excluded:
         return False
-    if node_spec.get("unschedulable") or not ready(node):
+    if node_spec.get("unschedulable") or not ready(node) or health.node_verdict(node):
         return False
     labels = meta.get("labels") or {}
     wanted = {**spec.scheduling.nodeSelector, INSTANCE_TYPE_LABEL: spec.instanceType}

@@ -23,6 +23,8 @@ MAX_NOTE = 1024
 WAIT = "Wait"
 #: The gang failed or was disrupted and is restarted (or about to be).
 RESTART = "Restart"
+#: A node of the gang was flagged (a straggler): it may be replaced later.
+FLAG = "Flag"
 #: The action of an Event announcing a phase transition, by the new phase.
 PHASE_ACTIONS = {
     Phase.PENDING.value: WAIT,

@@ -59,6 +59,10 @@ POLICIES: Mapping[str, Policy] = {
     "Unknown": Policy(True, True, "no evidence either way: restart within the budget"),
     "PreflightFailed": Policy(True, False, "the node failed its checks; the next gang avoids it"),
     "Hung": Policy(True, True, "the step stood still past runPolicy.progressDeadlineSeconds"),
+    "NodeUnhealthy": Policy(
+        True, False, "the node said it is failing (health.py); the gang left it before a crash"
+    ),
+    "Straggler": Policy(True, False, "one node's steps were slow; the gang left it"),
 }
 
 #: Reasons that say little on their own, or that a pod also shows when a peer died first (its
@@ -70,7 +74,9 @@ GANG_DISRUPTIONS = frozenset({"Evicted", "Preempted"})
 #: Restarts that spend no runPolicy.maxRetries (status.disruptions counts them instead).
 NOT_CHARGED = frozenset(r for r, p in POLICIES.items() if p.retry and not p.counts_against_budget)
 #: Classes that point at the node the pod ran on: the job's next gangs keep out of it.
-NODE_FAULTS = frozenset({"NeuronRuntimeError", "EfaInitFailed", "PreflightFailed"})
+NODE_FAULTS = frozenset(
+    {"NeuronRuntimeError", "EfaInitFailed", "PreflightFailed", "NodeUnhealthy", "Straggler"}
+)
 #: 128 + SIGTERM: the trainer (and its torchrun wrapper) exits with it when told to stop.
 EXIT_SIGTERM = 143
 

@@ -96,7 +96,8 @@ def snapshot(index: JobIndex) -> list[tuple[str, str, Json]]:
 
 
 class JobStateCollector(Collector):
-    """trainium_operator_job_phase and _job_phase_start_time_seconds, one series per job."""
+    """trainium_operator_job_phase, _job_phase_start_time_seconds and _job_straggler_nodes, one
+    series per job."""
 
     def __init__(self) -> None:
         self.source: JobSource | None = None
@@ -121,18 +122,32 @@ class JobStateCollector(Collector):
             "Unix time at which each TrainiumJob entered its current phase",
             labels=labels,
         )
+        slow = GaugeMetricFamily(
+            "trainium_operator_job_straggler_nodes",
+            "Nodes of each TrainiumJob's training gang flagged as stragglers (status.stragglers)",
+            labels=["namespace", "name"],
+        )
         for namespace, name, status in self.source() if self.source else ():
             current = status.get("phase") if isinstance(status, dict) else None
             if not isinstance(current, str) or not current:
                 continue
             phase.add_metric([namespace, name, current], 1)
+            slow.add_metric([namespace, name], _flagged(status.get("stragglers")))
             counts[current] = counts.get(current, 0) + 1
             since = phase_started(status)
             if since is not None:
                 started.add_metric([namespace, name, current], since)
         yield phase
         yield started
+        yield slow
         yield _by_phase(counts)
+
+
+def _flagged(entries: Any) -> int:
+    """How many status.stragglers entries are flagged."""
+    if not isinstance(entries, list):
+        return 0
+    return sum(1 for e in entries if isinstance(e, Mapping) and e.get("flaggedAt"))
 
 
 def _by_phase(counts: Mapping[str, int]) -> GaugeMetricFamily:

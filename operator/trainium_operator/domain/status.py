@@ -200,6 +200,9 @@ class Inputs:
     spares: Json | None = None
     #: The training gang's name when a replacement named it ("": the first, `<job>-train`).
     train_gang: str = ""
+    #: status.stragglers to write (None: leave it; []: remove it), and the nodes flagged now.
+    stragglers: list[Json] | None = None
+    straggler_flags: tuple[Json, ...] = ()
 
     @property
     def excluded_node(self) -> str | None:
@@ -274,6 +277,8 @@ def _add_evidence(new: Json, inputs: Inputs) -> None:
         new["lastCheckpoint"] = kept.to_status()
     if inputs.progress is not None:
         new["progress"] = inputs.progress or None
+    if inputs.stragglers is not None:
+        new["stragglers"] = inputs.stragglers or None
 
 
 def _settle(new: Json, previous: Json) -> None:

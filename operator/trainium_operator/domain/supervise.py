@@ -2,7 +2,9 @@
 
 Volcano restarts a gang from the same template, so onto the same nodes, and only for a failed
 pod. Two cases need a new Volcano job instead: a failure that points at a node not yet excluded
-(the new job's affinity keeps it out, nodes.py), and a hang (progress.py: no pod failed at all).
+(the new job's affinity keeps it out, nodes.py), a node that says it is failing before any pod
+did (health.py) or that steps slower than the gang (stragglers.py), and a hang (progress.py: no
+pod failed at all).
 """
 
 from __future__ import annotations
@@ -20,13 +22,21 @@ LIVE = frozenset({Child.PENDING, Child.RUNNING, Child.RESTARTING})
 
 
 def gang_to_replace(
-    failure: Failure | None, training: Child, status: Mapping[str, Any], hung: Failure | None
+    failure: Failure | None,
+    training: Child,
+    status: Mapping[str, Any],
+    hung: Failure | None,
+    sick: Failure | None = None,
 ) -> tuple[tuple[str, ...], Failure | None]:
-    """(nodes the next Volcano job keeps out of, the failure to recreate the gang for, if any)."""
+    """(nodes the next Volcano job keeps out of, the failure to recreate the gang for, if any).
+
+    `sick`: a gang node's own signal (health.py, stragglers.py), a node-fault failure too.
+    """
     excluded = nodes.names(status)
-    node = nodes.newly_faulty(failure, status)
-    if node is not None and training in LIVE:
-        return (*excluded, node), failure
+    for found in (failure, sick):
+        node = nodes.newly_faulty(found, status)
+        if node is not None and training in LIVE:
+            return (*excluded, node), found
     if hung is not None and failure is None and training is Child.RUNNING:
         return excluded, hung
     return excluded, None

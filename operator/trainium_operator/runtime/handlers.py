@@ -27,7 +27,7 @@ from trainium_operator.api.crd import GROUP, PLURAL, VERSION
 from trainium_operator.cluster import election as lease_io
 from trainium_operator.cluster import k8s, watches
 from trainium_operator.cluster.reconcile import reconcile
-from trainium_operator.domain import events
+from trainium_operator.domain import events, health
 from trainium_operator.domain.status import clip, one_line
 from trainium_operator.manifests.cache import LABEL_CACHE_ENTRY
 from trainium_operator.manifests.ownership import LABEL_JOB, LABEL_MANAGED_BY, MANAGED_BY, owner_uid
@@ -79,6 +79,7 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any) -
     passes.reads.queue_children = kwargs["queue_children"]
     passes.reads.precompiles = kwargs["precompiles"]
     passes.reads.nodes, passes.reads.gang_pods = kwargs["node_names"], kwargs["gang_pods"]
+    passes.reads.node_health = kwargs["node_health"]
     memo.kueue_watches = kueuewatch.start(passes)  # ours, not kopf's: outside its barrier
     lease = os.environ.get(leadership.LEASE_ENV)
     passes.start(paused=bool(lease))
@@ -264,10 +265,11 @@ async def on_pod(
 
 
 @kopf.on.event("", "v1", "nodes")
-async def on_node(type: str, name: str, memo: Any, **kwargs: Any) -> None:
+async def on_node(type: str, name: str, memo: Any, body: kopf.Body, **kwargs: Any) -> None:
     """A Node deleted wakes the jobs with pods bound to it: their pass removes those pods
-    (cluster/orphans.py) instead of PodGC 40+ s later. NotReady is not gone: it may come back."""
-    if type != "DELETED":
+    (cluster/orphans.py) instead of PodGC 40+ s later. NotReady is not gone: it may come back.
+    A Node that says it is unhealthy (domain/health.py) wakes them too: they leave it now."""
+    if type != "DELETED" and health.node_verdict(body) is None:
         return
     index = cast(kopf.Index[Any, Key], kwargs["gang_pods"])
     for key in set(index.get(("node", name), ())):

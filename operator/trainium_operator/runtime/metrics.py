@@ -162,7 +162,7 @@ def indexed_status(status: Mapping[str, Any]) -> dict[str, Any]:
     The values are the watch event's own (never changed in place); copying whole statuses
     (history, cost) on every event cost more CPU than the rest of the indexing together.
     """
-    kept = {k: status[k] for k in ("phase", "conditions", "startTime") if k in status}
+    kept = {k: status[k] for k in ("phase", "conditions", "startTime", "stragglers") if k in status}
     since = history_since(status)
     if since is not None:  # the current phase's start, not the whole history
         kept["history"] = [{"phase": status.get("phase"), "since": since}]

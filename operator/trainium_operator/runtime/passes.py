@@ -103,6 +103,8 @@ class Reads:
     #: Node names and our bound gang pods (kopf indices, watches.py), once handed over.
     nodes: Mapping[Any, Any] | None = None
     gang_pods: Mapping[Any, Any] | None = None
+    #: Unhealthy nodes and why (a kopf index, watches.node_health), once handed over.
+    node_health: Mapping[Any, Any] | None = None
 
     def reader(self, *, fresh: bool) -> Reader | None:
         """A reader for one pass; None before the indices exist (the pass reads with GETs)."""
@@ -313,9 +315,11 @@ class Passes:
         # The watches run: rank 0 is known from the pod watch; a fresh pass checks precompiles.
         precompiles, nodes, pods = self.reads.precompiles, self.reads.nodes, self.reads.gang_pods
         bound = (nodes, pods) if nodes is not None and pods is not None else None
+        sick = self.reads.node_health
+        health = (sick, pods) if sick is not None and pods is not None else None
         return replace(
             views, reader=read, pods_watched=True, precompiles=precompiles, fresh=fresh,
-            orphans=bound,
+            orphans=bound, health=health,
         )  # fmt: skip
 
     def _failed(self, key: Key, record: JobRecord, exc: Exception) -> None:

@@ -1,0 +1,74 @@
+"""In the job's pass: the live training gang's pods whose node says it is unhealthy, and the
+node of each pod index (a straggler's, stragglers.py).
+
+The node index (watches.node_health) holds only unhealthy Nodes, with why; the pod index
+(watches.gang_pods) where each of the job's pods is bound. Both are kopf's, read here without a
+request; outside the operator (no watches) no node health is judged. The verdict is pure
+(domain/health.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from trainium_operator.api import naming
+from trainium_operator.domain import health
+from trainium_operator.domain.failures import Failure
+from trainium_operator.manifests.ownership import Owner
+
+Index = Mapping[Any, Iterable[Any]]
+#: Pod phases of a gang pod that still runs on its node (or is about to).
+_ON_NODE = frozenset({"Pending", "Running"})
+
+
+def look(
+    owner: Owner, indices: tuple[Index, Index] | None, gang: str, excluded: Sequence[str]
+) -> Failure | None:
+    """The first pod of the Volcano job `gang` on an unhealthy node not yet kept out."""
+    if indices is None or not gang:
+        return None
+    sick, pods = indices
+    on = [
+        health.GangPod(e["name"], e["node"])
+        for e in _values(pods, ("job", owner.uid))
+        if isinstance(e, Mapping) and _live_of(e, gang)
+    ]
+    verdicts = {p.node: said for p in on if (said := _first(sick, p.node)) is not None}
+    return health.unhealthy(on, verdicts, excluded)
+
+
+def gang_nodes(owner: Owner, indices: tuple[Index, Index] | None, gang: str) -> dict[int, str]:
+    """The live gang's node by pod index ({}: not watched), to name a straggler's node."""
+    if indices is None or not gang:
+        return {}
+    out = {}
+    for e in _values(indices[1], ("job", owner.uid)):
+        if isinstance(e, Mapping) and _live_of(e, gang):
+            index = naming.node_index(e["name"])
+            if index is not None:
+                out[index] = str(e["node"])
+    return out
+
+
+def _live_of(entry: Mapping[str, Any], gang: str) -> bool:
+    name, node = entry.get("name"), entry.get("node")
+    if not (isinstance(name, str) and isinstance(node, str) and node):
+        return False
+    return naming.gang_of(name) == gang and entry.get("phase") in _ON_NODE
+
+
+def _first(index: Index, key: str) -> str | None:
+    """The node's verdict, if the index has one."""
+    found = _values(index, key)
+    return str(found[0]) if found else None
+
+
+def _values(index: Index, key: Any) -> list[Any]:
+    """One key's values, read from a worker thread while kopf's loop writes the index."""
+    for _ in range(5):
+        try:
+            return list(index.get(key, ()))
+        except RuntimeError:  # "changed size during iteration": read again
+            continue
+    return list(index.get(key, ()))
