@@ -14,7 +14,7 @@ import pytest
 from test_reads import NS, Job
 
 from trainium_operator.api import naming
-from trainium_operator.cluster import gangs, k8s, reconcile
+from trainium_operator.cluster import gangs, judge, k8s, reconcile
 from trainium_operator.cluster.gangs import ANNOTATION_REPLACED_GANG, ANNOTATION_TRAIN_GANG
 from trainium_operator.cluster.reads import Kind, Overlay
 from trainium_operator.domain import elastic, failures
@@ -72,7 +72,7 @@ def running(j: Job, name: str) -> None:
 
 def hang_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """The next pass finds the gang hung: it is replaced (as for a Neuron runtime error)."""
-    real = reconcile.supervise.gang_to_replace
+    real = judge.supervise.gang_to_replace
     told = []
 
     def once(*args: Any) -> Any:
@@ -82,7 +82,7 @@ def hang_once(monkeypatch: pytest.MonkeyPatch) -> None:
         told.append(1)
         return excluded, failures.make_failure("Hung", "no step for 60 s")
 
-    monkeypatch.setattr(reconcile.supervise, "gang_to_replace", once)
+    monkeypatch.setattr(judge.supervise, "gang_to_replace", once)
 
 
 def restart(j: Job) -> None:

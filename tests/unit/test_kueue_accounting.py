@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from trainium_operator.cluster import workloads
+from trainium_operator.cluster import workloadwrites
 from trainium_operator.cluster.reads import Kind
 from trainium_operator.domain import lifecycle, quota, status
 from trainium_operator.domain.kueuestate import Admission, Quota, Workload
@@ -105,21 +105,21 @@ def test_a_settled_job_finishes_its_workloads_until_they_are(
         finished.append(condition)
         return found
 
-    monkeypatch.setattr(workloads.kueueio, "finish_workload", finish)
+    monkeypatch.setattr(workloadwrites.kueueio, "finish_workload", finish)
     read = Reader(admitted, done)
-    workloads.settle(body, read)
+    workloadwrites.settle(body, read)
     assert read.written == [names["train"]]
     assert [(c["type"], c["reason"]) for c in finished] == [("Finished", "Failed")]
     finished.clear()
-    workloads.settle(job_body("Succeeded"), Reader(done))  # nothing left: nothing written
+    workloadwrites.settle(job_body("Succeeded"), Reader(done))  # nothing left: nothing written
     assert finished == []
     unlabelled = job_body("Failed")
     unlabelled["metadata"]["labels"] = {}
     unwatched = Reader(admitted, done)
     unwatched.watched = lambda kind: False  # type: ignore[method-assign]
-    workloads.settle(unlabelled, unwatched)  # no label, no index: no GET per settled job
+    workloadwrites.settle(unlabelled, unwatched)  # no label, no index: no GET per settled job
     assert finished == []
-    workloads.settle(unlabelled, Reader(admitted, done))  # it lost the label: still finished
+    workloadwrites.settle(unlabelled, Reader(admitted, done))  # it lost the label: still finished
     assert [(c["type"], c["reason"]) for c in finished] == [("Finished", "Failed")]
 
 

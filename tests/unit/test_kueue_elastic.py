@@ -67,13 +67,13 @@ def test_growing_keeps_the_larger_workload_while_the_grow_waits(
 ) -> None:
     stale = (found,) if found else ()
     names = tuple(b["metadata"]["name"] for b in stale)
-    got, ok = workloads.growing(SPEC, OWNER, quota(*names), held(*stale), 3)
+    got, ok = elasticio.growing(SPEC, OWNER, quota(*names), held(*stale), 3)
     assert ok is admitted
     assert (name_at(3) not in got.stale) is kept
     assert (got.grow is None) is admitted
     if not admitted:
         assert got.grow_size == 3 and got.grow is not None and got.grow.name == name_at(3)
-    acting = workloads.matching(held(*stale), got)
+    acting = elasticio.matching(held(*stale), got)
     assert [b["metadata"]["name"] for b in acting.stale] == list(got.stale)
     assert acting.grow == (0 if admitted else 3)
 

@@ -11,7 +11,7 @@ from test_kueue_writes import FRESH, NAME, NS, STALE, Workloads, refused
 from test_runtime_passes import step
 
 from trainium_operator.api import parsed
-from trainium_operator.cluster import inuse, k8s, kueueio, workloads
+from trainium_operator.cluster import inuse, k8s, kueueio, workloads, workloadwrites
 from trainium_operator.cluster.reads import Kind
 from trainium_operator.cluster.reconcile import Outcome
 from trainium_operator.manifests import workload
@@ -159,7 +159,7 @@ def test_our_own_delete_drops_the_finalizer_first(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(kueueio, "delete_workload", lambda ns, n, uid: calls.append("delete"))
     body = deleted_workload()
     del body["metadata"]["deletionTimestamp"]
-    workloads._delete(body, Index({}))
+    workloadwrites._delete(body, Index({}))
     assert calls == ["drop", "delete"]
 
 

@@ -16,7 +16,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from test_k8s_retries import api_error
 
-from trainium_operator.cluster import k8s, kueueio
+from trainium_operator.cluster import k8s, kueueio, workloadwrites
 from trainium_operator.manifests import workload
 
 Json = dict[str, Any]
@@ -182,8 +182,8 @@ def test_no_requeue_while_a_gang_of_the_job_still_runs(monkeypatch: pytest.Monke
     monkeypatch.setattr(k8s, "list_vcjobs", lambda ns, selector: list(live))
     held = workloads.Held(workload.Kueue("q"))
     act = Action.REQUEUE_TRAINING_WORKLOAD
-    workloads.act(act, workloads.Acting(spec, owner, held, Observed()), NoIndex())
+    workloadwrites.act(act, workloadwrites.Acting(spec, owner, held, Observed()), NoIndex())
     assert applied == []  # the gang runs: no requeue
     live.clear()
-    workloads.act(act, workloads.Acting(spec, owner, held, Observed()), NoIndex())
+    workloadwrites.act(act, workloadwrites.Acting(spec, owner, held, Observed()), NoIndex())
     assert len(applied) == 1  # gone for the API server too: requeued

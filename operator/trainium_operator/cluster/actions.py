@@ -14,7 +14,7 @@ from kubernetes.client.exceptions import ApiException
 
 from trainium_operator.api import naming
 from trainium_operator.api.spec import TrainiumJobSpec
-from trainium_operator.cluster import cacheio, k8s, volumes, workloads
+from trainium_operator.cluster import cacheio, k8s, volumes, workloadwrites
 from trainium_operator.cluster.observe import Seen
 from trainium_operator.cluster.reads import ApiReader, Kind, Reader
 from trainium_operator.domain.lifecycle import Action, Rejection
@@ -46,10 +46,10 @@ def _one(action: Action, spec: TrainiumJobSpec, owner: Owner, seen: Seen, read: 
         _storage(action, spec, owner, seen, read)
     elif action in (Action.CREATE_PRECOMPILE, Action.CREATE_TRAINING):
         _create_stage(action, spec, owner, seen, read)
-    elif action in workloads.ACTIONS:
+    elif action in workloadwrites.ACTIONS:
         assert seen.kueue is not None
-        acting = workloads.Acting(spec, owner, seen.kueue, seen.observed, seen.excluded_nodes)
-        workloads.act(action, acting, read)
+        acting = workloadwrites.Acting(spec, owner, seen.kueue, seen.observed, seen.excluded_nodes)
+        workloadwrites.act(action, acting, read)
     elif action in _CACHE_ACTIONS:
         _cache_action(action, spec, owner, seen, read)
     elif action in (Action.STOP_TRAINING, Action.STOP_PRECOMPILE):
@@ -80,7 +80,7 @@ def _create_stage(
     if dra.uses_dra(spec):  # the pods' claims come from it: it goes first (409 = there)
         k8s.create_claim_template(builders.build_claim_template(spec, owner))
     job = builders.build_vcjob(spec, owner, stage, seen.excluded_nodes)
-    job = workloads.admitted(job, seen.kueue, stage)  # Kueue's flavor: its node labels
+    job = workloadwrites.admitted(job, seen.kueue, stage)  # Kueue's flavor: its node labels
     read.wrote(Kind.VCJOB, owner.namespace, job["metadata"]["name"], k8s.create_vcjob(job))
 
 

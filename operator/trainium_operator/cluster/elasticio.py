@@ -17,8 +17,9 @@ from trainium_operator.api.spec import TrainiumJobSpec
 from trainium_operator.cluster import k8s, workloads
 from trainium_operator.cluster.reads import Kind, Reader
 from trainium_operator.domain import capacity, checkpoints, elastic, nodes
+from trainium_operator.domain.kueuestate import Admission, Quota, workload_state
 from trainium_operator.domain.lifecycle import Observed
-from trainium_operator.manifests import cache
+from trainium_operator.manifests import cache, workload
 from trainium_operator.manifests.ownership import Owner
 
 Json = dict[str, Any]
@@ -123,7 +124,7 @@ def look(
     if resize is not None and resize.kind == elastic.GROW and kueue and held and sight.owner:
         # Kueue: the gang keeps its size and its admission until the larger size's Workload is
         # admitted (issue 41), as Kueue's own elastic jobs replace a slice only then.
-        kueue, admitted = workloads.growing(spec, sight.owner, kueue, held, resize.new)
+        kueue, admitted = growing(spec, sight.owner, kueue, held, resize.new)
         observed = replace(observed, quota=kueue)
         if not admitted:
             new, resize = elastic.step(spec, state, replace(seen, schedulable=None))
@@ -136,3 +137,26 @@ def _checkpoint_step(progress: Any) -> int | None:
     """The checkpoint step rank 0 served, as a progress (status.progress, a reading) holds it."""
     step = progress.get("checkpointStep") if isinstance(progress, Mapping) else None
     return step if isinstance(step, int) and not isinstance(step, bool) else None
+
+
+def growing(
+    spec: TrainiumJobSpec, owner: Owner, kueue: Quota, held: workloads.Held, size: int
+) -> tuple[Quota, bool]:
+    """An elastic grow to `size` under Kueue: the Quota with that size's training Workload out
+    of the stale ones while it waits, and whether Kueue admitted it (the grow may go on)."""
+    name = workload.workload_name(owner, elastic.at_size(spec, size), "train")
+    body = next((b for b in held.stale if b["metadata"]["name"] == name), None)
+    wl = workload_state(name, body)
+    if wl.state is Admission.ADMITTED and wl.active:
+        return replace(kueue, stale=tuple(n for n in kueue.stale if n != name)), True
+    if wl.state in (Admission.EVICTED, Admission.FINISHED):  # deleted: made again next pass
+        return replace(kueue, grow=wl, grow_size=size), False
+    kept = tuple(n for n in kueue.stale if n != name)
+    return replace(kueue, stale=kept, grow=wl, grow_size=size), False
+
+
+def matching(held: workloads.Held, kueue: Quota) -> workloads.Held:
+    """The Held a pass acts with once the elastic look decided: only the stale Workloads the
+    Quota still names are deleted, and a grow's Workload is made at its size."""
+    stale = tuple(b for b in held.stale if b["metadata"]["name"] in kueue.stale)
+    return replace(held, stale=stale, grow=kueue.grow_size if kueue.grow is not None else 0)

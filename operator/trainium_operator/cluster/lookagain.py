@@ -11,6 +11,8 @@ from typing import Any
 
 from trainium_operator.api.spec import TrainiumJobSpec
 from trainium_operator.cluster.observe import Seen
+from trainium_operator.cluster.reads import UNWATCHED_LOOK, Kind, Reader
+from trainium_operator.domain import quota
 from trainium_operator.domain.lifecycle import Decision
 from trainium_operator.domain.status import now_iso
 from trainium_operator.manifests import cache
@@ -54,3 +56,8 @@ def deadline_in(spec: TrainiumJobSpec, previous: Json) -> float | None:
     if deadline is None or not isinstance(started, str):
         return None
     return deadline - cache.seconds_between(started, now_iso())
+
+
+def unwatched(decision: Decision, read: Reader) -> float | None:
+    """A Kueue job's next look while no watch streams its Workloads (issue 33)."""
+    return quota.unwatched_look(decision, read.watched(Kind.WORKLOAD), UNWATCHED_LOOK)

@@ -18,34 +18,24 @@ from trainium_operator.cluster import (
     elasticio,
     fsx,
     gangs,
+    judge,
     k8s,
     lookagain,
-    nodehealth,
     orphans,
     report,
-    scrape,
-    sparesio,
     workloads,
+    workloadwrites,
 )
 from trainium_operator.cluster.memory import Memory
 from trainium_operator.cluster.observe import Seen, Views, observe
-from trainium_operator.cluster.reads import UNWATCHED_LOOK, ApiReader, Kind, Reader
+from trainium_operator.cluster.reads import ApiReader, Kind, Reader
 from trainium_operator.cluster.report import Emit, Transition
 from trainium_operator.domain import (
-    budget,
     elastic,
-    events,
     lifecycle,
-    nodes,
     quota,
-    spares,
-    specdigest,
-    status,
-    stragglers,
-    supervise,
 )
-from trainium_operator.domain.failures import Failure
-from trainium_operator.domain.lifecycle import Action, Child, Decision, Observed, Phase
+from trainium_operator.domain.lifecycle import Action, Decision, Observed, Phase
 from trainium_operator.domain.model import Rejection
 from trainium_operator.domain.orphans import Orphan
 from trainium_operator.domain.status import now_iso
@@ -102,7 +92,7 @@ def reconcile(
     if memory.finished and not lifecycle.is_final(previous):
         raise StaleRead(f"{namespace}/{name}: read a status older than our finished one")
     if settled(previous, int(body["metadata"].get("generation", 1))):
-        workloads.settle(body, read)  # Kueue: until its Workloads are Finished (issue 41)
+        workloadwrites.settle(body, read)  # Kueue: until its Workloads are Finished (issue 41)
         rv = report.late_checkpoint(body, previous, views.checkpoint, read)
         return _kept(expire(body, previous, reader=read), memory, rv)
     try:
@@ -126,9 +116,9 @@ def _run(
     read = views.reader
     body, looked = _look(body, spec, emit, views, lookup)
     owner, spec = looked.owner, looked.spec
-    seen, observed, counted = _judge(body, spec, looked.seen, views)
+    seen, observed, counted = judge.judge(body, spec, looked.seen, views)
     seen, observed, sized, shrink_in = _elastic(looked, seen, observed, views.now)
-    spared = _spares(body, spec, owner, seen, views.now, emit, looked.lost)
+    spared = judge.spares_status(body, spec, owner, seen, views.now, emit, looked.lost)
     decision = _decided(observed, looked, read)
     if Action.STOP_TRAINING in decision.actions and _replacing(observed) and seen.train_uid:
         size = elastic.named(sized or {}, observed.resize) if observed.resize else None
@@ -139,8 +129,7 @@ def _run(
     if rejections:  # what the API server refused is observed, and decided on, in this pass
         decision = _redecided(decision, observed, rejections, looked, seen, read)
     if views.kueue is not None:  # no watch of Workloads: look again soon (issue 33)
-        unwatched = quota.unwatched_look(decision, read.watched(Kind.WORKLOAD), UNWATCHED_LOOK)
-        soonest = lookagain.soonest(soonest, unwatched)
+        soonest = lookagain.soonest(soonest, lookagain.unwatched(decision, read))
     if not rejections and _ECHOED.intersection(decision.actions):
         # The child just created wakes this job when its watch event arrives: that pass sees
         # it and reports. A status written now would say what existed before, and be redone.
@@ -207,7 +196,7 @@ def _elastic(
     )
     observed, sized, shrink_in = elasticio.look(looked.full, looked.previous, sight)
     if seen.kueue is not None and observed.quota is not None:
-        seen = replace(seen, kueue=workloads.matching(seen.kueue, observed.quota))
+        seen = replace(seen, kueue=elasticio.matching(seen.kueue, observed.quota))
     return seen, observed, sized, shrink_in
 
 
@@ -238,20 +227,6 @@ def _redecided(
     left = tuple(a for a in quota.finishes(decision) if a not in done)
     actions.perform(left, looked.spec, looked.owner, seen, read)
     return decision
-
-
-def _spares(
-    body: Json, spec: TrainiumJobSpec, owner: Owner, seen: Seen, now: str, emit: Emit,
-    lost: tuple[str, ...],
-) -> Json | None:  # fmt: skip
-    """status.spares; a swap (a spare's node for a lost one, same world size) made and told."""
-    previous = report.status_of(body)
-    found = spares.Seen(None, sparesio.standby(spec, owner, previous, seen), lost)
-    looked = sparesio.look(spec, owner, previous, seen, now, found)
-    if looked.swap is not None:
-        message = spares.message(spec, looked.swap)
-        emit(body, "Normal", spares.EVENT_REASON, message, events.RESTART)
-    return looked.status
 
 
 def _replacing(observed: Observed) -> bool:
@@ -299,81 +274,6 @@ def _waiting(decision: Decision, rejections: tuple[Rejection, ...]) -> bool:
 #: that creates leaves the status to that pass, so `decide` runs once per pass (twice only in a
 #: pass whose writes the API server refused) and a lifecycle writes no status twice.
 _ECHOED = frozenset({Action.CREATE_STORAGE, Action.CREATE_PRECOMPILE, Action.CREATE_TRAINING})
-
-
-def _judge(
-    body: Json, spec: TrainiumJobSpec, seen: Seen, views: Views
-) -> tuple[Seen, Observed, budget.Accounted]:
-    """Add to what was observed what the job itself says: its status, budget, spec, progress."""
-    previous = report.status_of(body)
-    counted = budget.account(
-        budget.read(previous), seen.gang, seen.observed.failure, spec.runPolicy.maxRetries,
-        mirrored=budget.legacy(previous),
-    )  # fmt: skip
-    owner = gangs.owner_of(body["metadata"])
-    seen, redo = _watch(spec, owner, seen, previous, views)
-    if redo is not None:
-        counted = budget.replaced(counted, redo.reason, spec.runPolicy.maxRetries)
-    deadline_in = lookagain.deadline_in(spec, previous)
-    observed = replace(
-        seen.observed,
-        failure=redo or supervise.explain_unschedulable(seen.observed.failure, previous),
-        replace_gang=redo is not None and counted.exhausted is None,
-        restarts=counted.tally.restarts,
-        disruptions=counted.tally.disruptions,
-        exhausted=counted.exhausted,
-        changed_fields=specdigest.changed(parsed.digests(body), previous),
-        previous_phase=previous.get("phase"),
-        previous_conditions=status.read_conditions(previous),
-        suspend=spec.runPolicy.suspend,
-        deadline_exceeded=deadline_in is not None and deadline_in <= 0,
-    )
-    return seen, observed, counted
-
-
-def _watch(
-    spec: TrainiumJobSpec, owner: Owner, seen: Seen, previous: Json, views: Views
-) -> tuple[Seen, Failure | None]:
-    """Read the training gang's progress when due; whether it must be replaced (hung, bad node)."""
-    training = seen.observed.training
-    uid = seen.gang.uid if seen.gang is not None and training is not Child.ABSENT else None
-    sight = scrape.Sight(
-        training, uid, previous, scrape.read_time(), views.memory.metrics_read_at,
-        rank0=views.rank0_pod, watched=views.pods_watched, last_progress=views.memory.progress,
-    )  # fmt: skip
-    watched = scrape.look(spec, owner, sight)
-    gang = ((seen.train.job if seen.train else None) or {}).get("metadata", {}).get("name", "")
-    sick = nodehealth.look(owner, views.health, gang, nodes.names(previous))
-    judged, slow = _stragglers(spec, owner, views, gang, previous, watched, seen)
-    excluded, redo = supervise.gang_to_replace(
-        seen.observed.failure, training, previous, watched.hung, sick or slow
-    )
-    seen = replace(
-        seen, progress=watched.write, progress_in=watched.next_read_in,
-        excluded_nodes=excluded, metrics_read_at=watched.read_at, progress_read=watched.latest,
-        stragglers=judged.entries, straggler_flags=judged.flagged,
-    )  # fmt: skip
-    return seen, redo
-
-
-def _stragglers(
-    spec: TrainiumJobSpec, owner: Owner, views: Views, gang: str, previous: Json,
-    watched: scrape.Reading, seen: Seen,
-) -> tuple[stragglers.Judged, Failure | None]:  # fmt: skip
-    """Judge this reading's step times (stragglers.py); a flagged node due out now, if asked."""
-    live = seen.checkpoint.step if seen.checkpoint else None
-    checkpoint = elastic.newest_step((watched.latest or {}).get("checkpointStep"), live)
-    before = [e for e in previous.get("stragglers") or () if isinstance(e, dict)]
-    judged = stragglers.Judged(None)
-    if watched.node_steps:
-        names = nodehealth.gang_nodes(owner, views.health, gang)
-        judged = stragglers.judge(
-            watched.node_steps, names, before, spec.stragglers, views.now, checkpoint
-        )
-    entries = before if judged.entries is None else judged.entries
-    return judged, stragglers.to_replace(
-        entries, spec.stragglers, checkpoint, nodes.names(previous)
-    )
 
 
 def _new_figures(previous: Json, new: Json) -> tuple[tuple[str, float], ...]:
