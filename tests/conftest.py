@@ -25,6 +25,10 @@ from k8s_semantics import ApiRequest  # noqa: E402
 from suites import SLOW  # noqa: E402
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    procs.stop_on_sigterm()  # a run cut short still stops what its fixtures started
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--reliability", action="store_true",

@@ -152,6 +152,17 @@ def stop_leftovers() -> list[str]:
     return left
 
 
+def stop_on_sigterm() -> None:
+    """A SIGTERM (`timeout`, CI's cut) ends a test run as Ctrl-C does: fixtures tear down and
+    the atexit stop below runs. Its default action killed pytest alone, and every control plane
+    and trainer a fixture started in a session of its own ran on (issue 41's tier runs)."""
+
+    def interrupt(signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt(f"stopped by signal {signum}")
+
+    signal.signal(signal.SIGTERM, interrupt)
+
+
 @atexit.register
 def _at_exit() -> None:
     for line in stop_leftovers():

@@ -128,3 +128,48 @@ def test_the_e2e_operator_fixture_leaves_no_process_when_its_operator_never_answ
         if pid_file.exists() and pid_file.read_text() and alive(pid := int(pid_file.read_text())):
             os.kill(pid, signal.SIGKILL)
             pytest.fail(f"the operator (pid {pid}) outlived its pytest")
+
+
+def test_a_sigterm_to_pytest_stops_what_its_fixtures_started(tmp_path: Path) -> None:
+    """A run cut short (`timeout`, CI's limit) tears its fixtures down: a process a session
+    fixture started in a session of its own (as the tier's control plane is) is gone after."""
+    pid_file, run = tmp_path / "pid", tmp_path / "run"
+    run.mkdir()
+    (run / "conftest.py").write_text(
+        textwrap.dedent(f"""
+        import subprocess
+        import pytest
+        import procs
+
+        def pytest_configure(config):
+            procs.stop_on_sigterm()
+
+        @pytest.fixture(scope="session")
+        def plane():
+            argv = {sleeper(pid_file)!r}
+            proc = procs.track(subprocess.Popen(argv, start_new_session=True))
+            yield proc
+            procs.stop_tree(proc, grace=5)
+        """)
+    )
+    (run / "test_cut.py").write_text("import time\n\ndef test_long(plane):\n    time.sleep(600)\n")
+    env = dict(
+        os.environ, PYTHONPATH=os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])
+    )
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
+           "--rootdir", str(run), str(run)]  # fmt: skip
+    pid = None
+    with procs.spawned(
+        cmd, cwd=run, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    ) as run_:
+        try:
+            pid = read_pid(pid_file)
+            run_.send_signal(signal.SIGTERM)
+            run_.wait(timeout=procs.scaled(60))
+            deadline = time.monotonic() + procs.scaled(10)
+            while alive(pid) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert not alive(pid), f"the fixture's process (pid {pid}) outlived its pytest"
+        finally:
+            if pid is not None and alive(pid):
+                os.kill(pid, signal.SIGKILL)
