@@ -31,15 +31,7 @@ from cluster import Cluster, wait_until
 from harness import OperatorProcess
 from jobs import TJ, create, events, fsx_claim, get, small_job, wait_condition
 from kubelet import Behavior, FakeKubelet, Metrics
-from test_tier_e2e import (  # noqa: F401  (fixtures)
-    TRN2_48XLARGE,
-    running_pods,
-    shards,
-    tiny_bert,
-    trn2_nodes,
-    volume,
-)
-from test_tier_e2e_preempt import log_events
+from realtrainer import TRN2_48XLARGE, log_events, tiny_bert, volume
 
 Obj = dict[str, Any]
 THIRD = "trn2-health-2"
@@ -50,7 +42,7 @@ POOL_NODES = ("trn1-32xl-0", "trn1-32xl-1", "trn1-32xl-2")
 
 
 @pytest.fixture(scope="module")
-def third_trn2(kubelet: FakeKubelet, trn2_nodes: tuple[str, ...]) -> Iterator[str]:  # noqa: F811
+def third_trn2(kubelet: FakeKubelet, trn2_nodes: tuple[str, ...]) -> Iterator[str]:
     """A third trn2.48xlarge node: the gang of two has somewhere to go without a bad one."""
     kubelet.add_node(THIRD, TRN2_48XLARGE)
     yield THIRD
@@ -74,7 +66,7 @@ def status_of(cluster: Cluster, name: str, ns: str) -> Obj:
 
 def test_a_neuron_health_error_checkpoints_then_leaves_the_node_before_any_pod_fails(
     cluster: Cluster,
-    running_pods: FakeKubelet,  # noqa: F811
+    running_pods: FakeKubelet,
     third_trn2: str,
     running_operator: OperatorProcess,
     ns: str,
