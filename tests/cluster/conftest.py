@@ -30,6 +30,7 @@ from harness import OPERATORS, OperatorProcess
 from helmchart import CHART, HELM, REPO, ensure_helm, helm
 from kubelet import NODES, FakeKubelet
 from kueue import Kueue, admitted_of_finished
+from kueuesetup import flavor_fixture, kueue_alive_fixture, queued_fixture  # noqa: F401
 from realtrainer import nodes_fixture, running_fixture, shards_fixture, trainer_fixture  # noqa: F401
 
 ASSETS_ENV = "TRAINIUM_CLUSTER_ASSETS"

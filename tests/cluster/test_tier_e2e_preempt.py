@@ -7,7 +7,7 @@ Kueue admits the low one again and its trainer resumes from that
 checkpoint: its own log says `resumed` at that step, summary.json too, and no retry is spent.
 With --checkpoint-every beyond --max-steps, the preemption's checkpoint is the only one there
 is until the end. Module fixtures and helpers:
-realtrainer.py (the running pods, trn2 nodes, shards), test_tier_kueue_preempt.py (queues).
+realtrainer.py (the running pods, trn2 nodes, shards), kueuesetup.py (queues, priorities).
 """
 
 from __future__ import annotations
@@ -16,17 +16,12 @@ import json
 import time
 from typing import Any
 
-import pytest
-
 from cluster import Cluster, wait_until
 from jobs import TJ, condition, create, get, wait_condition
 from kubelet import FakeKubelet
-
-pytest.importorskip("kueue", reason="real Kueue on the tier: tests/cluster/kueue.py")
 from kueue import Kueue
+from kueuesetup import in_queue, priority_classes, queues
 from realtrainer import TRN2_48XLARGE, goodput, log_events, metrics, tiny_bert, volume
-from test_tier_kueue import LOCAL_QUEUE, PRIORITY_LABEL, QUEUE_LABEL, flavor  # noqa: F401
-from test_tier_kueue_preempt import preempting_queues, priority_classes
 
 Obj = dict[str, Any]
 #: Enough steps that Kueue's preemption lands mid-training on an idle machine too: with 16, a CI
@@ -35,11 +30,10 @@ Obj = dict[str, Any]
 LOW_STEPS = 64
 
 
-def queued(body: Obj, priority_class: str) -> Obj:
+def one_node(body: Obj, priority_class: str) -> Obj:
     """body in LocalQueue team-a with a Kueue priority class, one node, no precompile stage."""
-    body["metadata"]["labels"] = {QUEUE_LABEL: LOCAL_QUEUE, PRIORITY_LABEL: priority_class}
     body["spec"].update(nodes=1, precompile={"policy": "Never"})
-    return body
+    return in_queue(body, priority_class)
 
 
 def step_of(cluster: Cluster, name: str, ns: str) -> int:
@@ -51,20 +45,20 @@ def test_preempted_trainer_checkpoints_on_sigterm_and_resumes_there(
     cluster: Cluster,
     trainer_pods: FakeKubelet,
     kueue: Kueue,
-    flavor: str,  # noqa: F811
+    flavor: str,
     ns: str,
 ) -> None:
     kubelet = trainer_pods
-    preempting_queues(cluster, ns, flavor, neuron=TRN2_48XLARGE.neuron_devices)
+    queues(cluster, ns, flavor, neuron=TRN2_48XLARGE.neuron_devices, preempt=True)
     low_class, high_class = priority_classes(cluster, ns)
-    low = queued(tiny_bert("low", ns, LOW_STEPS, ("--checkpoint-every", "1000")), low_class)
+    low = one_node(tiny_bert("low", ns, LOW_STEPS, ("--checkpoint-every", "1000")), low_class)
     began = time.monotonic()
     create(cluster, low)
     wait_until(lambda: step_of(cluster, "low", ns) >= 3, 300, "low training (rank 0's step)", 1)
     (pod,) = [r.pod["metadata"]["name"] for r in kubelet.runs(ns)]
     logs = cluster.kubectl("logs", "-n", ns, pod).stdout  # through the API server
     assert any(e.get("step") for e in log_events(logs)), logs[-2000:]
-    create(cluster, queued(tiny_bert("high", ns, steps=3), high_class))
+    create(cluster, one_node(tiny_bert("high", ns, steps=3), high_class))
 
     def preempted() -> Obj | None:
         cond = condition(get(cluster, TJ, "low", ns), "Running")

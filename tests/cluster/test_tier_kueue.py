@@ -18,7 +18,7 @@ import re
 import statistics
 import subprocess
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -40,55 +40,41 @@ from jobs import (
     small_job,
     wait_condition,
 )
-from kubelet import Behavior, FakeKubelet
+from kubelet import FakeKubelet
 from kueue import API, Kueue
 from kueue import NAMESPACE as KUEUE_NAMESPACE
+from kueuesetup import (
+    FLAVOR,
+    FLAVOR_LABELS,
+    FLAVOR_TOLERATION,
+    LOCAL_QUEUE,
+    NEURON,
+    PRECOMPILE,
+    QUEUE_LABEL,
+    RUNNING,
+    Queued,
+    in_queue,
+    kueue_job,
+    local_queue,
+    priority_class,
+    queues,
+    resource_flavor,
+    second_queue,
+    set_neuron_quota,
+    wait_active,
+    workload_of,
+    workloads_of,
+)
 from test_zz_audit import OPERATOR_USER, terminating
 from trainium_operator.manifests import dra
 
 Obj = dict[str, Any]
-QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 GATED_BY = "kueue.x-k8s.io/admission-gated-by"
-PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
-LOCAL_QUEUE = "team-a"
 KUEUE_USER = "system:serviceaccount:kueue-system:kueue-controller-manager"
-NEURON = "aws.amazon.com/neuron"
-#: The flavor's node labels and toleration: a zone every fake node has (the pods still fit) and
-#: a taint key none has; neither is on a gang's pods unless an admission put it there.
-FLAVOR = "trn1-tier"
-FLAVOR_LABELS = {"topology.kubernetes.io/zone": "us-west-2d"}
-FLAVOR_TOLERATION = {"key": "tier.trainium.dev/pool", "operator": "Exists", "effect": "NoSchedule"}
-RUNNING = Behavior(outcome="RunForever")
-PRECOMPILE = {"trainium.dev/stage": "precompile"}
 #: Jobs timed one after another for BENCHMARKS.md (with the label, and as many without).
 BENCH_JOBS = 5
-
-
-@pytest.fixture(scope="module")
-def flavor(kueue: Kueue, operator: OperatorProcess) -> str:
-    """The module's ResourceFlavor (through Kueue's webhooks), once the operator watches
-    Kueue's Workloads and ResourceFlavors (kopf found their CRDs, installed after it started)."""
-
-    def watched() -> set[str]:
-        seen = {
-            (e.get("objectRef") or {}).get("resource")
-            for e in kueue.cluster.audit()
-            if e.get("user", {}).get("username") == OPERATOR_USER
-            and e["verb"] == "watch"
-            and (e.get("objectRef") or {}).get("apiGroup") == "kueue.x-k8s.io"
-        }
-        return {"workloads", "resourceflavors"} - seen
-
-    try:
-        wait_until(lambda: not watched(), procs.scaled(30), "the operator's Kueue watches")
-    except TimeoutError as exc:
-        raise AssertionError(f"the operator never watched Kueue's {watched()}") from exc
-    kueue.cluster.apply({
-        "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
-        "metadata": {"name": FLAVOR},
-        "spec": {"nodeLabels": FLAVOR_LABELS, "tolerations": [FLAVOR_TOLERATION]},
-    })  # fmt: skip
-    return FLAVOR
+#: Each test starts and ends with Kueue's manager running (kueuesetup.kueue_alive).
+pytestmark = pytest.mark.usefixtures("kueue_alive")
 
 
 @pytest.fixture(scope="module")
@@ -97,110 +83,6 @@ def since() -> float:
     return time.time()
 
 
-def queues(
-    cluster: Cluster,
-    namespace: str,
-    flavor: str,
-    neuron: int,
-    efa: int | None = None,
-    checks: Sequence[str] = (),
-) -> str:
-    """A ClusterQueue for namespace alone (`neuron` devices, EFA to match unless given, cpu and
-    memory plenty; `checks`: its AdmissionChecks) and LocalQueue team-a there, both Active; the
-    ClusterQueue's name."""
-    name = f"cq-{namespace}"
-    resources: list[Obj] = [
-        {"name": "cpu", "nominalQuota": 1024},
-        {"name": "memory", "nominalQuota": "4Ti"},
-        {"name": NEURON, "nominalQuota": neuron},
-        {"name": "vpc.amazonaws.com/efa", "nominalQuota": neuron if efa is None else efa},
-    ]
-    queue: Obj = {
-        "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue",
-        "metadata": {"name": name},
-        "spec": {
-            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
-            "resourceGroups": [{
-                "coveredResources": [r["name"] for r in resources],
-                "flavors": [{"name": flavor, "resources": resources}],
-            }],
-        },
-    }  # fmt: skip
-    if checks:
-        rules = [{"name": c} for c in checks]
-        queue["spec"]["admissionChecksStrategy"] = {"admissionChecks": rules}
-    cluster.apply(
-        queue,
-        {
-            "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
-            "metadata": {"name": LOCAL_QUEUE, "namespace": namespace},
-            "spec": {"clusterQueue": name},
-        },
-    )  # fmt: skip
-    for path in (f"{API}/clusterqueues/{name}",
-                 f"{API}/namespaces/{namespace}/localqueues/{LOCAL_QUEUE}"):  # fmt: skip
-        wait_until(lambda path=path: active(cluster.api.get(path)), 60, f"{path} Active")
-    return name
-
-
-def active(obj: Obj | None) -> bool:
-    return condition(obj, "Active").get("status") == "True"
-
-
-def kueue_job(name: str, namespace: str, **spec: Any) -> Obj:
-    """small_job with the opt-in label (LocalQueue team-a)."""
-    body = small_job(name, namespace, **spec)
-    body["metadata"]["labels"] = {QUEUE_LABEL: LOCAL_QUEUE}
-    return body
-
-
-def workloads_of(kueue: Kueue, namespace: str, job: str) -> list[Obj]:
-    """The Workloads of one job, oldest first."""
-    return [
-        w
-        for w in kueue.workloads(namespace)
-        if w["metadata"].get("labels", {}).get("trainium.dev/job-name") == job
-    ]
-
-
-def workload_of(cluster: Cluster, namespace: str, job: str, stage: str = "train") -> str:
-    """The name of a job's Workload for a stage (it carries the job's uid: issue 41)."""
-    found = cluster.api.get(f"{API}/namespaces/{namespace}/workloads") or {}
-    names = [
-        w["metadata"]["name"]
-        for w in found.get("items") or []
-        if (w["metadata"].get("labels") or {}).get("trainium.dev/job-name") == job
-        and (w["metadata"].get("labels") or {}).get("trainium.dev/stage") == stage
-    ]
-    assert len(names) == 1, f"{job}'s {stage} Workloads: {names}"
-    return names[0]
-
-
-def running_pods(kubelet: FakeKubelet, namespace: str, count: int, job: str) -> list[str]:
-    """Wait until the kubelet runs `count` pods of `job`'s gangs (their names start with it)."""
-
-    def mine() -> list[str]:
-        return [p for p in kubelet.running(namespace) if p.startswith(f"{job}-")]
-
-    return list(
-        wait_until(lambda: len(mine()) == count and mine(), 120, f"{count} running pods {job}")
-    )
-
-
-def released(kueue: Kueue, name: str) -> bool:
-    """The ClusterQueue holds nothing: no Workload reserving or admitted, every total 0."""
-    status = kueue.cluster_queue(name).get("status") or {}
-    totals = [
-        r.get("total", "0")
-        for key in ("flavorsReservation", "flavorsUsage")
-        for f in status.get(key) or []
-        for r in f.get("resources") or []
-    ]
-    held = status.get("reservingWorkloads", 0) or status.get("admittedWorkloads", 0)
-    return not held and all(t in ("0", 0) for t in totals)
-
-
-# ---------------------------------------------------------------------------------------------
 # The audit log: when each step of an admission happened, by whom.
 
 
@@ -300,11 +182,7 @@ def test_kueue_installed_while_the_operator_runs(
     late = Kueue(cluster, settle_discovery=False)
     late.start()
     try:
-        cluster.apply({
-            "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
-            "metadata": {"name": FLAVOR},
-            "spec": {"nodeLabels": FLAVOR_LABELS, "tolerations": [FLAVOR_TOLERATION]},
-        })  # fmt: skip
+        cluster.apply(resource_flavor())
         fsx_claim(cluster, ns)
         queues(cluster, ns, FLAVOR, neuron=16)
         create(cluster, kueue_job("late", ns))
@@ -354,22 +232,16 @@ def test_kueue_uninstalled_while_the_operator_runs(
 
 
 def test_second_job_waits_for_quota_and_starts_when_the_first_ends(
-    cluster: Cluster,
-    kubelet: FakeKubelet,
-    kueue: Kueue,
-    flavor: str,
-    since: float,
-    running_operator: OperatorProcess,
-    ns: str,
+    queued: Queued, since: float
 ) -> None:
     """Quota for one gang, two jobs: the second waits with Kueue's words and starts within
     seconds of the first's end; the ClusterQueue holds nothing after both."""
-    fsx_claim(cluster, ns)
-    cq = queues(cluster, ns, flavor, neuron=16)
+    cluster, kubelet, flavor, ns = queued.cluster, queued.kubelet, queued.flavor, queued.ns
+    cq = queued.queues(neuron=16)
     kubelet.plan({}, RUNNING, namespace=ns)
-    create(cluster, kueue_job("first", ns))
-    running_pods(kubelet, ns, 1, "first")
-    create(cluster, kueue_job("second", ns))
+    queued.create("first")
+    queued.running(1, "first")
+    queued.create("second")
 
     def waiting() -> Obj | None:
         cond = condition(get(cluster, TJ, "second", ns), "Running")
@@ -382,7 +254,7 @@ def test_second_job_waits_for_quota_and_starts_when_the_first_ends(
     assert children(cluster, VCJOB, ns, "second") == []  # nothing outside the quota
     assert kubelet.finish(ns) == 1  # the first's pod ends
     ended = time.monotonic()
-    running_pods(kubelet, ns, 1, "second")
+    queued.running(1, "second")
     started = time.monotonic() - ended
     wait_condition(cluster, "first", ns, "Succeeded", timeout=60)
     # Kueue admitted the second once the operator marked the first's Workload Finished.
@@ -406,36 +278,29 @@ def test_second_job_waits_for_quota_and_starts_when_the_first_ends(
     kubelet.finish(ns)
     wait_condition(cluster, "second", ns, "Succeeded", timeout=60)
     for job in ("first", "second"):
-        (wl,) = workloads_of(kueue, ns, job)
+        (wl,) = queued.workloads(job)
         assert condition(wl, "Finished").get("status") == "True", wl.get("status")
-    wait_until(lambda: released(kueue, cq), 60, f"ClusterQueue {cq} usage back to 0")
+    queued.wait_released(cq, 60)
 
 
-def test_compile_aware_admission(
-    cluster: Cluster,
-    kubelet: FakeKubelet,
-    kueue: Kueue,
-    flavor: str,
-    running_operator: OperatorProcess,
-    ns: str,
-) -> None:
+def test_compile_aware_admission(queued: Queued) -> None:
     """A cache miss: its precompile Workload, Finished before its training Workload is made;
     a job waiting on that compile queues its training Workload behind Kueue's admission gate
     (kueue.x-k8s.io/admission-gated-by: holding nothing, issue 41); once the entry is Ready the
     gate is lifted and it (a hit) trains under that Workload."""
-    fsx_claim(cluster, ns)
-    queues(cluster, ns, flavor, neuron=64)
+    cluster, kubelet, ns = queued.cluster, queued.kubelet, queued.ns
+    queued.queues(neuron=64)
     kubelet.plan(PRECOMPILE, RUNNING, namespace=ns)
     spec: Obj = {"precompile": {"policy": "IfNotCached"}, "cache": {"name": "shared"}}
-    create(cluster, kueue_job("miss", ns, **spec))
-    running_pods(kubelet, ns, 1, "miss")  # its compile gang, admitted
-    [compile_wl] = workloads_of(kueue, ns, "miss")
+    queued.create("miss", **spec)
+    queued.running(1, "miss")  # its compile gang, admitted
+    [compile_wl] = queued.workloads("miss")
     compile_name = workload_of(cluster, ns, "miss", "precompile")
     assert compile_wl["metadata"]["name"] == compile_name and compile_name.endswith("-compile")
     assert condition(compile_wl, "Admitted").get("status") == "True"
     assert compile_wl["spec"]["podSets"][0]["name"] == "compile"
 
-    create(cluster, kueue_job("waiter", ns, **spec))
+    queued.create("waiter", **spec)
     wait_until(
         lambda: (
             (get(cluster, TJ, "waiter", ns) or {}).get("status", {}).get("phase")
@@ -445,13 +310,13 @@ def test_compile_aware_admission(
         "the second job to wait for the first's compile",
     )
     for poke in range(3):  # a few more passes of the waiter (nothing else wakes it now)
-        passes = running_operator.passes()
+        passes = queued.operator.passes()
         cluster.kubectl("annotate", TJ, "waiter", "-n", ns, "--overwrite",
                         f"tier.trainium.dev/poke={poke}")  # fmt: skip
-        wait_until(lambda n=passes: running_operator.passes() > n, procs.scaled(30), "a pass")
+        wait_until(lambda n=passes: queued.operator.passes() > n, procs.scaled(30), "a pass")
 
     def gated() -> Obj | None:  # in the queue, gated, holding nothing
-        found = workloads_of(kueue, ns, "waiter")
+        found = queued.workloads("waiter")
         reserved = condition(found[0] if found else None, "QuotaReserved")
         return found[0] if len(found) == 1 and reserved.get("reason") == "AdmissionGated" else None
 
@@ -466,10 +331,10 @@ def test_compile_aware_admission(
     waiter = wait_condition(cluster, "waiter", ns, "Succeeded", timeout=120)
     assert miss["status"]["cache"]["outcome"] == "miss"
     assert waiter["status"]["cache"]["outcome"] == "hit"
-    names = [w["metadata"]["name"] for w in workloads_of(kueue, ns, "miss")]
+    names = [w["metadata"]["name"] for w in queued.workloads("miss")]
     train_name = workload_of(cluster, ns, "miss")
     assert names == [compile_name, train_name]
-    assert [w["metadata"]["name"] for w in workloads_of(kueue, ns, "waiter")] == [
+    assert [w["metadata"]["name"] for w in queued.workloads("waiter")] == [
         workload_of(cluster, ns, "waiter")
     ]
     # One after the other: the compile's Workload was Finished before the training one was made.
@@ -478,26 +343,19 @@ def test_compile_aware_admission(
     made = _write(events, OPERATOR_USER, "create", "workloads", train_name)
     assert finished and made
     assert finished[0]["stageTimestamp"] <= made[0]["requestReceivedTimestamp"]
-    for wl in kueue.workloads(ns):
+    for wl in queued.kueue.workloads(ns):
         assert condition(wl, "Finished").get("status") == "True", wl["metadata"]["name"]
 
 
-def test_the_flavor_reaches_the_gang_pods(
-    cluster: Cluster,
-    kubelet: FakeKubelet,
-    kueue: Kueue,
-    flavor: str,
-    running_operator: OperatorProcess,
-    ns: str,
-) -> None:
+def test_the_flavor_reaches_the_gang_pods(queued: Queued) -> None:
     """The admitted ResourceFlavor's nodeLabels and toleration are on every pod of the gang,
     and the pods carry no queue-name label (Kueue's pod integration leaves them alone)."""
-    fsx_claim(cluster, ns)
-    queues(cluster, ns, flavor, neuron=32)
+    cluster, kubelet, flavor, ns = queued.cluster, queued.kubelet, queued.flavor, queued.ns
+    queued.queues(neuron=32)
     kubelet.plan({}, RUNNING, namespace=ns)
-    create(cluster, kueue_job("placed", ns, nodes=2))
-    running_pods(kubelet, ns, 2, "placed")
-    (wl,) = workloads_of(kueue, ns, "placed")
+    queued.create("placed", nodes=2)
+    queued.running(2, "placed")
+    (wl,) = queued.workloads("placed")
     (assignment,) = wl["status"]["admission"]["podSetAssignments"]
     assert assignment["flavors"][NEURON] == flavor and assignment["count"] == 2
     pods = cluster.api.get(f"/api/v1/namespaces/{ns}/pods") or {}
@@ -512,44 +370,28 @@ def test_the_flavor_reaches_the_gang_pods(
     wait_condition(cluster, "placed", ns, "Succeeded", timeout=60)
 
 
-def test_the_priority_class_label_sets_the_workload_priority(
-    cluster: Cluster,
-    kubelet: FakeKubelet,
-    kueue: Kueue,
-    flavor: str,
-    running_operator: OperatorProcess,
-    ns: str,
-) -> None:
+def test_the_priority_class_label_sets_the_workload_priority(queued: Queued) -> None:
     """kueue.x-k8s.io/priority-class: the WorkloadPriorityClass's value on the Workload, as
     Kueue's own webhooks and schema accept it; admitted and run."""
-    fsx_claim(cluster, ns)
-    queues(cluster, ns, flavor, neuron=16)
+    cluster, ns = queued.cluster, queued.ns
+    queued.queues(neuron=16)
     wpc = f"high-{ns}"[:63]
-    cluster.apply({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "WorkloadPriorityClass",
-                   "metadata": {"name": wpc}, "value": 1000})  # fmt: skip
-    body = kueue_job("urgent", ns)
-    body["metadata"]["labels"][PRIORITY_LABEL] = wpc
-    create(cluster, body)
+    cluster.apply(priority_class(wpc, 1000))
+    create(cluster, in_queue(small_job("urgent", ns), wpc))
     wait_condition(cluster, "urgent", ns, "Succeeded", timeout=120)
-    (wl,) = workloads_of(kueue, ns, "urgent")
+    (wl,) = queued.workloads("urgent")
     assert wl["spec"]["priority"] == 1000, wl["spec"]
     assert wl["spec"]["priorityClassRef"]["name"] == wpc
     assert condition(wl, "Admitted").get("status") == "True"
 
 
-def test_a_dra_jobs_workload_counts_its_neuron_devices(
-    cluster: Cluster,
-    kubelet: FakeKubelet,
-    kueue: Kueue,
-    flavor: str,
-    running_operator: OperatorProcess,
-    ns: str,
-) -> None:
+def test_a_dra_jobs_workload_counts_its_neuron_devices(queued: Queued) -> None:
     """Issue 41: a `devices: dra` gang's pods claim their Neuron devices, they request none, so
     Kueue admitted it on EFA alone. Its pod set carries the claims now, and Kueue's DRA
     integration (the tier maps DeviceClass neuron.aws.com to aws.amazon.com/neuron, as README
     says) counts them: 8 devices of quota hold back a trn2.48xlarge node's 16, 16 admit it.
     (On main the Workload was admitted at once, its usage without aws.amazon.com/neuron.)"""
+    cluster, ns = queued.cluster, queued.ns
     # What the Neuron DRA driver publishes (the tier has no driver): its DeviceClass and one
     # trn2.48xlarge node's 16 devices. Kueue reads both to count a claim with selectors.
     selector = {"cel": {"expression": f"device.driver == '{dra.DRIVER}'"}}
@@ -564,7 +406,7 @@ def test_a_dra_jobs_workload_counts_its_neuron_devices(
                   "pool": {"name": ns, "generation": 1, "resourceSliceCount": 1}}},
     )  # fmt: skip
     try:
-        _dra_job_counted(cluster, kueue, flavor, ns)
+        _dra_job_counted(queued)
     finally:
         cluster.kubectl("delete", "deviceclass", dra.DEVICE_CLASS, "--ignore-not-found",
                         check=False)  # fmt: skip
@@ -572,63 +414,29 @@ def test_a_dra_jobs_workload_counts_its_neuron_devices(
                         check=False)  # fmt: skip
 
 
-def _dra_job_counted(cluster: Cluster, kueue: Kueue, flavor: str, ns: str) -> None:
-    fsx_claim(cluster, ns)
-    cq = queues(cluster, ns, flavor, neuron=8, efa=16)
-    create(cluster, kueue_job("dra", ns, devices="dra", instanceType="trn2.48xlarge"))
+def _dra_job_counted(queued: Queued) -> None:
+    cq = queued.queues(neuron=8, efa=16)
+    queued.create("dra", devices="dra", instanceType="trn2.48xlarge")
 
     def held() -> Obj | None:
-        found = workloads_of(kueue, ns, "dra")
+        found = queued.workloads("dra")
         return found[0] if found and condition(found[0], "QuotaReserved") else None
 
     wl = wait_until(held, procs.scaled(60), "Kueue's verdict on the DRA Workload")
     refusal = condition(wl, "QuotaReserved")
     assert refusal.get("status") == "False" and NEURON in refusal.get("message", ""), refusal
     assert condition(wl, "Admitted").get("status") != "True"
-    cluster.api.merge_patch(f"{API}/clusterqueues/{cq}", {"spec": {"resourceGroups": [{
-        "coveredResources": ["cpu", "memory", NEURON, "vpc.amazonaws.com/efa"],
-        "flavors": [{"name": flavor, "resources": [
-            {"name": "cpu", "nominalQuota": 1024}, {"name": "memory", "nominalQuota": "4Ti"},
-            {"name": NEURON, "nominalQuota": 16}, {"name": "vpc.amazonaws.com/efa",
-                                                  "nominalQuota": 16}]}],
-    }]}})  # fmt: skip
+    set_neuron_quota(queued.cluster, cq, 16)  # and EFA 16, as it was
 
     def admitted() -> Obj | None:
-        found = workloads_of(kueue, ns, "dra")
+        found = queued.workloads("dra")
         return found[0] if found and condition(found[0], "Admitted").get("status") == "True" \
             else None  # fmt: skip
 
     wl = wait_until(admitted, procs.scaled(60), "the DRA Workload admitted")
     (assignment,) = wl["status"]["admission"]["podSetAssignments"]
     assert str(assignment["resourceUsage"][NEURON]) == "16", assignment
-    cluster.kubectl("delete", "trainiumjob", "dra", "-n", ns, "--wait=false")
-
-
-def second_queue(cluster: Cluster, ns: str, flavor: str, neuron: int) -> str:
-    """LocalQueue team-b in ns, on a ClusterQueue of its own with `neuron` devices; its name."""
-    other = f"cqb-{ns}"[:63]
-    resources = [{"name": "cpu", "nominalQuota": 1024}, {"name": "memory", "nominalQuota": "4Ti"},
-                 {"name": NEURON, "nominalQuota": neuron},
-                 {"name": "vpc.amazonaws.com/efa", "nominalQuota": 16}]  # fmt: skip
-    cluster.apply(
-        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue",
-         "metadata": {"name": other},
-         "spec": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}},
-                  "resourceGroups": [{"coveredResources": [r["name"] for r in resources],
-                                      "flavors": [{"name": flavor, "resources": resources}]}]}},
-        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
-         "metadata": {"name": "team-b", "namespace": ns}, "spec": {"clusterQueue": other}},
-    )  # fmt: skip
-    return other
-
-
-def set_neuron_quota(cluster: Cluster, name: str, neuron: int) -> None:
-    """The ClusterQueue's Neuron and EFA quotas (its first flavor's third and fourth
-    resources, as `queues` and `second_queue` order them) set to `neuron`."""
-    patch = [{"op": "replace",
-              "path": f"/spec/resourceGroups/0/flavors/0/resources/{i}/nominalQuota",
-              "value": neuron} for i in (2, 3)]  # fmt: skip
-    cluster.kubectl("patch", "clusterqueue", name, "--type=json", "-p", json.dumps(patch))
+    queued.cluster.kubectl("delete", "trainiumjob", "dra", "-n", queued.ns, "--wait=false")
 
 
 def relabel(cluster: Cluster, ns: str, job: str, value: str) -> subprocess.CompletedProcess[str]:
@@ -637,39 +445,25 @@ def relabel(cluster: Cluster, ns: str, job: str, value: str) -> subprocess.Compl
     return cluster.kubectl("label", "--overwrite", f"{TJ}/{job}", "-n", ns, change, check=False)
 
 
-def refused_in(kueue: Kueue, ns: str, job: str) -> Obj | None:
-    """The job's (one) Workload once Kueue refused it quota (QuotaReserved=False)."""
-    found = workloads_of(kueue, ns, job)
-    verdict = condition(found[0], "QuotaReserved") if len(found) == 1 else {}
-    return found[0] if verdict.get("status") == "False" and verdict.get("message") else None
-
-
-def test_the_queue_label_moves_a_waiting_job_and_is_kept_while_it_runs(
-    cluster: Cluster,
-    kubelet: FakeKubelet,
-    kueue: Kueue,
-    flavor: str,
-    running_operator: OperatorProcess,
-    ns: str,
-) -> None:
+def test_the_queue_label_moves_a_waiting_job_and_is_kept_while_it_runs(queued: Queued) -> None:
     """Issue 41, item 4: the label changed while the job waits moves its Workload to the new
     LocalQueue (on main it stayed in the old one), and the job then quotes the new
     ClusterQueue's refusal (it quoted the old one's); the chart's admission policy refuses
     removing it from a waiting job (on main its gang started at once outside the quota) and
     changing or removing it once the gang runs, as Kueue's webhook does for its own jobs."""
-    fsx_claim(cluster, ns)
-    queues(cluster, ns, flavor, neuron=0)  # team-a: no Neuron quota, the job waits there
-    other = second_queue(cluster, ns, flavor, neuron=8)  # team-b: too little at first
+    cluster, kubelet, ns = queued.cluster, queued.kubelet, queued.ns
+    queued.queues(neuron=0)  # team-a: no Neuron quota, the job waits there
+    other = second_queue(cluster, ns, queued.flavor, neuron=8)  # team-b: too little at first
     kubelet.plan({}, RUNNING, namespace=ns)
-    create(cluster, kueue_job("mover", ns))
-    first = wait_until(lambda: refused_in(kueue, ns, "mover"), procs.scaled(60),
+    queued.create("mover")
+    first = wait_until(lambda: queued.refused("mover"), procs.scaled(60),
                        "Kueue's refusal in LocalQueue team-a")  # fmt: skip
     out = relabel(cluster, ns, "mover", "")
     assert out.returncode != 0 and "cannot be removed while the job is waiting" in out.stderr, out
     assert relabel(cluster, ns, "mover", "team-b").returncode == 0
 
     def quoted() -> str | None:
-        found = refused_in(kueue, ns, "mover")
+        found = queued.refused("mover")
         if found is None or found["spec"]["queueName"] != "team-b":
             return None
         said = condition(found, "QuotaReserved")["message"]
@@ -681,8 +475,8 @@ def test_the_queue_label_moves_a_waiting_job_and_is_kept_while_it_runs(
     assert condition(first, "QuotaReserved")["message"] not in message, (first, message)
     assert children(cluster, VCJOB, ns, "mover") == []
     set_neuron_quota(cluster, other, 16)
-    running_pods(kubelet, ns, 1, "mover")
-    (wl,) = workloads_of(kueue, ns, "mover")
+    queued.running(1, "mover")
+    (wl,) = queued.workloads("mover")
     assert wl["spec"]["queueName"] == "team-b", wl["spec"]
     assert condition(wl, "Admitted").get("status") == "True", wl.get("status")
     wait_until(lambda: (get(cluster, TJ, "mover", ns) or {}).get("status", {}).get("phase")
@@ -714,23 +508,17 @@ def without_label_policy(cluster: Cluster) -> Iterator[None]:
 
 
 def test_a_waiting_job_that_loses_the_label_stays_in_its_queue(
-    cluster: Cluster,
-    kubelet: FakeKubelet,
-    kueue: Kueue,
-    flavor: str,
-    running_operator: OperatorProcess,
-    without_label_policy: None,
-    ns: str,
+    queued: Queued, without_label_policy: None
 ) -> None:
     """Issue 41, item 4, without the chart's policy: a job that waited for quota and then
     lost its queue-name label starts no gang outside the quota (on main its gang started at
     once, its Workload left behind): it stays in the LocalQueue its Workload names, says so
     (QueueNameRemoved, a Warning), and starts once Kueue admits that Workload."""
-    fsx_claim(cluster, ns)
-    cq = queues(cluster, ns, flavor, neuron=0)  # no Neuron quota: the job waits
+    cluster, kubelet, ns = queued.cluster, queued.kubelet, queued.ns
+    cq = queued.queues(neuron=0)  # no Neuron quota: the job waits
     kubelet.plan({}, RUNNING, namespace=ns)
-    create(cluster, kueue_job("keeper", ns))
-    wait_until(lambda: refused_in(kueue, ns, "keeper"), procs.scaled(60), "Kueue's refusal")
+    queued.create("keeper")
+    wait_until(lambda: queued.refused("keeper"), procs.scaled(60), "Kueue's refusal")
     wait_until(lambda: relabel(cluster, ns, "keeper", "").returncode == 0, procs.scaled(30),
                "the label removed (the unbound policy refusing no more)")  # fmt: skip
 
@@ -744,47 +532,33 @@ def test_a_waiting_job_that_loses_the_label_stays_in_its_queue(
     assert QUEUE_LABEL not in (job["metadata"].get("labels") or {}), job["metadata"]
     assert job["status"]["phase"] == "Pending", job["status"]
     assert children(cluster, VCJOB, ns, "keeper") == []
-    assert [w["spec"]["queueName"] for w in workloads_of(kueue, ns, "keeper")] == [LOCAL_QUEUE]
+    assert [w["spec"]["queueName"] for w in queued.workloads("keeper")] == [LOCAL_QUEUE]
     warned = cluster.kubectl("get", "events", "-n", ns, "-o", "json").stdout
     assert "QueueNameRemoved" in warned
     set_neuron_quota(cluster, cq, 16)  # Kueue admits it: the gang starts inside the quota
-    running_pods(kubelet, ns, 1, "keeper")
-    (wl,) = workloads_of(kueue, ns, "keeper")
+    queued.running(1, "keeper")
+    (wl,) = queued.workloads("keeper")
     assert condition(wl, "Admitted").get("status") == "True", wl.get("status")
     kubelet.finish(ns)
     wait_condition(cluster, "keeper", ns, "Succeeded", timeout=int(procs.scaled(60)))
-    wait_until(lambda: released(kueue, cq), procs.scaled(60), "the quota released")
+    queued.wait_released(cq)
 
 
-def test_a_job_without_the_label_is_left_alone(
-    cluster: Cluster,
-    kubelet: FakeKubelet,
-    kueue: Kueue,
-    flavor: str,
-    running_operator: OperatorProcess,
-    ns: str,
-) -> None:
+def test_a_job_without_the_label_is_left_alone(queued: Queued) -> None:
     """Kueue running, a LocalQueue in the namespace, no label: no Workload, it runs as today."""
-    fsx_claim(cluster, ns)
-    queues(cluster, ns, flavor, neuron=16)
+    cluster, kueue, ns = queued.cluster, queued.kueue, queued.ns
+    queued.queues(neuron=16)
     create(cluster, small_job("plain", ns))
     job = wait_condition(cluster, "plain", ns, "Succeeded", timeout=120)
     assert kueue.workloads(ns) == []
     assert condition(job, "Running").get("reason") != "WaitingForQuota"
 
 
-def test_a_missing_local_queue_is_named_and_the_job_starts_once_it_exists(
-    cluster: Cluster,
-    kubelet: FakeKubelet,
-    kueue: Kueue,
-    flavor: str,
-    running_operator: OperatorProcess,
-    ns: str,
-) -> None:
+def test_a_missing_local_queue_is_named_and_the_job_starts_once_it_exists(queued: Queued) -> None:
     """The label names a LocalQueue not (yet) in the namespace: the job says so and waits;
     created, Kueue admits the Workload and the gang starts."""
-    fsx_claim(cluster, ns)
-    cq = queues(cluster, ns, flavor, neuron=16)
+    cluster, ns = queued.cluster, queued.ns
+    cq = queued.queues(neuron=16)
     body = kueue_job("early", ns)
     body["metadata"]["labels"][QUEUE_LABEL] = "team-b"
     create(cluster, body)
@@ -796,25 +570,15 @@ def test_a_missing_local_queue_is_named_and_the_job_starts_once_it_exists(
     cond = wait_until(named, 60, "LocalQueueNotFound on the job", every=0.5)
     assert "LocalQueue 'team-b'" in cond["message"], cond
     assert children(cluster, VCJOB, ns, "early") == []
-    cluster.apply({
-        "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
-        "metadata": {"name": "team-b", "namespace": ns}, "spec": {"clusterQueue": cq},
-    })  # fmt: skip
+    cluster.apply(local_queue("team-b", ns, cq))
     wait_condition(cluster, "early", ns, "Succeeded", timeout=120)
 
 
-def test_admission_time_between_create_and_gang(
-    cluster: Cluster,
-    kubelet: FakeKubelet,
-    kueue: Kueue,
-    flavor: str,
-    running_operator: OperatorProcess,
-    ns: str,
-) -> None:
+def test_admission_time_between_create_and_gang(queued: Queued) -> None:
     """BENCHMARKS.md: jobs one at a time, with the label and without; the operator's share of
     create -> gang with Kueue (its two steps) against Kueue's own decision."""
-    fsx_claim(cluster, ns)
-    queues(cluster, ns, flavor, neuron=16)
+    cluster, ns = queued.cluster, queued.ns
+    queued.queues(neuron=16)
     with_kueue: list[dict[str, float]] = []
     without: list[float] = []
     for i in range(BENCH_JOBS):
@@ -879,19 +643,6 @@ def test_no_request_was_refused_with_kueue(
     assert refused == {OPERATOR_USER: set(), KUEUE_USER: set()}
 
 
-@pytest.fixture(autouse=True)
-def _kueue_alive(request: pytest.FixtureRequest) -> Iterator[None]:
-    """Each test starts and ends with Kueue's manager running (a crash names itself); not a
-    test that runs a Kueue of its own (it asks for no `kueue`)."""
-    if "kueue" not in request.fixturenames:
-        yield
-        return
-    kueue: Kueue = request.getfixturevalue("kueue")
-    kueue.check_alive()
-    yield
-    kueue.check_alive()
-
-
 def test_readme_kueue_setup_runs_the_kueue_example_to_succeeded(
     cluster: Cluster,
     kubelet: FakeKubelet,
@@ -908,8 +659,8 @@ def test_readme_kueue_setup_runs_the_kueue_example_to_succeeded(
     name, ns = job["metadata"]["name"], job["metadata"]["namespace"]
     cluster.kubectl("apply", "-f", str(setup))
     try:
-        for path in (f"{API}/clusterqueues/team-a", f"{API}/namespaces/{ns}/localqueues/team-a"):
-            wait_until(lambda path=path: active(cluster.api.get(path)), 60, f"{path} Active")
+        wait_active(cluster, f"{API}/clusterqueues/team-a",
+                    f"{API}/namespaces/{ns}/localqueues/team-a")  # fmt: skip
         fsx_claim(cluster, ns)
         create(cluster, job)
         done = wait_condition(cluster, name, ns, "Succeeded", timeout=int(procs.scaled(180)))

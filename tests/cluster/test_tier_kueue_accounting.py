@@ -22,25 +22,15 @@ import pytest
 
 import procs
 from cluster import Cluster, wait_until
-from harness import OperatorProcess
-from jobs import TJ, VCJOB, children, condition, create, fsx_claim, get, wait_condition
-from kubelet import FakeKubelet
-from kueue import API, Kueue
-from test_tier_kueue import (  # noqa: F401  (flavor is a fixture)
-    FLAVOR_LABELS,
-    PRECOMPILE,
-    RUNNING,
-    flavor,
-    kueue_job,
-    queues,
-    released,
-    running_pods,
-    workloads_of,
-)
+from jobs import TJ, VCJOB, children, condition, get, wait_condition
+from kueue import API
+from kueuesetup import FLAVOR_LABELS, PRECOMPILE, RUNNING, Queued
 from trainium_operator.manifests.workload import RESOURCE_IN_USE
 
 Obj = dict[str, Any]
 CACHED: Obj = {"precompile": {"policy": "IfNotCached"}, "cache": {"name": "shared"}}
+#: Each test starts and ends with Kueue's manager running (kueuesetup.kueue_alive).
+pytestmark = pytest.mark.usefixtures("kueue_alive")
 
 
 def refuse_gangs(cluster: Cluster, namespace: str) -> str:
@@ -77,141 +67,104 @@ def refuse_gangs(cluster: Cluster, namespace: str) -> str:
     return name
 
 
-def status_of(cluster: Cluster, name: str, namespace: str) -> Obj:
-    return (get(cluster, TJ, name, namespace) or {}).get("status") or {}
-
-
 def suspend(cluster: Cluster, name: str, namespace: str, on: bool) -> None:
     patch = json.dumps({"spec": {"runPolicy": {"suspend": on}}})
     cluster.kubectl("patch", TJ, name, "-n", namespace, "--type=merge", "-p", patch)
 
 
 def test_a_gang_refused_for_good_after_admission_fails_the_job_and_finishes_its_workload(
-    cluster: Cluster,
-    kubelet: FakeKubelet,
-    kueue: Kueue,
-    flavor: str,  # noqa: F811
-    running_operator: OperatorProcess,
-    ns: str,
+    queued: Queued,
 ) -> None:
     """Issue 41 (1): Kueue admits, the API server refuses the gang (422): the job is Failed
     naming the refusal, and its Workload is Finished: the ClusterQueue holds nothing."""
-    fsx_claim(cluster, ns)
-    cq = queues(cluster, ns, flavor, neuron=16)
+    cluster, ns = queued.cluster, queued.ns
+    cq = queued.queues(neuron=16)
     policy = refuse_gangs(cluster, ns)
     try:
-        create(cluster, kueue_job("refused", ns))
+        queued.create("refused")
         job = wait_condition(cluster, "refused", ns, "Failed", timeout=int(procs.scaled(90)))
         assert "refuses every gang" in job["status"]["message"], job["status"]
         assert children(cluster, VCJOB, ns, "refused") == []
-        (wl,) = workloads_of(kueue, ns, "refused")
+        (wl,) = queued.workloads("refused")
         assert condition(wl, "Admitted").get("status") == "True", wl.get("status")
 
         def finished() -> Obj | None:
-            (now,) = workloads_of(kueue, ns, "refused")
+            (now,) = queued.workloads("refused")
             return now if condition(now, "Finished").get("status") == "True" else None
 
         done = wait_until(finished, procs.scaled(30), "the refused job's Workload Finished")
         assert condition(done, "Finished")["reason"] == "Failed", done["status"]
-        wait_until(lambda: released(kueue, cq), procs.scaled(60), f"{cq} usage back to 0")
+        queued.wait_released(cq)
     finally:
         cluster.kubectl("delete", "validatingadmissionpolicybinding,validatingadmissionpolicy",
                         policy, "--ignore-not-found", check=False)  # fmt: skip
 
 
-def test_a_compile_no_longer_needed_releases_its_workload(
-    cluster: Cluster,
-    kubelet: FakeKubelet,
-    kueue: Kueue,
-    flavor: str,  # noqa: F811
-    running_operator: OperatorProcess,
-    ns: str,
-) -> None:
+def test_a_compile_no_longer_needed_releases_its_workload(queued: Queued) -> None:
     """Issue 41 (2), a queue that fits one gang: `first` compiles and is suspended (its compile
     stopped); `second`, same graphs, compiles them and trains, holding the quota; `first`,
     resumed, is a cache hit: its compile Workload is released at once, so when `second` ends
     Kueue admits first's training (not the older compile Workload) and `first` succeeds."""
-    fsx_claim(cluster, ns)
-    cq = queues(cluster, ns, flavor, neuron=16)
+    cluster, kubelet, ns = queued.cluster, queued.kubelet, queued.ns
+    cq = queued.queues(neuron=16)
     kubelet.plan(PRECOMPILE, RUNNING, namespace=ns)  # compiles run until finished
     kubelet.plan({"trainium.dev/job-name": "second", "trainium.dev/stage": "train"}, RUNNING,
                  namespace=ns)  # fmt: skip
-    create(cluster, kueue_job("first", ns, **CACHED))
-    running_pods(kubelet, ns, 1, "first")
+    queued.create("first", **CACHED)
+    queued.running(1, "first")
     suspend(cluster, "first", ns, True)
-    wait_until(lambda: status_of(cluster, "first", ns).get("phase") == "Suspended",
+    wait_until(lambda: queued.status("first").get("phase") == "Suspended",
                procs.scaled(60), "first Suspended")  # fmt: skip
     wait_until(lambda: not kubelet.running(ns), procs.scaled(60), "first's compile gone")
-    create(cluster, kueue_job("second", ns, **CACHED))
-    running_pods(kubelet, ns, 1, "second")  # its compile, admitted in the quota first left
+    queued.create("second", **CACHED)
+    queued.running(1, "second")  # its compile, admitted in the quota first left
     kubelet.finish(ns)  # the compile ends; its training runs until finished, holding the quota
-    wait_until(lambda: status_of(cluster, "second", ns).get("phase") == "Training",
+    wait_until(lambda: queued.status("second").get("phase") == "Training",
                procs.scaled(120), "second Training")  # fmt: skip
-    running_pods(kubelet, ns, 1, "second")
+    queued.running(1, "second")
     suspend(cluster, "first", ns, False)  # a cache hit now: its training Workload queues
 
-    def queued() -> bool:
-        names = [w["metadata"]["name"] for w in workloads_of(kueue, ns, "first")]
+    def train_queued() -> bool:
+        names = [w["metadata"]["name"] for w in queued.workloads("first")]
         return any(n.endswith("-train") for n in names)
 
-    wait_until(queued, procs.scaled(60), "first's training Workload")
+    wait_until(train_queued, procs.scaled(60), "first's training Workload")
     kubelet.finish(ns)  # second ends: the quota goes to first's training
     wait_condition(cluster, "second", ns, "Succeeded", timeout=int(procs.scaled(60)))
     first = wait_condition(cluster, "first", ns, "Succeeded", timeout=int(procs.scaled(120)))
     assert first["status"]["cache"]["outcome"] == "hit", first["status"]
-    assert [w["metadata"]["name"][-6:] for w in workloads_of(kueue, ns, "first")] == ["-train"]
-    wait_until(lambda: released(kueue, cq), procs.scaled(60), f"{cq} usage back to 0")
+    assert [w["metadata"]["name"][-6:] for w in queued.workloads("first")] == ["-train"]
+    queued.wait_released(cq)
 
 
-def test_the_active_deadline_counts_from_admission(
-    cluster: Cluster,
-    kubelet: FakeKubelet,
-    kueue: Kueue,
-    flavor: str,  # noqa: F811
-    running_operator: OperatorProcess,
-    ns: str,
-) -> None:
+def test_the_active_deadline_counts_from_admission(queued: Queued) -> None:
     """Issue 41 (8): a job that waits for quota longer than its activeDeadlineSeconds is not
     failed for it: it runs once admitted; status.startTime is its admission."""
+    cluster, kubelet, ns = queued.cluster, queued.kubelet, queued.ns
     deadline = int(procs.scaled(10))
-    fsx_claim(cluster, ns)
-    cq = queues(cluster, ns, flavor, neuron=16)
+    cq = queued.queues(neuron=16)
     kubelet.plan({"trainium.dev/job-name": "first"}, RUNNING, namespace=ns)
-    create(cluster, kueue_job("first", ns))
-    running_pods(kubelet, ns, 1, "first")
-    create(cluster, kueue_job("late", ns, runPolicy={"activeDeadlineSeconds": deadline}))
+    queued.create("first")
+    queued.running(1, "first")
+    queued.create("late", runPolicy={"activeDeadlineSeconds": deadline})
     wait_until(lambda: condition(get(cluster, TJ, "late", ns), "Running").get("reason")
                == "WaitingForQuota", procs.scaled(60), "late waiting for quota")  # fmt: skip
-    assert "startTime" not in status_of(cluster, "late", ns)
-    queued = time.monotonic()
-    while time.monotonic() - queued < 2 * deadline:  # twice its deadline in the queue
-        assert status_of(cluster, "late", ns).get("phase") == "Pending"
+    assert "startTime" not in queued.status("late")
+    waiting = time.monotonic()
+    while time.monotonic() - waiting < 2 * deadline:  # twice its deadline in the queue
+        assert queued.status("late").get("phase") == "Pending"
         time.sleep(1)
     kubelet.finish(ns)  # first ends: late is admitted, runs 1 s and exits 0
     late = wait_condition(cluster, "late", ns, "Succeeded", timeout=int(procs.scaled(120)))
     assert late["status"].get("startTime"), late["status"]
-    wait_until(lambda: released(kueue, cq), procs.scaled(60), f"{cq} usage back to 0")
+    queued.wait_released(cq)
 
 
-@pytest.fixture(autouse=True)
-def _kueue_alive(kueue: Kueue) -> Any:
-    """Each test starts and ends with Kueue's manager running (a crash names itself)."""
-    kueue.check_alive()
-    yield
-    kueue.check_alive()
-
-
-def test_admission_checks_pod_set_updates_reach_the_gang_pods(
-    cluster: Cluster,
-    kubelet: FakeKubelet,
-    kueue: Kueue,
-    flavor: str,  # noqa: F811
-    running_operator: OperatorProcess,
-    ns: str,
-) -> None:
+def test_admission_checks_pod_set_updates_reach_the_gang_pods(queued: Queued) -> None:
     """Issue 41 (7): a ClusterQueue with an admission check (this test plays its controller,
     as a ProvisioningRequest check would): Kueue admits once the check is Ready, and the
     check's podSetUpdates (labels, annotations, nodeSelector, tolerations) are on every pod."""
+    cluster, kubelet, ns = queued.cluster, queued.kubelet, queued.ns
     check = f"check-{ns}"[:63]
     cluster.apply({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "AdmissionCheck",
                    "metadata": {"name": check},
@@ -221,13 +174,12 @@ def test_admission_checks_pod_set_updates_reach_the_gang_pods(
               "lastTransitionTime": now}  # fmt: skip
     cluster.api.merge_patch(f"{API}/admissionchecks/{check}/status",
                             {"status": {"conditions": [active]}})  # fmt: skip
-    fsx_claim(cluster, ns)
-    cq = queues(cluster, ns, flavor, neuron=16, checks=[check])
+    cq = queued.queues(neuron=16, checks=[check])
     kubelet.plan({}, RUNNING, namespace=ns)
-    create(cluster, kueue_job("checked", ns))
+    queued.create("checked")
 
     def reserved() -> Obj | None:
-        wls = workloads_of(kueue, ns, "checked")
+        wls = queued.workloads("checked")
         ok = wls and condition(wls[0], "QuotaReserved").get("status") == "True"
         return wls[0] if ok and wls[0]["status"].get("admissionChecks") else None
 
@@ -244,7 +196,7 @@ def test_admission_checks_pod_set_updates_reach_the_gang_pods(
     name = wl["metadata"]["name"]
     cluster.api.merge_patch(f"{API}/namespaces/{ns}/workloads/{name}/status",
                             {"status": {"admissionChecks": [ready]}})  # fmt: skip
-    running_pods(kubelet, ns, 1, "checked")
+    queued.running(1, "checked")
     pods = cluster.api.get(f"/api/v1/namespaces/{ns}/pods") or {}
     assert len(pods["items"]) == 1
     for pod in pods["items"]:
@@ -254,7 +206,7 @@ def test_admission_checks_pod_set_updates_reach_the_gang_pods(
         assert toleration in pod["spec"]["tolerations"]
     kubelet.finish(ns)
     wait_condition(cluster, "checked", ns, "Succeeded", timeout=int(procs.scaled(60)))
-    wait_until(lambda: released(kueue, cq), procs.scaled(60), f"{cq} usage back to 0")
+    queued.wait_released(cq)
 
 
 def pods_of(cluster: Cluster, namespace: str, job: str) -> dict[str, str]:
@@ -289,25 +241,18 @@ def kept_until_pods_gone(
     wait_until(gone, procs.scaled(120), f"Workload {name} gone once its pods are", every=0.2)
 
 
-def test_a_deleted_workload_keeps_its_quota_until_its_gang_is_gone(
-    cluster: Cluster,
-    kubelet: FakeKubelet,
-    kueue: Kueue,
-    flavor: str,  # noqa: F811
-    running_operator: OperatorProcess,
-    ns: str,
-) -> None:
+def test_a_deleted_workload_keeps_its_quota_until_its_gang_is_gone(queued: Queued) -> None:
     """Issue 41 (7): our Workloads carry Kueue's resource-in-use finalizer, as its job
     framework's do: a Workload deleted while its gang runs stays (deletionTimestamp set, its
     quota still counted) until the operator has stopped the gang and its pods are gone (on
     main it went at once, its quota free while the pods ran); then a new Workload is queued,
     admitted, and the job runs to its end; the Finished Workload carries no finalizer."""
-    fsx_claim(cluster, ns)
-    cq = queues(cluster, ns, flavor, neuron=16)
+    cluster, kubelet, ns = queued.cluster, queued.kubelet, queued.ns
+    cq = queued.queues(neuron=16)
     kubelet.plan({}, RUNNING, namespace=ns)
-    create(cluster, kueue_job("inuse", ns))
-    running_pods(kubelet, ns, 1, "inuse")
-    (wl,) = workloads_of(kueue, ns, "inuse")
+    queued.create("inuse")
+    queued.running(1, "inuse")
+    (wl,) = queued.workloads("inuse")
     assert RESOURCE_IN_USE in wl["metadata"].get("finalizers", []), wl["metadata"]
     pods = pods_of(cluster, ns, "inuse")
     assert pods
@@ -329,37 +274,33 @@ def test_a_deleted_workload_keeps_its_quota_until_its_gang_is_gone(
     wait_condition(cluster, "inuse", ns, "Succeeded", timeout=int(procs.scaled(90)))
 
     def unheld() -> Obj | None:
-        (done,) = workloads_of(kueue, ns, "inuse")
+        (done,) = queued.workloads("inuse")
         fin = condition(done, "Finished").get("status") == "True"
         return done if fin and not done["metadata"].get("finalizers") else None
 
     wait_until(unheld, procs.scaled(60), "the Finished Workload without its finalizer")
-    wait_until(lambda: released(kueue, cq), procs.scaled(60), f"{cq} usage back to 0")
+    queued.wait_released(cq)
 
 
 def test_a_deleted_jobs_workload_goes_once_its_pods_do_even_if_the_operator_was_down(
-    cluster: Cluster,
-    kubelet: FakeKubelet,
-    kueue: Kueue,
-    flavor: str,  # noqa: F811
-    running_operator: OperatorProcess,
-    ns: str,
+    queued: Queued,
 ) -> None:
     """Issue 41 (7): a job deleted while its gang runs: the garbage collector deletes its
     Workload, which keeps its quota until the gang's pods are gone, and then goes (no Workload
     stays stuck with our finalizer); with the operator down meanwhile, it goes once the
     operator is back (its Workload watch lists it)."""
-    fsx_claim(cluster, ns)
-    cq = queues(cluster, ns, flavor, neuron=32)  # both jobs' gangs at once
+    cluster, kubelet, ns = queued.cluster, queued.kubelet, queued.ns
+    running_operator = queued.operator
+    cq = queued.queues(neuron=32)  # both jobs' gangs at once
     kubelet.plan({}, RUNNING, namespace=ns)
     for job in ("gone", "late"):
-        create(cluster, kueue_job(job, ns))
-        running_pods(kubelet, ns, 1, job)
-    (first,) = workloads_of(kueue, ns, "gone")
+        queued.create(job)
+        queued.running(1, job)
+    (first,) = queued.workloads("gone")
     pods = pods_of(cluster, ns, "gone")
     cluster.kubectl("delete", TJ, "gone", "-n", ns, "--wait=false")
     kept_until_pods_gone(cluster, ns, "gone", first, pods)
-    (second,) = workloads_of(kueue, ns, "late")
+    (second,) = queued.workloads("late")
     late_pods = pods_of(cluster, ns, "late")
     running_operator.stop()
     try:
@@ -374,4 +315,4 @@ def test_a_deleted_jobs_workload_goes_once_its_pods_do_even_if_the_operator_was_
         running_operator.start(timeout=60)
     wait_until(lambda: workload_body(cluster, ns, name) is None, procs.scaled(60),
                "the stuck Workload gone once the operator is back")  # fmt: skip
-    wait_until(lambda: released(kueue, cq), procs.scaled(60), f"{cq} usage back to 0")
+    queued.wait_released(cq)

@@ -14,18 +14,12 @@ from __future__ import annotations
 from typing import Any
 
 import procs
-from cluster import Cluster, wait_until
-from harness import OperatorProcess
-from jobs import TJ, VCJOB, condition, create, fsx_claim, get
-from kubelet import TRN1_32XLARGE, FakeKubelet
+from cluster import wait_until
+from jobs import TJ, VCJOB, condition, get
+from kubelet import TRN1_32XLARGE
 from kueue import Kueue
+from kueuesetup import Queued, workloads_of
 from test_tier_elastic import NODES, POOL, TRAINS, label, status_of, training_pods
-from test_tier_kueue import (  # noqa: F401  (flavor is a fixture)
-    flavor,
-    kueue_job,
-    queues,
-    workloads_of,
-)
 
 Obj = dict[str, Any]
 TRAINING = {"trainium.dev/stage": "train"}
@@ -35,20 +29,13 @@ ELASTIC = {"minNodes": 1, "globalBatchSize": 64, "batchSizePerProcess": 1, "shri
 PER_NODE = 16
 
 
-def test_an_elastic_grow_under_kueue_keeps_the_running_size_until_admitted(
-    cluster: Cluster,
-    kubelet: FakeKubelet,
-    kueue: Kueue,
-    flavor: str,  # noqa: F811
-    running_operator: OperatorProcess,
-    ns: str,
-) -> None:
-    fsx_claim(cluster, ns)
+def test_an_elastic_grow_under_kueue_keeps_the_running_size_until_admitted(queued: Queued) -> None:
+    cluster, kubelet, ns = queued.cluster, queued.kubelet, queued.ns
     for node in NODES[:2]:
         label(cluster, node, ns)
     lost = ""
     try:
-        lost = scenario(cluster, kubelet, kueue, flavor, ns)
+        lost = scenario(queued)
     finally:
         cluster.kubectl("delete", TJ, "grow", "-n", ns, "--ignore-not-found", "--wait=false",
                         check=False)  # fmt: skip
@@ -67,12 +54,13 @@ def admitted(wl: Obj | None) -> bool:
     return condition(wl, "Admitted").get("status") == "True"
 
 
-def scenario(cluster: Cluster, kubelet: FakeKubelet, kueue: Kueue, rf: str, ns: str) -> str:
+def scenario(queued: Queued) -> str:
     """The scenario; returns the node it lost (restored by the caller if still gone)."""
+    cluster, kubelet, kueue, ns = queued.cluster, queued.kubelet, queued.kueue, queued.ns
     kubelet.plan(TRAINING, TRAINS, namespace=ns)
-    queues(cluster, ns, rf, neuron=2 * PER_NODE)
+    queued.queues(neuron=2 * PER_NODE)
     scheduling = {"queue": "test", "nodeSelector": {POOL: ns}}
-    create(cluster, kueue_job("grow", ns, nodes=2, elastic=ELASTIC, scheduling=scheduling))
+    queued.create("grow", nodes=2, elastic=ELASTIC, scheduling=scheduling)
 
     def training_at(size: int) -> Obj | None:
         """The status once a gang of `size` trains: its pods run and rank 0 served a step."""
@@ -98,7 +86,7 @@ def scenario(cluster: Cluster, kubelet: FakeKubelet, kueue: Kueue, rf: str, ns: 
     assert status_of(cluster, "grow", ns)["elastic"]["lastResize"]["kind"] == "Shrink"
 
     # The quota is cut to 1 node; the node comes back: the grow is due, Kueue cannot admit it.
-    queues(cluster, ns, rf, neuron=PER_NODE)
+    queued.queues(neuron=PER_NODE)
     gang = status_of(cluster, "grow", ns)["trainingJob"]
     kubelet.add_node(lost, TRN1_32XLARGE)
     label(cluster, lost, ns)
@@ -127,7 +115,7 @@ def scenario(cluster: Cluster, kubelet: FakeKubelet, kueue: Kueue, rf: str, ns: 
     wait_until(kept, procs.scaled(120), "3 more checkpoints at 1 node", every=0.5)
 
     # The quota now holds both sizes: Kueue admits the 2-node Workload and the gang grows.
-    queues(cluster, ns, rf, neuron=3 * PER_NODE)
+    queued.queues(neuron=3 * PER_NODE)
     status = wait_until(lambda: training_at(2), procs.scaled(300), "training at 2", every=1)
     assert status["elastic"]["lastResize"]["kind"] == "Grow", status["elastic"]
     wait_until(lambda: list(workloads(kueue, ns)) == ["n2"], procs.scaled(60),

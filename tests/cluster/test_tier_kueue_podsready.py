@@ -24,19 +24,10 @@ import procs
 from cluster import Cluster, wait_until
 from conftest import uninstall_kueue
 from harness import OperatorProcess
-from jobs import TJ, condition, create, fsx_claim, get, wait_condition
-from kubelet import Behavior, FakeKubelet
+from jobs import TJ, condition, get, wait_condition
+from kubelet import Behavior
 from kueue import Kueue
-from test_tier_kueue import (  # noqa: F401  (flavor is a fixture)
-    PRECOMPILE,
-    RUNNING,
-    flavor,
-    kueue_job,
-    queues,
-    released,
-    running_pods,
-    workloads_of,
-)
+from kueuesetup import PRECOMPILE, RUNNING, Queued, workloads_of
 
 Obj = dict[str, Any]
 #: waitForPodsReady's timeout and recoveryTimeout here (seconds), scaled with the machine's load.
@@ -83,21 +74,14 @@ def outlive_the_timeout(kueue: Kueue, ns: str, job: str) -> None:
         time.sleep(1)
 
 
-def test_a_long_precompile_is_not_evicted_by_the_pods_ready_timeout(
-    cluster: Cluster,
-    kubelet: FakeKubelet,
-    kueue: Kueue,
-    flavor: str,  # noqa: F811
-    running_operator: OperatorProcess,
-    ns: str,
-) -> None:
+def test_a_long_precompile_is_not_evicted_by_the_pods_ready_timeout(queued: Queued) -> None:
     """A compile that runs longer than waitForPodsReady's timeout: its gang runs, so the
     operator's PodsReady is True and Kueue leaves it alone; the job goes on to train."""
-    fsx_claim(cluster, ns)
-    cq = queues(cluster, ns, flavor, neuron=16)
+    cluster, kubelet, kueue, ns = queued.cluster, queued.kubelet, queued.kueue, queued.ns
+    cq = queued.queues(neuron=16)
     kubelet.plan(PRECOMPILE, RUNNING, namespace=ns)
-    create(cluster, kueue_job("longcompile", ns, **CACHED))
-    running_pods(kubelet, ns, 1, "longcompile")
+    queued.create("longcompile", **CACHED)
+    queued.running(1, "longcompile")
     wait_until(lambda: pods_ready(kueue, ns, "longcompile", "precompile").get("status") == "True",
                procs.scaled(60), "PodsReady True on the compile Workload")  # fmt: skip
     outlive_the_timeout(kueue, ns, "longcompile")
@@ -105,24 +89,17 @@ def test_a_long_precompile_is_not_evicted_by_the_pods_ready_timeout(
     kubelet.finish(ns)
     wait_condition(cluster, "longcompile", ns, "Succeeded", timeout=int(procs.scaled(120)))
     assert evictions(kueue, ns, "longcompile") == []
-    wait_until(lambda: released(kueue, cq), procs.scaled(60), f"{cq} usage back to 0")
+    queued.wait_released(cq)
 
 
-def test_a_gang_restart_recovers_without_an_eviction(
-    cluster: Cluster,
-    kubelet: FakeKubelet,
-    kueue: Kueue,
-    flavor: str,  # noqa: F811
-    running_operator: OperatorProcess,
-    ns: str,
-) -> None:
+def test_a_gang_restart_recovers_without_an_eviction(queued: Queued) -> None:
     """A node fails under the running gang: Volcano restarts it (PodsReady WaitForRecovery),
     it runs again within the recovery timeout (Recovered): no eviction."""
-    fsx_claim(cluster, ns)
-    queues(cluster, ns, flavor, neuron=16)
+    cluster, kubelet, kueue, ns = queued.cluster, queued.kubelet, queued.kueue, queued.ns
+    queued.queues(neuron=16)
     kubelet.plan({}, RUNNING, namespace=ns)
-    create(cluster, kueue_job("restart", ns))
-    (pod,) = running_pods(kubelet, ns, 1, "restart")
+    queued.create("restart")
+    (pod,) = queued.running(1, "restart")
     wait_until(lambda: pods_ready(kueue, ns, "restart", "train").get("status") == "True",
                procs.scaled(60), "PodsReady True")  # fmt: skip
     before = set(kubelet.running_uids(ns))
@@ -141,20 +118,15 @@ def test_a_gang_restart_recovers_without_an_eviction(
 
 
 def test_a_pods_ready_timeout_evicts_and_the_job_resumes_as_after_a_preemption(
-    cluster: Cluster,
-    kubelet: FakeKubelet,
-    kueue: Kueue,
-    flavor: str,  # noqa: F811
-    running_operator: OperatorProcess,
-    ns: str,
+    queued: Queued,
 ) -> None:
     """Pods that never start: Kueue evicts the Workload (PodsReadyTimeout); the operator stops
     the gang (no retry spent) and requeues the Workload; once Kueue admits it again the gang
     is created again and, its pods running now, the job runs to its end."""
-    fsx_claim(cluster, ns)
-    cq = queues(cluster, ns, flavor, neuron=16)
+    cluster, kubelet, ns = queued.cluster, queued.kubelet, queued.ns
+    cq = queued.queues(neuron=16)
     kubelet.plan({}, Behavior(outcome="NeverStart"), namespace=ns)
-    create(cluster, kueue_job("stuck", ns))
+    queued.create("stuck")
 
     def evicted() -> Obj | None:
         cond = condition(get(cluster, TJ, "stuck", ns), "Running")
@@ -163,11 +135,11 @@ def test_a_pods_ready_timeout_evicts_and_the_job_resumes_as_after_a_preemption(
     cond = wait_until(evicted, procs.scaled(120), "the job saying PodsReadyTimeout", every=0.5)
     assert "no retry spent" in cond["message"] or "no runPolicy.maxRetries" in cond["message"]
     kubelet.plan({}, RUNNING, namespace=ns)
-    running_pods(kubelet, ns, 1, "stuck")
-    (wl,) = workloads_of(kueue, ns, "stuck")
+    queued.running(1, "stuck")
+    (wl,) = queued.workloads("stuck")
     assert condition(wl, "Admitted").get("status") == "True", wl.get("status")
     status = (get(cluster, TJ, "stuck", ns) or {}).get("status") or {}
     assert not status.get("restarts"), status  # no runPolicy.maxRetries spent
     kubelet.finish(ns)
     wait_condition(cluster, "stuck", ns, "Succeeded", timeout=int(procs.scaled(90)))
-    wait_until(lambda: released(kueue, cq), procs.scaled(60), f"{cq} usage back to 0")
+    queued.wait_released(cq)
