@@ -5,7 +5,9 @@ job stops needing it, on the less common paths too.
   Workload is Finished (not left admitted for ever);
 - a compile Workload whose compile is no longer needed (another job filled the entry while
   this one was suspended) is released, so the job's training Workload can be admitted;
-- runPolicy.activeDeadlineSeconds counts from the job's admission, not from its queueing.
+- runPolicy.activeDeadlineSeconds counts from the job's admission, not from its queueing;
+- a job's spares are in its Workload's count (issue 42): Kueue admits nodes + spares nodes'
+  worth of devices, or nothing.
 
 Each ends with the ClusterQueue holding nothing; conftest's `_no_quota_held_by_finished_jobs`
 also checks every Kueue test's namespace for Workloads of finished jobs still holding quota.
@@ -23,8 +25,9 @@ import pytest
 import procs
 from cluster import Cluster, wait_until
 from jobs import TJ, VCJOB, children, condition, get, wait_condition
+from kubelet import TRN1_32XLARGE
 from kueue import API
-from kueuesetup import FLAVOR_LABELS, PRECOMPILE, RUNNING, Queued
+from kueuesetup import FLAVOR_LABELS, NEURON, PRECOMPILE, RUNNING, Queued, set_neuron_quota
 from trainium_operator.manifests.workload import RESOURCE_IN_USE
 
 Obj = dict[str, Any]
@@ -315,4 +318,39 @@ def test_a_deleted_jobs_workload_goes_once_its_pods_do_even_if_the_operator_was_
         running_operator.start(timeout=60)
     wait_until(lambda: workload_body(cluster, ns, name) is None, procs.scaled(60),
                "the stuck Workload gone once the operator is back")  # fmt: skip
+    queued.wait_released(cq)
+
+
+def test_a_jobs_workload_counts_its_spares(queued: Queued) -> None:
+    """Issue 42: 2 nodes + 1 spare ask Kueue for 3 pods (its pod set counts the spare), so a
+    quota of 2 nodes' devices leaves the job pending with Kueue's own words and nothing created
+    outside the quota; with 3 nodes' devices Kueue admits it and its gang of 3 pods runs."""
+    cluster, kubelet, ns = queued.cluster, queued.kubelet, queued.ns
+    per_node = TRN1_32XLARGE.neuron_devices
+    cq = queued.queues(neuron=2 * per_node)
+    kubelet.plan({}, RUNNING, namespace=ns)
+    queued.create("spared", nodes=2, spares=1)
+    wl = wait_until(lambda: queued.refused("spared"), procs.scaled(60), "Kueue's refusal")
+    assert sum(p["count"] for p in wl["spec"]["podSets"]) == 3, wl["spec"]["podSets"]
+    said = condition(wl, "QuotaReserved")["message"]
+    assert f"insufficient quota for {NEURON} in flavor {queued.flavor}" in said, said
+    print(f"\nnodes 2 + spares 1, quota for 2 nodes: Kueue says {said!r}")
+
+    def quoted() -> Obj | None:
+        cond = condition(get(cluster, TJ, "spared", ns), "Running")
+        return cond if said in cond.get("message", "") else None
+
+    cond = wait_until(quoted, procs.scaled(60), "the job quoting Kueue's refusal", every=0.5)
+    assert cond["reason"] == "WaitingForQuota" and queued.status("spared")["phase"] == "Pending"
+    assert children(cluster, VCJOB, ns, "spared") == []
+    set_neuron_quota(cluster, cq, 3 * per_node)
+    queued.running(3, "spared")
+    (wl,) = queued.workloads("spared")
+    assert condition(wl, "Admitted").get("status") == "True", wl.get("status")
+    usage = sum(int(a["resourceUsage"][NEURON]) for a in wl["status"]["admission"][
+        "podSetAssignments"])  # fmt: skip
+    assert usage == 3 * per_node, wl["status"]["admission"]
+    assert (get(cluster, VCJOB, "spared-train", ns) or {})["spec"]["minAvailable"] == 3
+    kubelet.finish(ns)
+    wait_condition(cluster, "spared", ns, "Succeeded", timeout=int(procs.scaled(90)))
     queued.wait_released(cq)
