@@ -166,9 +166,12 @@ def ns(cluster: Cluster, kubelet: FakeKubelet, request: pytest.FixtureRequest) -
 
 
 @pytest.fixture(scope="module")
-def kueue(cluster: Cluster, operator: OperatorProcess) -> Iterator[Kueue]:
-    """Kueue's controller manager for one module; its webhooks, objects and CRDs go with it."""
-    manager = Kueue(cluster)
+def kueue(
+    cluster: Cluster, operator: OperatorProcess, request: pytest.FixtureRequest
+) -> Iterator[Kueue]:
+    """Kueue's controller manager for one module (with the module's KUEUE_CONFIG over Kueue's
+    defaults, if it has one); its webhooks, objects and CRDs go with it."""
+    manager = Kueue(cluster, config=getattr(request.module, "KUEUE_CONFIG", None))
     manager.start()
     try:
         yield manager

@@ -3,9 +3,10 @@ module's ResourceFlavor, a ClusterQueue and LocalQueue per test, priority classe
 queue, and the reads of Kueue's objects their checks share.
 
 Each test has a ClusterQueue of its own (`cq-<namespace>`) that admits only its namespace, and a
-LocalQueue `team-a` there; a job opts in with the `kueue.x-k8s.io/queue-name` label. The module's
-Kueue is conftest's `kueue` fixture (a module may override it, as test_tier_kueue_podsready.py
-does). The fixtures (flavor, queued) reach every tier module through conftest.py.
+LocalQueue `team-a` there; a job opts in with the `kueue.x-k8s.io/queue-name` label. The
+module's Kueue is conftest's `kueue` fixture (a module's KUEUE_CONFIG over Kueue's defaults, as in
+test_tier_kueue_podsready.py). The fixtures (flavor, queued, kueue_alive) reach every tier module
+through conftest.py.
 """
 
 from __future__ import annotations

@@ -15,15 +15,10 @@ waitForPodsReady: Kueue's own defaults apply). Here a module's Kueue has a timeo
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
-
 import procs
-from cluster import Cluster, wait_until
-from conftest import uninstall_kueue
-from harness import OperatorProcess
+from cluster import wait_until
 from jobs import TJ, condition, get, wait_condition
 from kubelet import Behavior
 from kueue import Kueue
@@ -34,21 +29,12 @@ Obj = dict[str, Any]
 TIMEOUT = int(procs.scaled(20))
 CACHED: Obj = {"precompile": {"policy": "IfNotCached"}, "cache": {"name": "podsready"}}
 
-
-@pytest.fixture(scope="module")
-def kueue(cluster: Cluster, operator: OperatorProcess) -> Iterator[Kueue]:
-    """Kueue with short waitForPodsReady timeouts for this module (conftest's has defaults)."""
-    config = {"waitForPodsReady": {
-        "timeout": f"{TIMEOUT}s", "recoveryTimeout": f"{TIMEOUT}s", "blockAdmission": False,
-        "requeuingStrategy": {"timestamp": "Eviction", "backoffBaseSeconds": 1,
-                              "backoffMaxSeconds": 5},
-    }}  # fmt: skip
-    manager = Kueue(cluster, config=config)
-    manager.start()
-    try:
-        yield manager
-    finally:
-        uninstall_kueue(manager, operator)
+#: This module's Kueue (conftest's `kueue` reads it) has short waitForPodsReady timeouts.
+KUEUE_CONFIG: Obj = {"waitForPodsReady": {
+    "timeout": f"{TIMEOUT}s", "recoveryTimeout": f"{TIMEOUT}s", "blockAdmission": False,
+    "requeuingStrategy": {"timestamp": "Eviction", "backoffBaseSeconds": 1,
+                          "backoffMaxSeconds": 5},
+}}  # fmt: skip
 
 
 def evictions(kueue: Kueue, ns: str, job: str) -> list[Obj]:
