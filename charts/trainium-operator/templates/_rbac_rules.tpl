@@ -51,6 +51,11 @@ Nodes (read only). */}}
   # watch: a Node deleted (its instance gone) has its gang pods removed at once, not by PodGC
   # 40+ s later; get: a node missing from the watch is confirmed before its pods are removed
   verbs: [get, list, watch]
+- apiGroups: [resource.k8s.io]
+  resources: [resourceslices]
+  # spec.devices dra: the Neuron driver's slices (a field selector), watched once a DRA job
+  # exists: a NoSchedule/NoExecute taint on a device the gang's claims hold takes its node out
+  verbs: [list, watch]
 {{- end }}
 
 {{/* The operator's namespaced objects: its jobs and their children (removed by the garbage
@@ -119,6 +124,11 @@ collector through ownerReferences, so no delete on children but a pod whose Node
   resources: [resourceclaimtemplates]
   # spec.devices dra: the job's template of Neuron device claims, created before each stage
   verbs: [create]
+- apiGroups: [resource.k8s.io]
+  resources: [resourceclaims]
+  # spec.devices dra: the gang pods' claims (labelled from the template), watched once a DRA
+  # job exists: the devices each was allocated, checked against the slices' taints
+  verbs: [list, watch]
 {{- end }}
 
 {{/* The leader election (runtime/leadership.py). create cannot be limited to a name; reading and
