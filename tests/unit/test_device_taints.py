@@ -4,6 +4,7 @@ taint for a bounded time, so the operator's SIGTERM checkpoint lands before the 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
@@ -146,3 +147,17 @@ def test_the_claim_template_tolerates_a_no_execute_taint_for_a_bounded_time() ->
         io.SELECTORS["resourceclaims"][0]
         == f"{LABEL_MANAGED_BY}={claims['labels'][LABEL_MANAGED_BY]}"
     )
+
+
+def test_readme_and_kubectl_explain_say_the_tolerations_seconds() -> None:
+    """One source (dra.TOLERATION_SECONDS): what README and the CRD's description say of it."""
+    root = Path(__file__).resolve().parents[2]
+    readme = " ".join((root / "README.md").read_text().split())
+    seconds, grace, reaction = dra.TOLERATION_SECONDS, dra.POD_GRACE_SECONDS, dra.REACTION_SECONDS
+    toleration = f"{{operator: Exists, effect: NoExecute, tolerationSeconds: {seconds}}}"
+    assert f"`exactly.tolerations: [{toleration}]`" in readme
+    assert f"tolerates every `NoExecute` device taint for {seconds} seconds" in readme
+    assert f"the pods' {grace}-second termination grace plus {reaction}" in readme
+    crd = " ".join((root / "crds" / "trainiumjobs.trainium.dev.yaml").read_text().split())
+    said = f"tolerates a NoExecute device taint for {seconds} seconds (the pods' {grace} s grace"
+    assert f"{said} and {reaction} s for the operator)" in crd
