@@ -52,9 +52,11 @@ Nodes (read only). */}}
   # 40+ s later; get: a node missing from the watch is confirmed before its pods are removed
   verbs: [get, list, watch]
 - apiGroups: [resource.k8s.io]
-  resources: [resourceslices]
-  # spec.devices dra: the Neuron driver's slices (a field selector), watched once a DRA job
-  # exists: a NoSchedule/NoExecute taint on a device the gang's claims hold takes its node out
+  resources: [resourceslices, resourceclaims]
+  # spec.devices dra, watched once a DRA job exists: the Neuron driver's slices (a field
+  # selector) and the gang pods' claims (our label, from the template; one watch of every
+  # namespace, so here with watchNamespaces too): a NoSchedule/NoExecute taint on a device a
+  # claim holds takes its node out
   verbs: [list, watch]
 {{- end }}
 
@@ -124,11 +126,6 @@ collector through ownerReferences, so no delete on children but a pod whose Node
   resources: [resourceclaimtemplates]
   # spec.devices dra: the job's template of Neuron device claims, created before each stage
   verbs: [create]
-- apiGroups: [resource.k8s.io]
-  resources: [resourceclaims]
-  # spec.devices dra: the gang pods' claims (labelled from the template), watched once a DRA
-  # job exists: the devices each was allocated, checked against the slices' taints
-  verbs: [list, watch]
 {{- end }}
 
 {{/* The leader election (runtime/leadership.py). create cannot be limited to a name; reading and
