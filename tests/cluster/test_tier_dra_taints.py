@@ -12,18 +12,30 @@ DeviceClass and one ResourceSlice per node (what the driver publishes), and each
 status.allocation + reservedFor, written by this test as a DRA scheduler would once Volcano
 bound the pod (the fake kubelet runs pods whatever their claims). The taint is set on the slice
 as Neuron's "isolate faulty devices" guide has the driver set it.
+
+1. Played pods (make test-cluster, ~20 s): an elastic 3-node job shrinks to 2 off the tainted
+   node; kube-controller-manager's eviction, postponed by the toleration, is cancelled.
+2. The real trainer (TRAINIUM_E2E_FAULTS=1, minutes): the gang's trainers get SIGTERM,
+   checkpoint and exit 143; the new gang resumes from that checkpoint without the node.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
+import urllib.error
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
+
+import pytest
 
 from cluster import Cluster, wait_until
 from harness import OperatorProcess
 from jobs import TJ, create, fsx_claim, get, small_job
 from kubelet import Behavior, FakeKubelet, Metrics
+from realtrainer import OPT_IN, TRN2_48XLARGE, log_events, tiny_bert, volume
 from trainium_operator.manifests import dra
 
 Obj = dict[str, Any]
@@ -41,10 +53,10 @@ def slice_name(ns: str, node: str) -> str:
     return f"{node}-{ns}"[:63]
 
 
-def device_slice(ns: str, node: str, taint: bool = False) -> Obj:
+def device_slice(ns: str, node: str, taint: bool = False, kind: str = "trn1.32xlarge") -> Obj:
     """The driver's slice of one node: its 16 devices, the first tainted if asked."""
     devices: list[Obj] = [
-        {"name": f"neuron-{i}", "attributes": {"instanceType": {"string": "trn1.32xlarge"}}}
+        {"name": f"neuron-{i}", "attributes": {"instanceType": {"string": kind}}}
         for i in range(DEVICES)
     ]
     if taint:
@@ -109,20 +121,32 @@ def test_a_device_taint_on_a_dra_gangs_claim_takes_the_node_out_before_the_evict
     cluster: Cluster, kubelet: FakeKubelet, running_operator: OperatorProcess, ns: str
 ) -> None:
     fsx_claim(cluster, ns)
+    for node in POOL_NODES:
+        label(cluster, node, ns)
+    try:
+        with driver(cluster, ns, POOL_NODES, "trn1.32xlarge"):
+            _shrinks_off_the_tainted_node(cluster, kubelet, ns)
+    finally:
+        for node in POOL_NODES:
+            label(cluster, node, None)
+
+
+@contextlib.contextmanager
+def driver(cluster: Cluster, ns: str, nodes: tuple[str, ...], kind: str) -> Iterator[None]:
+    """What the Neuron DRA driver publishes: its DeviceClass and a slice per node (then gone)."""
     selector = {"cel": {"expression": f"device.driver == '{dra.DRIVER}'"}}
     cluster.apply({"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
                    "metadata": {"name": dra.DEVICE_CLASS},
                    "spec": {"selectors": [selector]}})  # fmt: skip
-    for node in POOL_NODES:
-        label(cluster, node, ns)
     try:
-        cluster.apply(*(device_slice(ns, node) for node in POOL_NODES))
-        _shrinks_off_the_tainted_node(cluster, kubelet, ns)
+        cluster.apply(*(device_slice(ns, node, kind=kind) for node in nodes))
+        yield
     finally:
-        for node in POOL_NODES:
-            label(cluster, node, None)
+        for node in nodes:
             cluster.kubectl("delete", "resourceslice", slice_name(ns, node),
                             "--ignore-not-found", check=False)  # fmt: skip
+        cluster.kubectl("delete", "deviceclass", dra.DEVICE_CLASS, "--ignore-not-found",
+                        check=False)  # fmt: skip
 
 
 def _shrinks_off_the_tainted_node(cluster: Cluster, kubelet: FakeKubelet, ns: str) -> None:
@@ -173,3 +197,79 @@ def _shrinks_off_the_tainted_node(cluster: Cluster, kubelet: FakeKubelet, ns: st
 def _all_allocated(cluster: Cluster, ns: str) -> bool:
     claims = _items(cluster, "resourceclaims.resource.k8s.io", ns)
     return bool(claims) and all((c.get("status") or {}).get("allocation") for c in claims)
+
+
+THIRD = "trn2-dra-2"
+STEPS = 64
+
+
+@pytest.fixture
+def third_trn2(kubelet: FakeKubelet, trn2_nodes: tuple[str, ...]) -> Iterator[str]:
+    """A third trn2.48xlarge node: the gang of two has somewhere to go without a tainted one."""
+    kubelet.add_node(THIRD, TRN2_48XLARGE)
+    yield THIRD
+    with contextlib.suppress(urllib.error.URLError):
+        kubelet.remove_nodes((THIRD,))
+
+
+@OPT_IN
+def test_the_real_trainer_checkpoints_on_a_device_taint_and_resumes_without_the_node(
+    cluster: Cluster,
+    running_pods: FakeKubelet,
+    trn2_nodes: tuple[str, ...],
+    third_trn2: str,
+    running_operator: OperatorProcess,
+    ns: str,
+) -> None:
+    """The real trainer (the kubelet's running mode; TRAINIUM_E2E_FAULTS=1): a 2-node DRA job
+    trains, a device its claim holds is tainted NoExecute; every trainer gets the operator's
+    SIGTERM, checkpoints and exits 143 (no eviction came first); the new gang runs on the
+    two other nodes, resumes from that checkpoint and finishes; no retry is spent."""
+    kubelet = running_pods
+    fsx_claim(cluster, ns)
+    body = tiny_bert("sick", ns, STEPS, ("--checkpoint-every", "1000"), devices="dra")
+    # The tier's kubelet gives a pod /dev/neuron* for the device plugin's resource only (a DRA
+    # driver's CDI spec would for a claim): the preflight, which counts them, is off here.
+    body["spec"].update(precompile={"policy": "Never"}, preflight=False)
+    with driver(cluster, ns, (*trn2_nodes, third_trn2), TRN2_48XLARGE.name):
+        create(cluster, body)
+
+        def step() -> int:
+            allocate(cluster, ns)
+            status = (get(cluster, TJ, "sick", ns) or {}).get("status") or {}
+            return int((status.get("progress") or {}).get("step") or 0)
+
+        wait_until(lambda: step() >= 3 and _all_allocated(cluster, ns), 300, "training", every=1)
+        first = list(kubelet.runs(ns))
+        bad = sorted({r.pod["spec"]["nodeName"] for r in first})[0]
+        cluster.apply(device_slice(ns, bad, taint=True, kind=TRN2_48XLARGE.name))
+        wait_until(lambda: all(r.done.is_set() for r in first), 120, "the first gang stopped")
+        codes = [(r.pod["metadata"]["name"], b.exit_code) for r in first for b in r.containers]
+        assert all(code == 143 for _, code in codes), codes
+        said = "\n".join(r.message(b) for r in first for b in r.containers)
+        report = [json.loads(ln) for ln in said.splitlines() if "trainiumCheckpoint" in ln]
+        assert report and "stopped:" in said, said
+        kept = int(report[-1]["trainiumCheckpoint"]["step"])
+        assert 0 < kept < STEPS, report
+
+        def done() -> Obj | None:
+            allocate(cluster, ns)
+            job = get(cluster, TJ, "sick", ns) or {}
+            return job if (job.get("status") or {}).get("phase") == "Succeeded" else None
+
+        job = wait_until(done, 400, "the job Succeeded without the tainted node", every=1)
+    status = job["status"]
+    assert [(e["node"], e["reason"]) for e in status["excludedNodes"]] == [(bad, "NodeUnhealthy")]
+    assert status.get("restarts", 0) == 0 and status.get("disruptions") == 1, status
+    assert "NoExecute" in status["lastFailure"]["message"], status["lastFailure"]
+    again = [r for r in kubelet.runs(ns) if r not in first]
+    assert again and all(r.pod["spec"]["nodeName"] != bad for r in again), again
+    rank0 = next(r for r in again if r.pod["metadata"]["name"].endswith("-0"))
+    resumed = [e for e in log_events(rank0.containers[0].log.read_text())
+               if e.get("event") == "resumed"]  # fmt: skip
+    assert [e["step"] for e in resumed] == [kept], resumed
+    summary = json.loads((Path(volume(kubelet)) / "output" / "sick" / "summary.json").read_text())
+    assert summary["resumed_from_step"] == kept and summary["steps"] == STEPS, summary
+    evictions = {e["message"] for e in _items(cluster, "events", ns)
+                 if e.get("reason") == "DeviceTaintManagerEviction"}  # fmt: skip
+    assert evictions <= {"Cancelling deletion"}, evictions
