@@ -258,6 +258,14 @@ def test_the_real_trainer_checkpoints_on_a_device_taint_and_resumes_without_the_
             return job if (job.get("status") or {}).get("phase") == "Succeeded" else None
 
         job = wait_until(done, 400, "the job Succeeded without the tainted node", every=1)
+    _resumed_without(cluster, kubelet, ns, job, (first, bad, kept))
+
+
+def _resumed_without(
+    cluster: Cluster, kubelet: FakeKubelet, ns: str, job: Obj, stop: tuple[list[Any], str, int]
+) -> None:
+    """The job left `bad` (one disruption, no retry); its new gang resumed at `kept`."""
+    first, bad, kept = stop
     status = job["status"]
     assert [(e["node"], e["reason"]) for e in status["excludedNodes"]] == [(bad, "NodeUnhealthy")]
     assert status.get("restarts", 0) == 0 and status.get("disruptions") == 1, status
