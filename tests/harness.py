@@ -51,12 +51,15 @@ _VOLCANO = {
     "scheduling.volcano.sh/v1beta1/podgroups": ("PodGroup", True, ["pg", "podgroup-v1beta1"]),
     # Not in kmock's bundled (K3s) resources: spec.devices dra's template (resource.k8s.io/v1).
     "resource.k8s.io/v1/resourceclaimtemplates": ("ResourceClaimTemplate", True, []),
+    # ... and what a DRA job's device-taint watches read (cluster/devicetaints.py).
+    "resource.k8s.io/v1/resourceclaims": ("ResourceClaim", True, []),
+    "resource.k8s.io/v1/resourceslices": ("ResourceSlice", False, []),
 }
 
 
 def make_emulator(cls: type[K8sEmulator] = K8sEmulator) -> K8sEmulator:
     """An emulator with K3s's builtin resources plus Volcano's jobs, queues and podgroups (and
-    DRA's ResourceClaimTemplates)."""
+    DRA's ResourceClaimTemplates, ResourceClaims and ResourceSlices)."""
     k8s = cls()
     with warnings.catch_warnings():  # kmock 0.8 uses importlib.resources.read_binary
         warnings.simplefilter("ignore", DeprecationWarning)

@@ -26,6 +26,9 @@ CLUSTER_SCOPED = {
     # Kueue jobs: the admitted flavor's labels; the priority-class label's value
     ("kueue.x-k8s.io", "resourceflavors"): {"get", "list", "watch"},
     ("kueue.x-k8s.io", "workloadpriorityclasses"): {"get"},
+    # spec.devices dra: device taints on the slices, the devices our claims hold (one watch each)
+    ("resource.k8s.io", "resourceslices"): {"list", "watch"},
+    ("resource.k8s.io", "resourceclaims"): {"list", "watch"},
 }
 NAMESPACED = {
     ("trainium.dev", "trainiumjobs"): {"get", "list", "watch", "patch", "delete"},

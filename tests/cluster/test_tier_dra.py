@@ -4,7 +4,8 @@ claim from it are accepted (resource.k8s.io/v1 served; Volcano's webhooks admit 
 The tier has no Neuron DRA driver (no DeviceClass, no ResourceSlices) and its Volcano runs
 without DRA scheduling, so nothing here schedules: the Volcano jobs go through --dry-run=server
 (the API server's validation and Volcano's admission webhooks, nothing stored), the template is
-created for real and read back. A TrainiumJob created suspended owns them, so the operator (if
+created for real and read back (its bounded NoExecute toleration and the labels its claims
+get included). A TrainiumJob created suspended owns them, so the operator (if
 the session runs one) starts nothing for it.
 """
 
@@ -48,6 +49,9 @@ def test_a_dra_jobs_manifests_are_accepted_by_the_api_server(
     assert stored is not None, "the template was not stored"
     devices = stored["spec"]["spec"]["devices"]
     assert devices["requests"][0]["exactly"]["count"] == spec.instance.neuron_devices
+    # The bounded toleration of a NoExecute device taint (issue 42) is the v1 API's field.
+    assert devices["requests"][0]["exactly"]["tolerations"] == [dra.tolerate_eviction()]
+    assert stored["spec"]["metadata"]["labels"] == template["metadata"]["labels"]
     params = devices["config"][0]["opaque"]["parameters"]
     assert params["logicalNeuronCore"] == spec.effective_lnc
     assert stored["metadata"]["ownerReferences"][0]["uid"] == owner.uid

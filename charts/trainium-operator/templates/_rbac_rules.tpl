@@ -51,6 +51,13 @@ Nodes (read only). */}}
   # watch: a Node deleted (its instance gone) has its gang pods removed at once, not by PodGC
   # 40+ s later; get: a node missing from the watch is confirmed before its pods are removed
   verbs: [get, list, watch]
+- apiGroups: [resource.k8s.io]
+  resources: [resourceslices, resourceclaims]
+  # spec.devices dra, watched once a DRA job exists: the Neuron driver's slices (a field
+  # selector) and the gang pods' claims (our label, from the template; one watch of every
+  # namespace, so here with watchNamespaces too): a NoSchedule/NoExecute taint on a device a
+  # claim holds takes its node out
+  verbs: [list, watch]
 {{- end }}
 
 {{/* The operator's namespaced objects: its jobs and their children (removed by the garbage

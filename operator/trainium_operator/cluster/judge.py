@@ -25,6 +25,7 @@ from trainium_operator.domain import (
 )
 from trainium_operator.domain.failures import Failure
 from trainium_operator.domain.lifecycle import Child, Observed
+from trainium_operator.manifests import dra
 from trainium_operator.manifests.ownership import Owner
 
 Json = dict[str, Any]
@@ -72,7 +73,9 @@ def _watch(
     )  # fmt: skip
     watched = scrape.look(spec, owner, sight)
     gang = ((seen.train.job if seen.train else None) or {}).get("metadata", {}).get("name", "")
-    sick = nodehealth.look(owner, views.health, gang, nodes.names(previous))
+    sick = nodehealth.look(
+        owner, views.health, gang, nodes.names(previous), _device_taints(spec, owner, views)
+    )
     judged, slow = _stragglers(spec, owner, views, gang, previous, watched, seen)
     excluded, redo = supervise.gang_to_replace(
         seen.observed.failure, training, previous, watched.hung, sick or slow
@@ -83,6 +86,15 @@ def _watch(
         stragglers=judged.entries, straggler_flags=judged.flagged,
     )  # fmt: skip
     return seen, redo
+
+
+def _device_taints(spec: TrainiumJobSpec, owner: Owner, views: Views) -> nodehealth.Devices | None:
+    """A DRA job's device-taint verdicts (watched from its first pass on); None: not DRA."""
+    watches = views.devices
+    if watches is None or not dra.uses_dra(spec):
+        return None
+    watches.need()
+    return lambda pods: watches.verdicts(owner.namespace, pods)
 
 
 def _stragglers(

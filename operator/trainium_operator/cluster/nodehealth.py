@@ -9,7 +9,7 @@ request; outside the operator (no watches) no node health is judged. The verdict
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from trainium_operator.api import naming
@@ -18,14 +18,18 @@ from trainium_operator.domain.failures import Failure
 from trainium_operator.manifests.ownership import Owner
 
 Index = Mapping[Any, Iterable[Any]]
+#: The gang's pods -> node: why, for the nodes a DRA device taint says are unhealthy.
+Devices = Callable[[Sequence[health.GangPod]], Mapping[str, str]]
 #: Pod phases of a gang pod that still runs on its node (or is about to).
 _ON_NODE = frozenset({"Pending", "Running"})
 
 
 def look(
-    owner: Owner, indices: tuple[Index, Index] | None, gang: str, excluded: Sequence[str]
-) -> Failure | None:
-    """The first pod of the Volcano job `gang` on an unhealthy node not yet kept out."""
+    owner: Owner, indices: tuple[Index, Index] | None, gang: str, excluded: Sequence[str],
+    devices: Devices | None = None,
+) -> Failure | None:  # fmt: skip
+    """The first pod of the Volcano job `gang` on an unhealthy node not yet kept out (`devices`:
+    the nodes whose DRA device the gang's claims hold is tainted, cluster/devicetaints.py)."""
     if indices is None or not gang:
         return None
     sick, pods = indices
@@ -35,6 +39,8 @@ def look(
         if isinstance(e, Mapping) and _live_of(e, gang)
     ]
     verdicts = {p.node: said for p in on if (said := _first(sick, p.node)) is not None}
+    if devices is not None:
+        verdicts = {**devices(on), **verdicts}
     return health.unhealthy(on, verdicts, excluded)
 
 

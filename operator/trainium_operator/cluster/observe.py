@@ -14,6 +14,7 @@ from trainium_operator.api import naming
 from trainium_operator.api.spec import TrainiumJobSpec
 from trainium_operator.cluster import fsx, gangs, k8s, reads, workloads
 from trainium_operator.cluster.cacheholder import compiling_elsewhere, entry_and_holder
+from trainium_operator.cluster.devicetaints import DeviceWatches
 from trainium_operator.cluster.eventlooks import (
     EventLook,
     failed_create,
@@ -71,6 +72,8 @@ class Views:
     orphans: tuple[Any, Any] | None = None  #: kopf's node names, our bound pods (orphans.py)
     #: kopf's unhealthy nodes and our bound pods (cluster/nodehealth.py); None: not watched.
     health: tuple[Any, Any] | None = None
+    #: Our DRA claims and Neuron's ResourceSlices, watched (cluster/devicetaints.py); None: not.
+    devices: DeviceWatches | None = None
     #: The job's Kueue opt-in (its labels, manifests/workload.opt_in); None: Kueue plays no part.
     kueue: Kueue | None = None
 

@@ -4,6 +4,11 @@ The shape is AWS's (Neuron DRA driver, "AWS Neuron Dynamic Resource Allocation" 
 files, e.g. aws-neuron-eks-samples xl-lnc2-trn2-efa-rct.yaml): DeviceClass neuron.aws.com, devices
 selected by the driver's instanceType attribute, and an opaque NeuronConfig carrying the
 logicalNeuronCore. Every chip of the node goes to the one pod there, as with the device plugin.
+
+The request tolerates a `NoExecute` device taint for TOLERATION_SECONDS: kube-controller-manager's
+device-taint eviction would otherwise delete the pod at once, before the operator's SIGTERM lets
+the trainer checkpoint (the operator reads the taint itself: cluster/devicetaints.py). The claims
+carry the job's labels and owner annotations (the template's spec.metadata) so a watch finds ours.
 """
 
 from __future__ import annotations
@@ -23,6 +28,15 @@ NEURON_CONFIG_API = "neuron.aws.com/v1"
 #: The request's name in the template, and the claim's name in the pod spec.
 REQUEST = "neurons"
 CLAIM = "neuron"
+#: The pods' termination grace (Kubernetes' default: the pod spec sets none): the trainer's
+#: SIGTERM checkpoint must land within it.
+POD_GRACE_SECONDS = 30
+#: Seconds the operator has to see a NoExecute device taint and stop the gang itself (watch
+#: event, pass, the Volcano job's delete), however busy the cluster.
+REACTION_SECONDS = 30
+#: How long a claim's request tolerates a NoExecute device taint before the eviction deletes
+#: the pod: the operator's reaction, then a whole grace period for the checkpoint.
+TOLERATION_SECONDS = REACTION_SECONDS + POD_GRACE_SECONDS
 
 
 def uses_dra(spec: TrainiumJobSpec) -> bool:
@@ -40,8 +54,17 @@ def _request(spec: TrainiumJobSpec) -> Json:
             "allocationMode": "ExactCount",
             "count": inst.neuron_devices,
             "selectors": [{"cel": {"expression": selector}}],
+            "tolerations": [tolerate_eviction()],
         },
     }
+
+
+def tolerate_eviction() -> Json:
+    """Every NoExecute device taint, for a bounded time: the operator's checkpoint first.
+
+    NoSchedule is not tolerated: a new claim is never allocated a device marked faulty.
+    """
+    return {"operator": "Exists", "effect": "NoExecute", "tolerationSeconds": TOLERATION_SECONDS}
 
 
 def _lnc_config(spec: TrainiumJobSpec) -> list[Json]:
@@ -62,11 +85,12 @@ def build_claim_template(spec: TrainiumJobSpec, metadata: Json) -> Json:
     config = _lnc_config(spec)
     if config:
         devices["config"] = config
+    claims = {k: copy.deepcopy(metadata[k]) for k in ("labels", "annotations") if k in metadata}
     return {
         "apiVersion": RESOURCE_API,
         "kind": "ResourceClaimTemplate",
         "metadata": copy.deepcopy(metadata),
-        "spec": {"spec": {"devices": devices}},
+        "spec": {"metadata": claims, "spec": {"devices": devices}},
     }
 
 

@@ -24,8 +24,8 @@ import kopf
 
 from trainium_operator.api import naming
 from trainium_operator.api.crd import GROUP, PLURAL, VERSION
+from trainium_operator.cluster import devicetaints, k8s, watches
 from trainium_operator.cluster import election as lease_io
-from trainium_operator.cluster import k8s, watches
 from trainium_operator.cluster.reconcile import reconcile
 from trainium_operator.domain import events, health
 from trainium_operator.domain.status import clip, one_line
@@ -80,6 +80,7 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any) -
     passes.reads.precompiles = kwargs["precompiles"]
     passes.reads.nodes, passes.reads.gang_pods = kwargs["node_names"], kwargs["gang_pods"]
     passes.reads.node_health = kwargs["node_health"]
+    passes.reads.devices = _device_watches(passes, kwargs["gang_pods"])
     memo.kueue_watches = kueuewatch.start(passes)  # ours, not kopf's: outside its barrier
     lease = os.environ.get(leadership.LEASE_ENV)
     passes.start(paused=bool(lease))
@@ -87,6 +88,16 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any) -
     if lease:
         settings.posting.enabled = False  # kopf's own Events (a handler's error): in a term only
         memo.election = _elect(lease, passes, settings)
+
+
+def _device_watches(passes: Passes, bound: kopf.Index[Any, Key]) -> devicetaints.DeviceWatches:
+    """DRA claims and slices, watched from the first DRA job's pass on (none before)."""
+
+    def wake_node(node: str) -> None:
+        for key in set(bound.get(("node", node), ())):
+            passes.wake(key)
+
+    return devicetaints.DeviceWatches(passes.wake, wake_node)
 
 
 def _elect(lease: str, passes: Passes, settings: kopf.OperatorSettings) -> leadership.Election:
@@ -126,6 +137,8 @@ def shutdown(memo: kopf.Memo, **_: Any) -> None:
         watch.stop(timeout=0)  # daemon threads: a watch request ends with the process
     passes = getattr(memo, "passes", None)
     if passes is not None:
+        if passes.reads.devices is not None:
+            passes.reads.devices.stop()
         passes.stop()
     election = getattr(memo, "election", None)
     if election is not None:  # after the passes: they wrote inside our term until now

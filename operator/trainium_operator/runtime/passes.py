@@ -22,6 +22,7 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 
 from trainium_operator.cluster import inuse, k8s, reads, storage
+from trainium_operator.cluster.devicetaints import DeviceWatches
 from trainium_operator.cluster.observe import Views
 from trainium_operator.cluster.reads import Indices, Kind, Overlay, Reader, Unwatched, WatchReader
 from trainium_operator.cluster.reconcile import Emit, Outcome, StaleRead
@@ -105,6 +106,8 @@ class Reads:
     gang_pods: Mapping[Any, Any] | None = None
     #: Unhealthy nodes and why (a kopf index, watches.node_health), once handed over.
     node_health: Mapping[Any, Any] | None = None
+    #: DRA claims and slices, watched once a DRA job needs them (cluster/devicetaints.py).
+    devices: DeviceWatches | None = None
 
     def reader(self, *, fresh: bool) -> Reader | None:
         """A reader for one pass; None before the indices exist (the pass reads with GETs)."""
@@ -319,7 +322,7 @@ class Passes:
         health = (sick, pods) if sick is not None and pods is not None else None
         return replace(
             views, reader=read, pods_watched=True, precompiles=precompiles, fresh=fresh,
-            orphans=bound, health=health,
+            orphans=bound, health=health, devices=self.reads.devices,
         )  # fmt: skip
 
     def _failed(self, key: Key, record: JobRecord, exc: Exception) -> None:
