@@ -29,6 +29,8 @@ CLUSTER_SCOPED = {
     # spec.devices dra: device taints on the slices, the devices our claims hold (one watch each)
     ("resource.k8s.io", "resourceslices"): {"list", "watch"},
     ("resource.k8s.io", "resourceclaims"): {"list", "watch"},
+    # our Workloads: one watch of every namespace (the operator keeps those of its namespaces)
+    ("kueue.x-k8s.io", "workloads"): {"list", "watch"},
 }
 NAMESPACED = {
     ("trainium.dev", "trainiumjobs"): {"get", "list", "watch", "patch", "delete"},
@@ -42,8 +44,8 @@ NAMESPACED = {
     ("", "events"): {"list"},
     ("coordination.k8s.io", "leases"): {"get", "list", "watch", "create", "patch", "delete"},
     ("resource.k8s.io", "resourceclaimtemplates"): {"create"},
-    # Kueue jobs own a Workload per stage (watched), mark it Finished, name a missing LocalQueue
-    ("kueue.x-k8s.io", "workloads"): {"get", "list", "watch", "create", "patch", "delete"},
+    # Kueue jobs own a Workload per stage (watched above), mark it Finished, name a LocalQueue
+    ("kueue.x-k8s.io", "workloads"): {"get", "create", "patch", "delete"},
     ("kueue.x-k8s.io", "workloads/status"): {"patch"},
     ("kueue.x-k8s.io", "localqueues"): {"get"},
 }
@@ -58,6 +60,15 @@ def flat(role: dict[str, Any]) -> dict[tuple[str, str], set[str]]:
     return out
 
 
+def union(*rules: dict[tuple[str, str], set[str]]) -> dict[tuple[str, str], set[str]]:
+    """Verb sets per (group, resource), merged as one role holding every rule would."""
+    out: dict[tuple[str, str], set[str]] = {}
+    for one in rules:
+        for key, verbs in one.items():
+            out.setdefault(key, set()).update(verbs)
+    return out
+
+
 def named(docs: list[dict[str, Any]], kind: str, suffix: str) -> list[dict[str, Any]]:
     return [d for d in by_kind(docs, kind) if d["metadata"]["name"].endswith(suffix)]
 
@@ -67,7 +78,7 @@ def test_default_cluster_roles_are_exactly_framework_and_application(helm_bin: P
     [framework] = named(docs, "ClusterRole", "-framework")
     [application] = named(docs, "ClusterRole", "-application")
     assert flat(framework) == FRAMEWORK | ELECTION
-    assert flat(application) == CLUSTER_SCOPED | NAMESPACED
+    assert flat(application) == union(CLUSTER_SCOPED, NAMESPACED)
     assert not by_kind(docs, "Role")
     [standalone] = named(
         render("peering.enabled=false", "replicaCount=1"), "ClusterRole", "-framework"

@@ -53,6 +53,8 @@ CLAIM_TEMPLATES = "resource.k8s.io/v1/resourceclaimtemplates"
 OPERATOR_CLIENTS = {"kopf", "trainium-operator"}
 CLUSTER_SCOPED = {"persistentvolumes", "queues", "customresourcedefinitions", "namespaces",
                   "nodes"}  # fmt: skip
+#: The user agent our own watches' client sends (cluster/k8s.side_client("watch")).
+OWN_WATCH = "(watch)"
 SUBJECT = Subject("t-trainium-operator", "ops")  # what render() names the ServiceAccount
 Obj = dict[str, Any]
 #: Granted to the operator but used by no request of this session: (verb, group, resource) and
@@ -444,10 +446,12 @@ def test_namespaced_roles_allow_the_requests_in_watched_namespaces(
     namespaces = sorted({r.namespace for r in operator_requests if r.namespace})
     docs = render("watchNamespaces={" + ",".join(namespaces) + "}", *STANDALONE)
     # With watchNamespaces kopf lists/watches per namespace, never across all of them: only
-    # requests inside the watched namespaces and on cluster-scoped resources apply.
+    # requests inside the watched namespaces, on cluster-scoped resources, and our own watches'
+    # (Kueue's Workloads, DRA claims: one request across every namespace in either mode) apply.
     relevant = [
         r for r in operator_requests
-        if r.namespace in namespaces or (r.namespace is None and r.resource in CLUSTER_SCOPED)
+        if r.namespace in namespaces
+        or (r.namespace is None and (r.resource in CLUSTER_SCOPED or OWN_WATCH in r.user_agent))
     ]  # fmt: skip
     assert any(r.namespace == NS for r in relevant)
     refused = denied(docs, relevant, SUBJECT)

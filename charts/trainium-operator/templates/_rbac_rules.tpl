@@ -41,6 +41,11 @@ Nodes (read only). */}}
   # a Kueue job's admission names its flavor: its nodeLabels and tolerations reach the gang
   verbs: [get, list, watch]
 - apiGroups: [kueue.x-k8s.io]
+  resources: [workloads]
+  # our Workloads (our label), one watch of every namespace, so here with watchNamespaces too
+  # (the operator keeps those of its namespaces): a Workload's admission or eviction wakes its job
+  verbs: [list, watch]
+- apiGroups: [kueue.x-k8s.io]
   resources: [workloadpriorityclasses]
   # the kueue.x-k8s.io/priority-class label: its value goes on the Workload
   verbs: [get]
@@ -107,11 +112,11 @@ collector through ownerReferences, so no delete on children but a pod whose Node
 {{- if .Values.rbac.kueue }}
 - apiGroups: [kueue.x-k8s.io]
   resources: [workloads]
-  # a Kueue job (label kueue.x-k8s.io/queue-name) owns one Workload per stage; watch: its
-  # admission wakes the job; get: the whole Workload before its requeue; delete: an elastic
-  # job's Workload of a size it no longer runs at (as Kueue's job framework deletes one);
-  # patch: spec.active follows runPolicy.suspend (false releases the quota)
-  verbs: [get, list, watch, create, patch, delete]
+  # a Kueue job (label kueue.x-k8s.io/queue-name) owns one Workload per stage; get: the whole
+  # Workload before its requeue; delete: an elastic job's Workload of a size it no longer runs
+  # at (as Kueue's job framework deletes one); patch: spec.active follows runPolicy.suspend
+  # (false releases the quota); list/watch: with the cluster-scoped rules (one watch)
+  verbs: [get, create, patch, delete]
 - apiGroups: [kueue.x-k8s.io]
   resources: [workloads/status]
   # Finished when a stage ends (its quota is released at once); after an eviction, the

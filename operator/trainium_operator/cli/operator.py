@@ -76,6 +76,13 @@ def kopf_argv(argv: Sequence[str]) -> list[str]:
     return out
 
 
+def scope_env(namespaces: Sequence[str]) -> dict[str, str]:
+    """Our own watches keep to kopf's namespaces (runtime/scope.py); the handlers read this."""
+    from trainium_operator.runtime import scope
+
+    return {scope.NAMESPACES_ENV: ",".join(namespaces)} if namespaces else {}
+
+
 def cmd_operator(argv: Sequence[str]) -> int:
     """`kopf run` of our handlers with the user's options (parsed here: --help is ours).
 
@@ -100,5 +107,6 @@ def cmd_operator(argv: Sequence[str]) -> int:
     footprint.cap_malloc_arenas()
     if a.lease:  # the startup handler reads it there (kopf runs our handlers module by name)
         os.environ[leadership.LEASE_ENV] = a.lease
+    os.environ.update(scope_env(a.namespace))
     kopf.cli.main(args=args, prog_name="trainium operator")
     return 0

@@ -14,7 +14,7 @@ from trainium_operator.cluster import inuse, kueueio
 from trainium_operator.cluster.ownwatch import KindIndex, OwnWatch
 from trainium_operator.cluster.reads import Kind, resource, slim
 from trainium_operator.manifests.ownership import LABEL_MANAGED_BY, MANAGED_BY
-from trainium_operator.runtime import pods
+from trainium_operator.runtime import pods, scope
 from trainium_operator.runtime.passes import Passes
 
 Json = dict[str, Any]
@@ -46,7 +46,7 @@ def _watch(passes: Passes, kind: Kind) -> OwnWatch:
 
     return OwnWatch(
         resource(kind), index, lister, watcher, on_event(passes, kind),
-        wants=_labelled(selector),
+        wants=_wanted(selector, scope.patterns()),
         on_state=lambda failing: passes.reads.unwatched.update(kind, failing),
         crd=lambda seconds: kueueio.crd_appears(plural, seconds),
     )  # fmt: skip
@@ -66,6 +66,12 @@ def on_event(passes: Passes, kind: Kind) -> Callable[[str, Json], None]:
                 passes.sweep_workload(str(meta.get("namespace") or ""), str(meta.get("name")))
 
     return changed
+
+
+def _wanted(selector: str, globs: list[str]) -> Callable[[Json], bool]:
+    """Labelled ours and in a namespace this operator watches (another operator's are its own)."""
+    labelled = _labelled(selector)
+    return lambda body: labelled(body) and scope.in_scope(body, globs)
 
 
 def _labelled(selector: str) -> Callable[[Json], bool]:
