@@ -118,7 +118,7 @@ def _run(
     owner, spec = looked.owner, looked.spec
     seen, observed, counted = judge.judge(body, spec, looked.seen, views)
     seen, observed, sized, shrink_in = _elastic(looked, seen, observed, views.now)
-    spared = judge.spares_status(body, spec, owner, seen, views.now, emit, looked.lost)
+    spared = judge.spares_status(body, spec, owner, seen, views, emit, looked.lost, observed)
     decision = _decided(observed, looked, read)
     if Action.STOP_TRAINING in decision.actions and _replacing(observed) and seen.train_uid:
         size = elastic.named(sized or {}, observed.resize) if observed.resize else None
