@@ -125,11 +125,15 @@ def test_a_second_bad_node_after_the_swap_needs_a_standing_replacement() -> None
 # --- judge.spares_status's wiring ---------------------------------------------------------------
 
 
-def test_the_stop_pass_records_the_bad_node_as_lost(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The pass that replaces the gang for a node fault puts the node on status.spares.lost,
-    looks at no Node (no gang waits), and tells nothing yet."""
+@pytest.mark.parametrize("reason", ["NodeUnhealthy", "Straggler", "PreflightFailed"])
+def test_the_stop_pass_records_the_bad_node_as_lost(
+    monkeypatch: pytest.MonkeyPatch, reason: str
+) -> None:
+    """The pass that replaces the gang for a node fault (a health signal, a straggler replaced
+    under spec.stragglers.replace, a verdict) puts the node on status.spares.lost, looks at no
+    Node (no gang waits), and tells nothing yet."""
     monkeypatch.setattr(sparesio, "standby", lambda *a: None)
-    failure = replace(make_failure("NodeUnhealthy", "node bad is unhealthy"), node="bad")
+    failure = replace(make_failure(reason, f"node bad: {reason}"), node="bad")
     observed = Observed(failure=failure, replace_gang=True)
     body = {"metadata": {"name": "bert", "namespace": "team-a", "uid": OWNER.uid},
             "status": {"spares": {"wanted": 1, "reserved": 1, "swaps": 0,
@@ -145,3 +149,28 @@ def test_the_stop_pass_records_the_bad_node_as_lost(monkeypatch: pytest.MonkeyPa
     for obs in (Observed(replace_gang=True), Observed(failure=failure)):
         out = judge.spares_status(body, SPEC, OWNER, Seen(obs), Views(now=NOW), print, (), obs)
         assert out is not None and "lost" not in out
+
+
+# --- the spare swap before the elastic shrink ---------------------------------------------------
+
+
+@pytest.mark.parametrize("schedulable", range(0, 6))
+def test_the_spare_swap_and_the_elastic_shrink_never_both_take_a_count(schedulable: int) -> None:
+    """An elastic job with spares, its next gang waiting past shrinkAfterSeconds: a count that
+    holds the world size goes to a spare (the shrink waits, the nodes hold it); one that does
+    not goes to the shrink (no spare can fill it); never both, whatever the count."""
+    from trainium_operator.domain import elastic
+    from trainium_operator.domain.model import Child
+
+    spec = spec_of(nodes=3, spares=1, elastic={"minNodes": 2, "globalBatchSize": 192,
+                                                "batchSizePerProcess": 1})  # fmt: skip
+    state = {"currentNodes": 3, "notFormedSince": "2026-11-29T03:00:00Z"}
+    look = elastic.Look(Child.PENDING, NOW, schedulable)
+    _, resize = elastic.step(spec, state, look)
+    swap = spares.decide(spec, spares.Gang(1, True, True, replicas=1), schedulable,
+                         ("bad", "NodeUnhealthy"), ["s"])  # fmt: skip
+    assert not (resize is not None and swap is not None)
+    if schedulable == 3:  # 4 nodes less the bad one: a spare's node takes its place
+        assert swap is not None and resize is None
+    if schedulable == 2:  # no spare's node left: the shrink to 2
+        assert swap is None and resize is not None and resize.new == 2
