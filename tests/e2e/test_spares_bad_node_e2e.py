@@ -4,7 +4,9 @@ The operator process against the emulator, standing in for Volcano and the kubel
 stopped and the next one keeps the node out (no retry spent); that gang waits on the two nodes
 left, so its reservation drops to them (a spare's node takes the bad node's place, the same
 world size); status.spares and SpareSwapped Events name the node, why, and the spare's node
-once a training pod runs on it; then the replacement spare is asked for.
+once a training pod runs on it; then the replacement spare is asked for. The second test: a
+straggler replaced under spec.stragglers.replace (rank 0's metrics served on loopback) takes the
+same swap, reason Straggler.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Any
 
 from test_elastic_e2e import POOL, node
 from test_operator_e2e import events, job, prerequisites, status, vcjob, wait_phase
+from test_progress_e2e import reading_operator, trainer  # noqa: F401 (its fixtures, used below)
 
 from harness import (
     EmulatorServer,
@@ -24,9 +27,25 @@ from harness import (
     train_gang,
     wait_for,
 )
+from trainium_trainer.live import LiveMetrics
 
 Obj = dict[str, Any]
 VCJOBS = "batch.volcano.sh/v1alpha1/jobs"
+
+
+def rank0_pod(k8s: EmulatorServer, ns: str, gang: str, port: int, on: str) -> None:
+    """Pod 0 of the gang on `on`, Running at 127.0.0.1, its metrics port moved to `port`."""
+    template = k8s.get(VCJOBS, ns, gang)["spec"]["tasks"][0]["template"]
+    spec = json.loads(json.dumps(template["spec"]))
+    spec["containers"][0]["ports"][0]["containerPort"] = port
+    name = f"{gang}-node-0"
+    apply({"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": name, "namespace": ns, **template["metadata"]},
+           "spec": {**spec, "nodeName": on}})  # fmt: skip
+    patch = {"status": {"phase": "Running", "podIP": "127.0.0.1",
+                        "conditions": [{"type": "Ready", "status": "True"}]}}  # fmt: skip
+    kubectl("patch", "pod", name, "-n", ns, "--subresource=status", "--type=merge",
+            "-p", json.dumps(patch))  # fmt: skip
 
 
 def gang_pod(k8s: EmulatorServer, ns: str, gang: str, task: int, index: int, on: str) -> None:
@@ -120,3 +139,59 @@ def test_a_node_marked_unhealthy_goes_to_the_spare_at_the_same_world_size(
     wait_for(lambda: k8s.get(VCJOBS, ns, gang)["spec"]["tasks"][1]["replicas"] == 1,
              timeout=30, what="the replacement spare asked for")  # fmt: skip
     assert status(ns, "sp").get("restarts", 0) == 0
+
+
+def test_a_straggler_replaced_at_a_checkpoint_goes_to_the_spare(
+    reading_operator: OperatorProcess,  # noqa: F811 (the fixture imported above)
+    ns: str,
+    k8s: EmulatorServer,
+    trainer: LiveMetrics,  # noqa: F811
+) -> None:
+    """spec.stragglers.replace: node 1 steps at 1.5x node 0 for the window, a checkpoint lands
+    after the flag: the gang leaves it (reason Straggler) and the spare's node takes its place."""
+    assert trainer.port is not None
+    n0, n1, n2 = (f"{ns}-n{i}" for i in range(3))
+    for name in (n0, n1, n2):
+        apply(node(name, ns))
+        conditions(name)
+    q = prerequisites(ns)
+    knobs = {"threshold": 1.1, "windowSeconds": 10, "replace": True}
+    apply(job(ns, "slow", q, spares=1, precompile={"policy": "Never"}, stragglers=knobs,
+              scheduling={"queue": q, "nodeSelector": {POOL: ns}}))  # fmt: skip
+    first = vcjob(k8s, ns, "slow-train")
+    simulate_vcjob_phase(ns, "slow-train", "Running")
+    wait_phase(ns, "slow", "Training")
+    trainer.log({"step": 5, "loss": 4.0})
+    trainer.node_steps({0: 1.0, 1: 1.5})
+    rank0_pod(k8s, ns, "slow-train", trainer.port, n0)
+    gang_pod(k8s, ns, "slow-train", 0, 1, n1)
+    gang_pod(k8s, ns, "slow-train", 1, 0, n2)
+
+    steps = [5]
+
+    def flagged() -> Obj | None:
+        """The flagged entry; meanwhile the trainer steps on (the operator reads each second)."""
+        steps.append(steps[-1] + 1)
+        trainer.log({"step": steps[-1], "loss": 4.0})
+        found = status(ns, "slow").get("stragglers") or []
+        return next((e for e in found if e.get("flaggedAt")), None)
+
+    entry = wait_for(flagged, timeout=40, interval=0.5, what="node 1 flagged")
+    assert entry["node"] == n1, entry
+    trainer.checkpoint(steps[-1])  # the next checkpoint: it is replaced now
+    trainer.log({"step": steps[-1] + 1, "loss": 4.0})
+
+    def replaced() -> Obj | None:
+        found = k8s.get(VCJOBS, ns, train_gang(k8s, ns, "slow"))
+        ours = found is not None and found["metadata"]["uid"] != first["metadata"]["uid"]
+        return found if ours else None
+
+    gang = wait_for(replaced, timeout=30, what="the gang without the slow node")["metadata"]["name"]
+    simulate_vcjob_phase(ns, gang, "Pending")
+    spares = wait_for(lambda: (s := status(ns, "slow").get("spares") or {}).get("swaps") and s,
+                      timeout=30, what="the swap")  # fmt: skip
+    last = spares["lastSwap"]
+    assert (last["node"], last["reason"], last["spares"]) == (n1, "Straggler", [n2]), last
+    st = status(ns, "slow")
+    assert [(e["node"], e["reason"]) for e in st["excludedNodes"]] == [(n1, "Straggler")]
+    assert st.get("restarts", 0) == 0 and k8s.get(VCJOBS, ns, gang)["spec"]["minAvailable"] == 2
