@@ -8,6 +8,11 @@ gang's reservation to the nodes left, so it forms again at 2 training nodes, the
 among them: no compile (the same cache entry), no runPolicy.maxRetries spent, status.spares
 and a SpareSwapped Event name the node; the gang asks for a replacement spare (Pending), which
 is reserved again once a node comes back. The second test loses node 0, the rendezvous host.
+The third marks a training node bad instead (Neuron's NeuronHealth condition True, HBM
+uncorrectable error, set as the node problem detector sets it): the gang is stopped first (its
+pods' graceful deletion: the trainer's SIGTERM, it checkpoints), before any pod failed on its
+own; the next gang keeps the node out and the spare's node takes its place at 2 nodes, no retry
+spent, status.spares.lastSwap naming the node, why, and the spare's node that took its place.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from cluster import Cluster, wait_until
 from harness import OperatorProcess
 from jobs import TJ, VCJOB, create, events, fsx_claim, get, small_job
 from kubelet import TRN1_32XLARGE, Behavior, FakeKubelet, Metrics
+from recorder import Recorder
 
 Obj = dict[str, Any]
 TRAINING = {"trainium.dev/stage": "train"}
@@ -170,7 +176,7 @@ def scenario(
     stages = {j["metadata"]["labels"].get("trainium.dev/stage") for j in _vcjobs(cluster, ns)}
     assert stages == {"train"}, stages
     told = [e for e in events(cluster, ns, name) if e["reason"] == "SpareSwapped"]
-    assert told and f"training node {lost} was lost (NodeGone)" in told[0]["message"], told
+    assert any(f"training node {lost} was lost (NodeGone)" in e["message"] for e in told), told
 
     # The replacement spare is asked for once the gang trains again: its pod waits for a node.
     def replacement() -> list[str] | None:
@@ -196,6 +202,80 @@ def scenario(
     gang = get(cluster, VCJOB, gang_name, ns) or {}
     assert gang["spec"]["minAvailable"] == 3, gang["spec"]
     assert training(cluster, ns) == now  # the training pods never stopped for it
+
+
+PODS = "/api/v1/namespaces/{ns}/pods"
+TJS = "/apis/trainium.dev/v1alpha1/namespaces/{ns}/trainiumjobs"
+
+
+def neuron_health(cluster: Cluster, node: str, bad: bool) -> None:
+    """Set the node condition as Neuron's node problem detector does (a status patch)."""
+    reason = "NeuronHasError_HBM_UNCORRECTABLE_ERROR" if bad else "NeuronHasNoError"
+    said = "kernel: NEURON_HW_ERR=HBM_UNCORRECTABLE_ERROR" if bad else "ok"
+    cond = {"type": "NeuronHealth", "status": "True" if bad else "False", "reason": reason,
+            "message": said}  # fmt: skip
+    cluster.kubectl("patch", "node", node, "--subresource=status", "--type=strategic",
+                    "-p", json.dumps({"status": {"conditions": [cond]}}))  # fmt: skip
+
+
+def test_a_node_turning_neuron_unhealthy_checkpoints_then_goes_to_the_spare(
+    cluster: Cluster, kubelet: FakeKubelet, running_operator: OperatorProcess, ns: str
+) -> None:
+    kubelet.plan(TRAINING, TRAINS, namespace=ns)
+    kubelet.plan(SPARE, STANDS_BY, namespace=ns)
+    bad = ""
+    with pool(cluster, kubelet, ns), Recorder(cluster.api, PODS.format(ns=ns)) as pods, \
+            Recorder(cluster.api, TJS.format(ns=ns)) as jobs:  # fmt: skip
+        try:
+            scheduling = {"queue": "test", "nodeSelector": {POOL: ns}}
+            create(cluster, small_job("sick", ns, nodes=2, spares=1, scheduling=scheduling,
+                                      args=["bert-pretrain", "--max-steps", "100000"]))  # fmt: skip
+            standing = lambda: (status_of(cluster, "sick", ns).get("spares") or {}).get("standby")  # noqa: E731
+            [spare_node] = wait_until(standing, 240, "training, the spare standing by", every=1)
+            first = training(cluster, ns)
+            bad = first["sick-train-node-1"]
+            began = time.monotonic()
+            neuron_health(cluster, bad, True)
+
+            def swapped() -> Obj | None:
+                status = status_of(cluster, "sick", ns)
+                last = (status.get("spares") or {}).get("lastSwap") or {}
+                now = training(cluster, ns)
+                back = len(now) == 2 and bad not in now.values()
+                return status if last.get("replacement") and back else None
+
+            status = wait_until(swapped, 300, "the spare's node training in its place", every=1)
+            took = time.monotonic() - began
+        finally:
+            if bad:
+                neuron_health(cluster, bad, False)
+    spares_ = status["spares"]
+    print(f"\nhealth swap: {bad} NeuronHealth True -> spare {spare_node} training {took:.1f} s")
+    last = spares_["lastSwap"]
+    assert (last["node"], last["reason"], last["spares"]) == (bad, "NodeUnhealthy", [spare_node])
+    assert last["replacement"] == spare_node and spares_["swaps"] == 1, spares_
+    assert spare_node in training(cluster, ns).values()
+    assert [(e["node"], e["reason"]) for e in status["excludedNodes"]] == [(bad, "NodeUnhealthy")]
+    assert status.get("restarts", 0) == 0 and status.get("disruptions") == 1, status
+    assert {j["metadata"]["labels"].get("trainium.dev/stage") for j in _vcjobs(cluster, ns)} == {
+        "train"
+    }  # the same cache entry: no compile
+    _stopped_before_swapped(pods.versions(), jobs.versions(), set(first))
+    told = [e["message"] for e in events(cluster, ns, "sick") if e["reason"] == "SpareSwapped"]
+    assert any(f"training node {bad} was taken out (NodeUnhealthy)" in m for m in told), told
+    assert any(f"spare on node {spare_node} took the place" in m for m in told), told
+
+
+def _stopped_before_swapped(pods: list[Any], jobs: list[Any], first: set[str]) -> None:
+    """The gang was told to stop (its pods' graceful deletion: SIGTERM) before the swap, and
+    no pod of the job failed but one being stopped."""
+    stopped = [v.rv for v in pods if v.name in first and v.obj["metadata"].get("deletionTimestamp")]
+    swaps = [v.rv for v in jobs if ((v.obj.get("status") or {}).get("spares") or {}).get("swaps")]
+    assert stopped and swaps and min(stopped) < min(swaps), (stopped[:1], swaps[:1])
+    failed = [v for v in pods if v.phase == "Failed"]
+    assert all(v.obj["metadata"].get("deletionTimestamp") for v in failed), [
+        v.name for v in failed if not v.obj["metadata"].get("deletionTimestamp")
+    ]
 
 
 def _iso_now() -> str:

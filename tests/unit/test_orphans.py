@@ -9,7 +9,7 @@ from kubernetes.client.exceptions import ApiException
 
 from trainium_operator.cluster import k8s, orphans
 from trainium_operator.cluster.reads import Kind
-from trainium_operator.domain import failures
+from trainium_operator.domain import budget, failures
 from trainium_operator.domain import orphans as decide
 from trainium_operator.domain.orphans import Orphan
 from trainium_operator.runtime.leadership import NotLeader
@@ -83,8 +83,13 @@ def test_the_patch_is_podgcs_condition_and_a_terminal_pod_is_only_deleted() -> N
 class Api:
     """core/v1 as far as orphans.py calls it: records each call."""
 
-    def __init__(self, nodes: set[str], missing: set[str] = frozenset()) -> None:  # type: ignore[assignment]
+    def __init__(
+        self, nodes: set[str], missing: set[str] = frozenset(),  # type: ignore[assignment]
+        deleted_by: dict[str, int] | None = None,
+    ) -> None:  # fmt: skip
         self.nodes, self.missing, self.calls = nodes, missing, []  # type: ignore[var-annotated]
+        #: Pods someone else deletes (404) or replaces (409) between our status patch and delete.
+        self.deleted_by = deleted_by or {}
 
     def read_node(self, name: str, **_: Any) -> Any:
         self.calls.append(("read_node", name))
@@ -100,6 +105,8 @@ class Api:
 
     def delete_namespaced_pod(self, name: str, ns: str, **kw: Any) -> Any:
         self.calls.append(("delete", name, kw["body"]))
+        if name in self.deleted_by:
+            raise ApiException(status=self.deleted_by[name])
         return {}
 
 
@@ -146,6 +153,25 @@ def test_a_pod_already_gone_is_neither_deleted_nor_told(monkeypatch: pytest.Monk
     count, emitted = run(monkeypatch, api, indices(pod("p1", "gone")))
     assert (count, emitted) == (0, [])
     assert [c[0] for c in api.calls] == ["read_node", "patch_status"]
+
+
+@pytest.mark.parametrize("code", [404, 409])
+def test_a_pod_we_failed_that_its_gangs_restart_deleted_first_still_names_its_node(
+    monkeypatch: pytest.MonkeyPatch, code: int
+) -> None:
+    # The tier's interleaving: our status patch fails the pod (DeletionByPodGC), Volcano's
+    # RestartJob deletes the gang's pods at once, and our force-delete finds it gone (404) or
+    # its name already the restarted gang's pod (409). The node is lost all the same: a spare
+    # swap must name it (status.spares.lost), and the Event tell it.
+    api = Api(nodes=set(), deleted_by={P1: code})
+    gone: list[Any] = []
+    emitted: list[Any] = []
+    monkeypatch.setattr(k8s, "core", lambda: api)
+    count = orphans.reap(JOB, indices(pod("p1", "gone")), lambda *a: emitted.append(a), LIVE, gone)
+    assert [c[0] for c in api.calls] == ["read_node", "patch_status", "delete"]
+    assert count == 1 and [o.node for o in gone] == ["gone"]
+    ((_body, _kind, reason, _message, _action),) = emitted
+    assert reason == "NodeGone"
 
 
 def test_without_the_watches_nothing_is_read_or_written(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -219,3 +245,35 @@ def test_a_pass_over_a_fleet_gang_on_live_nodes_parses_only_the_orphan(
                                                               nodes=live))  # fmt: skip
     assert count == 1
     assert [e["name"] for e in parsed] == ["j-train-node-1024-0"]
+
+
+def test_a_restart_for_a_pod_removed_for_its_node_is_a_disruption_though_no_pass_saw_it_fail() -> (
+    None
+):
+    # The pass that removes the pod lists the gang after Volcano's restart deleted it: no
+    # failed pod to see (the watch's Failed event trails). Without the removal as evidence the
+    # restart counted as Unknown: a runPolicy.maxRetries spent (main's tier run, restarts 1).
+    removed = [Orphan("ns", P1, "uid-p1", "gone", "Running")]
+    running, restarted = budget.Gang("g1", 0), budget.Gang("g1", 1)  # then Volcano restarted
+
+    def counted(failure: failures.Failure | None) -> tuple[int, int]:
+        first = budget.account(budget.Tally(), running, failure, 3)
+        tally = budget.account(first.tally, restarted, None, 3).tally  # no pod seen failed
+        return tally.restarts, tally.disruptions
+
+    assert counted(None) == (1, 0)  # what the removal alone left: a retry spent
+    seen = decide.explain(None, removed)
+    assert seen is not None and (seen.reason, seen.node) == ("Evicted", "gone")
+    assert counted(seen) == (0, 1)
+
+
+def test_a_disruption_already_seen_stays_and_no_removal_explains_nothing() -> None:
+    removed = [Orphan("ns", P1, "uid-p1", "gone")]
+    make_failure = failures.make_failure
+    preempted = make_failure("Preempted", "pod x: Preempted")
+    assert decide.explain(preempted, removed) is preempted
+    assert decide.explain(None, []) is None
+    oom = make_failure("OOMKilled", "pod y: OOMKilled")
+    assert decide.explain(oom, []) is oom
+    explained = decide.explain(oom, removed)
+    assert explained is not None and explained.reason == "Evicted"

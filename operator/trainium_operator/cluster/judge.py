@@ -118,14 +118,24 @@ def _stragglers(
 
 
 def spares_status(
-    body: Json, spec: TrainiumJobSpec, owner: Owner, seen: Seen, now: str, emit: Emit,
-    lost: tuple[str, ...],
+    body: Json, spec: TrainiumJobSpec, owner: Owner, seen: Seen, views: Views, emit: Emit,
+    lost: tuple[str, ...], observed: Observed,
 ) -> Json | None:  # fmt: skip
-    """status.spares; a swap (a spare's node for a lost one, same world size) made and told."""
+    """status.spares; a swap (a spare's node for a lost or bad one, same world size) made and
+    told, and the spare's node that joined the world told once seen."""
     previous = report.status_of(body)
-    found = spares.Seen(None, sparesio.standby(spec, owner, previous, seen), lost)
-    looked = sparesio.look(spec, owner, previous, seen, now, found)
+    out = observed.failure.node if observed.replace_gang and observed.failure else None
+    lost = (*lost, *spares.taken_out(spec, out, observed.replace_gang))
+    gang = ((seen.train.job if seen.train else None) or {}).get("metadata", {}).get("name", "")
+    training = nodehealth.gang_nodes(owner, views.health, gang) if views.health else None
+    found = spares.Seen(
+        None, sparesio.standby(spec, owner, previous, seen), lost,
+        None if training is None else sorted(set(training.values())),
+    )  # fmt: skip
+    looked = sparesio.look(spec, owner, previous, seen, views.now, found)
     if looked.swap is not None:
         message = spares.message(spec, looked.swap)
         emit(body, "Normal", spares.EVENT_REASON, message, events.RESTART)
+    elif said := spares.joined(previous, looked.status):
+        emit(body, "Normal", spares.EVENT_REASON, said, events.RESTART)
     return looked.status

@@ -91,20 +91,31 @@ def _node_exists(name: str) -> bool:
 
 
 def _remove(pod: Orphan) -> bool:
-    """Mark the pod Failed with PodGC's condition, then force-delete it; False: not ours now."""
+    """Mark the pod Failed with PodGC's condition, then force-delete it; False: not ours now.
+
+    Once our patch failed it, the pod is removed by us even if the delete then finds it gone or
+    its name taken: Volcano's restart of the gang deletes its pods within milliseconds of one
+    failing (RestartJob), often before our delete (seen on the tier)."""
     api, patch = k8s.core(), orphans.status_patch(pod, now_iso())
-    options = client.V1DeleteOptions(
-        grace_period_seconds=0, preconditions=client.V1Preconditions(uid=pod.uid)
-    )
+    failed = False
     try:
         if patch is not None:
             k8s.request(
                 api.patch_namespaced_pod_status, pod.name, pod.namespace, patch,
                 _content_type=STRATEGIC_MERGE, guarded=True,
             )  # fmt: skip
-        k8s.request(api.delete_namespaced_pod, pod.name, pod.namespace, body=options, guarded=True)
+            failed = True
+        k8s.request(api.delete_namespaced_pod, pod.name, pod.namespace, body=_options(pod),
+                    guarded=True)  # fmt: skip
     except ApiException as exc:
         if exc.status in (404, 409, 422):  # gone already, or another pod holds the name now
-            return False
+            return failed
         raise
     return True
+
+
+def _options(pod: Orphan) -> client.V1DeleteOptions:
+    """A force-delete of this pod only (its uid): never a pod that took its name since."""
+    return client.V1DeleteOptions(
+        grace_period_seconds=0, preconditions=client.V1Preconditions(uid=pod.uid)
+    )

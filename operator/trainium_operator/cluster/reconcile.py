@@ -37,7 +37,7 @@ from trainium_operator.domain import (
 )
 from trainium_operator.domain.lifecycle import Action, Decision, Observed, Phase
 from trainium_operator.domain.model import Rejection
-from trainium_operator.domain.orphans import Orphan
+from trainium_operator.domain.orphans import Orphan, explain
 from trainium_operator.domain.status import now_iso
 from trainium_operator.manifests import workload
 from trainium_operator.manifests.ownership import Owner
@@ -118,7 +118,7 @@ def _run(
     owner, spec = looked.owner, looked.spec
     seen, observed, counted = judge.judge(body, spec, looked.seen, views)
     seen, observed, sized, shrink_in = _elastic(looked, seen, observed, views.now)
-    spared = judge.spares_status(body, spec, owner, seen, views.now, emit, looked.lost)
+    spared = judge.spares_status(body, spec, owner, seen, views, emit, looked.lost, observed)
     decision = _decided(observed, looked, read)
     if Action.STOP_TRAINING in decision.actions and _replacing(observed) and seen.train_uid:
         size = elastic.named(sized or {}, observed.resize) if observed.resize else None
@@ -182,6 +182,9 @@ def _look(
         body = gangs.take_fresh_name(body, seen.name_taken.holder, read, emit)
         owner = gangs.owner_of(body["metadata"])
         seen = observe(staged, owner, views, lookup)
+    if gone:  # its restart is a disruption, even if Volcano deleted the pod before we saw it
+        failure = explain(seen.observed.failure, gone)
+        seen = replace(seen, observed=replace(seen.observed, failure=failure))
     lost = tuple(o.node for o in gone)
     return body, _Looked(owner, spec, staged, previous, named, seen, lost)
 

@@ -54,6 +54,7 @@ def look(
     lost = spares.lost_node(
         failure.node if failure else None, failure.reason if failure else None,
         [*spares.lost_since(previous), *found.lost],
+        {e["node"]: str(e.get("reason") or "") for e in nodes.excluded(previous)},
     )  # fmt: skip
     before = previous.get("spares") if isinstance(previous.get("spares"), Mapping) else {}
     stood = [str(n) for n in (before or {}).get("standby") or ()]
@@ -63,7 +64,7 @@ def look(
     elif job is not None and (again := spares.replenish(spec, gang, _standing(found))):
         patch(job, spec, *again)
     reserved = gang.reserved if gang is not None else None
-    view = spares.Seen(reserved, found.standby, found.lost)
+    view = spares.Seen(reserved, found.standby, found.lost, found.training)
     return Looked(spares.status(spec, previous, view, swap, now), swap)
 
 

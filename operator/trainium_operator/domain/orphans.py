@@ -13,11 +13,12 @@ follows: Volcano restarts a live gang; a gang being deleted finishes stopping.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from trainium_operator.api import naming
+from trainium_operator.domain.failures import NOT_CHARGED, Failure, make_failure
 from trainium_operator.domain.model import Child, from_volcano
 
 Json = dict[str, Any]
@@ -90,7 +91,7 @@ def status_patch(pod: Orphan, now: str) -> Json | None:
         "type": "DisruptionTarget",
         "status": "True",
         "reason": REASON,
-        "message": f"trainium-operator: node {pod.node} no longer exists",
+        "message": _said(pod),
         "lastTransitionTime": now,
     }
     return {
@@ -103,3 +104,19 @@ def event_message(pod: Orphan, outcome: str = RESTARTS) -> str:
     """The Event on the job: which node went, which pod goes, what follows."""
     then = "the gang restarts" if outcome == RESTARTS else f"its gang {gang_of(pod)} can stop"
     return f"node {pod.node} was deleted: its pod {pod.name} removed so {then}"
+
+
+def _said(pod: Orphan) -> str:
+    return f"trainium-operator: node {pod.node} no longer exists"
+
+
+def explain(failure: Failure | None, removed: Sequence[Orphan]) -> Failure | None:
+    """The gang's failure, the pods this pass removed for their deleted Node its evidence (a
+    disruption, as their DisruptionTarget says): Volcano's restart deletes such a pod within
+    milliseconds, often before a list or the pod watch shows it Failed (then the restart would
+    count as Unknown, spending a runPolicy.maxRetries). A disruption already seen stays."""
+    if not removed or (failure is not None and failure.reason in NOT_CHARGED):
+        return failure
+    pod = removed[-1]
+    said = f"pod {pod.name}: Evicted ({REASON}): {_said(pod)}"
+    return replace(make_failure("Evicted", said), node=pod.node)

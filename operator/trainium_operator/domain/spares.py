@@ -16,6 +16,16 @@ from the newest checkpoint. Once the gang runs again, its spare task goes back t
 pods: the replacement spare it asks for, Pending until a node has room (asked earlier, a spare
 pod could take a node a training pod needs: Volcano orders a job's pods, not us). Only with no
 spare reserved does the elastic shrink (or the whole-gang restart, waiting for a node) take over.
+
+A node marked bad rather than lost (health.py's signals, a node fault's verdict, a straggler
+replaced: stragglers.py) takes the same swap: the operator stops the gang (the trainer
+checkpoints on the SIGTERM) and creates the next one with the node kept out (supervise.py,
+nodes.py; a disruption, no runPolicy.maxRetries spent), and `taken_out` adds the node to
+status.spares.lost in that pass. The next gang asks for every spare at first, waits on the
+nodes left, and `decide` lowers its reservation like a restarted gang's: a spare's node holds
+the bad node's place, the swap naming the node and the class that marked it bad (its
+status.excludedNodes entry). Once the gang runs, `replacement` names on lastSwap the spare's
+node that joined the world (told in a second SpareSwapped Event, `joined`).
 """
 
 from __future__ import annotations
@@ -135,8 +145,9 @@ def message(spec: TrainiumJobSpec, swap: Swap) -> str:
     which = f"training node {swap.node}" if swap.node else "a training node"
     stood = f" (spares stood on {', '.join(swap.standby)})" if swap.standby else ""
     asked = spec.spares - swap.new
+    went = "was lost" if swap.reason == NODE_GONE else "was taken out"
     return (
-        f"{which} was lost ({swap.reason}): a spare's node takes its place{stood}; the gang "
+        f"{which} {went} ({swap.reason}): a spare's node takes its place{stood}; the gang "
         f"restarts at the same world size, {spec.nodes} nodes (no compile, no "
         "runPolicy.maxRetries spent), from the newest checkpoint; it reserves "
         f"{swap.new} of {spec.spares} spare(s) now and asks for {asked} replacement(s) once "
@@ -151,8 +162,10 @@ class Seen:
     reserved: int | None = None
     #: The nodes its spare pods stand by on.
     standby: Sequence[str] | None = None
-    #: Training nodes whose pods this pass removed because the Node is gone.
+    #: Training nodes whose pods this pass removed because the Node is gone (or taken_out).
     lost: Sequence[str] = ()
+    #: The nodes the live gang's training pods are bound to (None: not known in this pass).
+    training: Sequence[str] | None = None
 
 
 #: The CRD's maxItems of status.spares.lost.
@@ -175,6 +188,7 @@ def status(
     if seen.lost:
         out["lost"] = [*lost_since(previous), *seen.lost][-MAX_LOST:]
     if swap is None:
+        _joined(out, seen.training)
         return out
     # the spares it had joined the world or wait for a node: looked at again once it runs
     out.update(reserved=swap.new, swaps=int(out["swaps"]) + 1, lost=[], standby=[])
@@ -185,6 +199,46 @@ def status(
     return out
 
 
+def _joined(out: Json, training: Sequence[str] | None) -> None:
+    """lastSwap.replacement, once a training pod is seen on a node a spare stood on then."""
+    last = out.get("lastSwap")
+    if not isinstance(last, Mapping) or last.get("replacement") or training is None:
+        return
+    found = replacement(last, training)
+    if found:
+        out["lastSwap"] = {**last, "replacement": found}
+
+
+def replacement(last: Mapping[str, Any], training: Sequence[str]) -> str | None:
+    """The node that took the swapped node's place: one its spares stood on then that trains
+    now (the first by name when several do); None until seen, or if their nodes were unknown."""
+    stood = [n for n in last.get("spares") or () if isinstance(n, str)]
+    joined = sorted(set(stood) & set(training))
+    return joined[0] if joined else None
+
+
+def joined(previous: Mapping[str, Any], now: Mapping[str, Any] | None) -> str | None:
+    """The follow-up SpareSwapped Event's message when this pass named lastSwap.replacement."""
+    before = ((previous.get("spares") or {}) if isinstance(previous, Mapping) else {}).get(
+        "lastSwap"
+    ) or {}
+    last = (now or {}).get("lastSwap") or {}
+    found = last.get("replacement")
+    if not found or before.get("replacement") == found:
+        return None
+    which = f"training node {last['node']}" if last.get("node") else "the training node"
+    return (
+        f"the spare on node {found} took the place of {which} ({last.get('reason')}): it "
+        "trains in the world now, at the same world size"
+    )
+
+
+def taken_out(spec: TrainiumJobSpec, node: str | None, replacing: bool) -> tuple[str, ...]:
+    """The node a gang stopped for its fault leaves (health, verdict, straggler): a spare may
+    take its place, so it joins status.spares.lost as a lost node does (none: no spares)."""
+    return (node,) if spec.spares > 0 and replacing and node else ()
+
+
 def lost_since(previous: Mapping[str, Any]) -> list[str]:
     """Training nodes lost since the last swap (status.spares.lost), oldest first."""
     found = (previous.get("spares") or {}).get("lost") if isinstance(previous, Mapping) else None
@@ -192,13 +246,15 @@ def lost_since(previous: Mapping[str, Any]) -> list[str]:
 
 
 def lost_node(
-    failure_node: str | None, failure_reason: str | None, lost: Sequence[str] = ()
-) -> tuple[str, str]:
-    """(node, reason) a swap names: the latest training node whose pod the operator removed
-    because its Node is gone (NodeGone), else the node a node fault pointed at. An eviction's
-    node is not evidence: Volcano's restart stops every pod of the gang, on healthy nodes too."""
+    failure_node: str | None, failure_reason: str | None, lost: Sequence[str] = (),
+    excluded: Mapping[str, str] | None = None,
+) -> tuple[str, str]:  # fmt: skip
+    """(node, reason) a swap names: the latest training node lost since the last swap (NodeGone,
+    or the reason status.excludedNodes gives a node taken out: NodeUnhealthy, Straggler...),
+    else the node a node fault pointed at. An eviction's node is not evidence: Volcano's
+    restart stops every pod of the gang, on healthy nodes too."""
     if lost:
-        return lost[-1], NODE_GONE
+        return lost[-1], (excluded or {}).get(lost[-1]) or NODE_GONE
     if failure_node and failure_reason in NODE_FAULTS:
         return failure_node, str(failure_reason)
     return "", NODE_GONE
