@@ -1,4 +1,4 @@
-"""The spare swap at fleet size on the real-cluster tier: a lost node of an 8, 128, 1,024-node gang.
+"""The spare swap at fleet size on the real-cluster tier: a lost node of 8, 128, 1,024-node gangs.
 
     python bench/fleet_spares.py --cluster ASSETS [--sizes 8 128 1024] [--spares 2]
 
@@ -6,8 +6,9 @@ ASSETS is the tier's TRAINIUM_CLUSTER_ASSETS (default: that variable). The stage
 fleet_scale.py's (one control plane with real Volcano, fake trn1.32xlarge nodes without
 heartbeats, the operator as a process under a ServiceAccount token of its own, the bench's
 watches on pods, Volcano jobs, PodGroups and TrainiumJobs). The sizes run one after the other:
-the fleet grows to N + spares nodes (all of them the gang's: no free node), one TrainiumJob of N
-nodes and `--spares` spares (precompile Never; every pod runs until stopped) runs all its pods,
+the fleet grows to N nodes, and one TrainiumJob of N - spares training nodes and `--spares` spares
+(N pods: the CRD allows nodes + spares <= 1,024; every node the gang's, no free one; precompile
+Never; every pod runs until stopped) runs all its pods,
 then training pod 1's Node is deleted as EKS loses an instance (kubelet.lose_node). Every moment
 is the bench's monotonic clock when a watch event reached it:
 
@@ -99,9 +100,10 @@ class SwapWatches(Watches):
 class Swap:
     """One size's swap figures (None: not seen)."""
 
-    nodes: int
+    nodes: int  # the gang's pods (training and spares): the fleet's nodes
     loss: float
     node: str
+    training: int = 0
     removed: float | None = None
     restarting: float | None = None
     patched: float | None = None
@@ -143,8 +145,9 @@ def reads_writes(requests: Counter[str]) -> list[int]:
     return [reads, sum(verbs.values()) - reads - verbs["watch"]]
 
 
-HEADER = ["nodes", "loss->removed s", "removed->restarting s", "restarting->patched s",
-          "operator's share s", "patched->bound s", "loss->bound s", "loss->running s",
+HEADER = ["gang (nodes + spares)", "loss->removed s", "removed->restarting s",
+          "restarting->patched s", "operator's share s", "patched->bound s", "loss->bound s",
+          "loss->running s",
           "operator CPU s (loss->patched)", "reads", "writes"]  # fmt: skip
 TARGET_S = 2.0
 
@@ -161,10 +164,12 @@ class SwapStage(Stage):
         with self.watches.marks_lock:
             return self.watches.marks.setdefault(ns, Marks())
 
-    def swap(self, nodes: int, spares: int, recover_s: float) -> Swap:
-        """One job of `nodes` + `spares` on exactly that many nodes; a training node lost."""
-        self.grow(nodes + spares)
-        ns = job = f"spares-{nodes}"
+    def swap(self, size: int, spares: int, recover_s: float) -> Swap:
+        """One gang of `size` pods (size - spares training nodes, and the spares) on exactly
+        `size` nodes; a training node lost."""
+        self.grow(size)
+        nodes = size - spares
+        ns = job = f"spares-{size}"
         self.cluster.kubectl("create", "namespace", ns)
         fsx_claim(self.cluster, ns)
         assert self.kubelet is not None
@@ -178,12 +183,12 @@ class SwapStage(Stage):
         first = set(kubelet.running_uids(ns))
         pod = self.cluster.api.get(f"/api/v1/namespaces/{ns}/pods/{job}-train-node-1")
         cpu0, since = common.cpu_seconds(self.pid), utc_now()
-        out = Swap(nodes, time.monotonic(), pod["spec"]["nodeName"])
+        out = Swap(size, time.monotonic(), pod["spec"]["nodeName"], nodes)
         kubelet.lose_node(out.node)
         try:
-            self._timeline(out, ns, nodes + spares, first, recover_s, cpu0)
+            self._timeline(out, ns, size, first, recover_s, cpu0)
         except TimeoutError as exc:
-            out.notes.append(f"{nodes} nodes: {exc}")
+            out.notes.append(f"{size} nodes: {exc}")
         time.sleep(2)  # the audit log's last lines of the span
         self.audit.read()
         spans = self.audit.between(since, out.until or utc_now())
@@ -219,7 +224,7 @@ class SwapStage(Stage):
         if out.removed is not None:
             out.restarting = next((at for at, _u, _m, phase in list(marks().vcjob)
                                    if at >= out.removed and phase != "Running"), None)  # fmt: skip
-        n = out.nodes
+        n = out.training
 
         def formed(index: int) -> float | None:
             fresh = [
