@@ -15,12 +15,13 @@ is the bench's monotonic clock when a watch event reached it:
 - loss: just before the Node's DELETE is sent (so the operator's share below includes the DELETE's
   own round trip);
 - removed: the lost pod shown disrupted (the operator's DisruptionTarget patch, then its delete);
-- restarting: the Volcano job shown in a phase other than Running (Volcano's answer);
+- restarted: the Volcano job shown with its status.retryCount up (Volcano's restart of the gang,
+  its answer to the removal; until then the gang waits as Pending and no swap is due);
 - patched: the Volcano job shown with its minAvailable below N + spares (the operator's swap);
 - bound / running: the last of the N training pods of the gang formed again shown with
   spec.nodeName / Running.
 
-The operator's share = (removed - loss) + (patched - restarting); Volcano's restart between them
+The operator's share = (removed - loss) + (patched - restarted); Volcano's restart between them
 and its binding after the patch are Volcano's. Also the operator's CPU seconds from the loss to
 the patch and its requests in that span (the audit log). The lost node comes back after each size.
 """
@@ -59,8 +60,8 @@ class Marks:
 
     #: pod uid -> (when first shown disrupted, its node).
     disrupted: dict[str, tuple[float, str]] = field(default_factory=dict)
-    #: Volcano job events: (when, its uid, minAvailable, phase).
-    vcjob: list[tuple[float, str, int, str]] = field(default_factory=list)
+    #: Volcano job events: (when, its uid, minAvailable, phase, retryCount).
+    vcjob: list[tuple[float, str, int, str, int]] = field(default_factory=list)
     #: pod uid -> (name, when first shown bound, when first shown Running).
     pods: dict[str, list[Any]] = field(default_factory=dict)
 
@@ -79,8 +80,10 @@ class SwapWatches(Watches):
         with self.marks_lock:
             marks = self.marks.setdefault(meta.get("namespace", ""), Marks())
             if kind == "vcjobs":
-                phase = ((obj.get("status") or {}).get("state") or {}).get("phase", "")
-                marks.vcjob.append((at, meta["uid"], obj["spec"].get("minAvailable", 0), phase))
+                status = obj.get("status") or {}
+                phase = (status.get("state") or {}).get("phase", "")
+                least, retries = obj["spec"].get("minAvailable", 0), status.get("retryCount", 0)
+                marks.vcjob.append((at, meta["uid"], least, phase, retries))
             elif kind == "pods":
                 self._pod(marks, obj, at)
 
@@ -145,8 +148,8 @@ def reads_writes(requests: Counter[str]) -> list[int]:
     return [reads, sum(verbs.values()) - reads - verbs["watch"]]
 
 
-HEADER = ["gang (nodes + spares)", "loss->removed s", "removed->restarting s",
-          "restarting->patched s", "operator's share s", "patched->bound s", "loss->bound s",
+HEADER = ["gang (nodes + spares)", "loss->removed s", "removed->restarted s",
+          "restarted->patched s", "operator's share s", "patched->bound s", "loss->bound s",
           "loss->running s",
           "operator CPU s (loss->patched)", "reads", "writes"]  # fmt: skip
 TARGET_S = 2.0
@@ -208,22 +211,31 @@ class SwapStage(Stage):
         self, out: Swap, ns: str, gang: int, first: set[str], recover_s: float, cpu0: float
     ) -> None:
         marks = lambda: self.marks(ns)  # noqa: E731
+        before = max((r for at, _u, _m, _p, r in list(marks().vcjob) if at < out.loss), default=0)
 
-        def patched() -> float | None:
-            for at, _uid, least, _phase in list(marks().vcjob):
-                if at >= out.loss and least < gang:
-                    return at
-            return None
+        def removed() -> float | None:
+            lost = [at for at, node in list(marks().disrupted.values())
+                    if node == out.node and at >= out.loss]  # fmt: skip
+            return min(lost, default=None)
 
-        out.patched = wait_until(patched, 120, "the swap's patch", every=0.2)
+        def vcjob(test: Any) -> float | None:
+            return next((at for at, _u, least, _p, retries in list(marks().vcjob)
+                         if at >= out.loss and test(least, retries)), None)  # fmt: skip
+
+        out.removed = wait_until(removed, 60, "the lost pod removed", every=0.2)
+        out.restarting = wait_until(lambda: vcjob(lambda _m, r: r > before), recover_s,
+                                    "Volcano's restart (retryCount up)", every=0.2)  # fmt: skip
+        out.patched = wait_until(lambda: vcjob(lambda m, _r: m < gang), 120, "the swap's patch",
+                                 every=0.2)  # fmt: skip
         out.cpu_s, out.until = common.cpu_seconds(self.pid) - cpu0, utc_now()
-        lost = [
-            at for at, node in marks().disrupted.values() if node == out.node and at >= out.loss
-        ]
-        out.removed = min(lost, default=None)
-        if out.removed is not None:
-            out.restarting = next((at for at, _u, _m, phase in list(marks().vcjob)
-                                   if at >= out.removed and phase != "Running"), None)  # fmt: skip
+        shown = [(round(at - out.loss, 3), m, phase, r) for at, _u, m, phase, r in marks().vcjob
+                 if at >= out.loss - 1]  # fmt: skip
+        print(
+            f"# {out.nodes}: the Volcano job after the loss (s, minAvailable, phase, "
+            f"retryCount): {shown[:40]}",
+            file=sys.stderr,
+            flush=True,
+        )
         n = out.training
 
         def formed(index: int) -> float | None:
@@ -245,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="the tier's binaries (default: $TRAINIUM_CLUSTER_ASSETS)")  # fmt: skip
     p.add_argument("--sizes", nargs="+", type=int, default=[8, 128, 1024])
     p.add_argument("--spares", type=int, default=2)
-    p.add_argument("--recover-per-node", type=float, default=0.6, metavar="S",
+    p.add_argument("--recover-per-node", type=float, default=0.4, metavar="S",
                    help="seconds per node (plus 120) for the gang to form again")  # fmt: skip
     p.add_argument("--operator-env", nargs="*", default=[], metavar="KEY=VALUE")
     args = common.parse(p, argv, sizes=[4])

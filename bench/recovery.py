@@ -28,11 +28,11 @@ bench (or, for a hang, the bench's own clock):
 
 (a) operator's share = restarted - visible; (b) Volcano's share = bound - restarted. A swap's (a)
 is the operator's two writes' waits: the loss to the lost pod's removal (`node->pod s`) plus the
-gang shown restarting (Volcano's answer to that removal) to the patch (`restarting->patch s`);
-Volcano's restart between them (`pod->restarting s`) is in total, not in (a). Elastic's
-(a) waits shrinkAfterSeconds by design (the gang may form again at its size), so its target is
-shrinkAfterSeconds + 2 s. A pool's lost node comes back after each repetition. A class is a
-`Scenario`: one more row is one more entry in CLASSES.
+gang shown restarted (retryCount up: Volcano's answer to that removal) to the patch
+(`restarted->patch s`); Volcano's restart between them (`pod->restarted s`) is in total, not in
+(a). Elastic's (a) waits shrinkAfterSeconds by design (the gang may form again at its size),
+so its target is shrinkAfterSeconds + 2 s. A pool's lost node comes back after each repetition.
+A class is a `Scenario`: one more row is one more entry in CLASSES.
 """
 
 from __future__ import annotations
@@ -229,15 +229,16 @@ def node_deleted(stage: Stage, trial: Trial) -> float | None:
 
 def swap_moments(stage: Stage, trial: Trial) -> None:
     """A swap's moments between the loss and the patch, from the Volcano job's events: the
-    gang shown restarting (Volcano's answer to the lost pod's removal), then the patch."""
+    gang shown restarted (status.retryCount up: Volcano's answer to the lost pod's removal;
+    until then it waits as Pending and no swap is due), then the patch."""
     assert trial.restarted is not None
     removed = trial.injected + trial.extra["node->pod s"]
-    vcjob = lambda job: job["metadata"]["uid"] == trial.vc_uid  # noqa: E731
-    restarting = first(stage.vcjobs.arrivals(trial.ns, removed), lambda job: vcjob(job) and (
-        (job.get("status") or {}).get("state") or {}).get("phase") != "Running")  # fmt: skip
+    restarted = lambda job: job["metadata"]["uid"] == trial.vc_uid and int(  # noqa: E731
+        (job.get("status") or {}).get("retryCount") or 0) > 0  # fmt: skip
+    restarting = first(stage.vcjobs.arrivals(trial.ns, removed), restarted)
     if restarting is not None:
-        trial.extra["pod->restarting s"] = restarting - removed
-        trial.extra["restarting->patch s"] = trial.restarted - restarting
+        trial.extra["pod->restarted s"] = restarting - removed
+        trial.extra["restarted->patch s"] = trial.restarted - restarting
     body = stage.get(f"{TJS}/namespaces/{trial.ns}/trainiumjobs/{trial.job}") or {}
     status = body.get("status") or {}  # no retry spent, one swap, the same gang
     trial.extra["restarts"] = float(status.get("restarts", 0))
@@ -246,8 +247,8 @@ def swap_moments(stage: Stage, trial: Trial) -> None:
 
 def swap_share(trial: Trial) -> float | None:
     """The operator's share of a swap: the loss to its removal of the lost pod, and the gang
-    shown restarting to its patch (Volcano's restart between the two is Volcano's)."""
-    parts = [trial.extra.get("node->pod s"), trial.extra.get("restarting->patch s")]
+    shown restarted to its patch (Volcano's restart between the two is Volcano's)."""
+    parts = [trial.extra.get("node->pod s"), trial.extra.get("restarted->patch s")]
     return None if None in parts else sum(parts)  # type: ignore[arg-type]
 
 
