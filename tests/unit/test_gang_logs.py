@@ -1,0 +1,81 @@
+"""A gang's failed pods' logs: a pass reads none the pod watch saw deleted or found gone."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from test_failures import ended, pod
+from test_runtime_passes import KEY, Script, runtime, step
+
+from trainium_operator.cluster import k8s
+from trainium_operator.cluster.gangpods import gang_failure
+from trainium_operator.manifests import ownership
+from trainium_operator.manifests.ownership import Owner
+from trainium_operator.runtime import pods
+
+OWNER = Owner("job", "ns", KEY)
+LABELS = {ownership.LABEL_STAGE: "train"}
+
+
+def shown(name: str, state: Any, *, deleting: bool = True) -> dict[str, Any]:
+    """A gang pod as its watch event shows it (a peer killed by its deletion by default)."""
+    meta: dict[str, Any] = {
+        "name": name, "namespace": "ns", "uid": f"uid-{name}",
+        "annotations": {ownership.ANNOTATION_OWNER_UID: KEY, pods.JOB_VERSION: "1"},
+        "ownerReferences": [{"kind": "Job", "name": "j", "uid": "vc-1", "controller": True}],
+    }  # fmt: skip
+    if deleting:
+        meta.update(deletionTimestamp="2026-01-01T00:00:00Z", deletionGracePeriodSeconds=30)
+    return {"metadata": meta, "spec": {}, "status": pod(name, state)["status"]}
+
+
+def test_a_pass_reads_no_log_of_a_pod_the_watch_saw_deleted_or_gone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """fleet_spares at 1,024 nodes: while Volcano restarted the gang (6 min), each pass read
+    up to 4 failed pods' logs (gangpods.MAX_LOGS) that the pod watch had seen deleted: 282
+    reads, 275 answered 404. A log read once, or known gone, is never read again."""
+    reads: list[str] = []
+    live = {"w-live"}  # every other pod is gone: its log read answers 404 (k8s gives [])
+
+    def read_log(ns: str, name: str, container: str, lines: int) -> list[str]:
+        reads.append(name)
+        return ["RuntimeError: boom"] if name in live else []
+
+    monkeypatch.setattr(k8s, "pod_log_tail", read_log)
+    script = Script()
+    passes = runtime(script)
+    killed = ended(137, at="2026-01-01T00:00:05Z")
+    by_passes: list[str] = []
+    for rnd in range(10):  # Volcano deletes the gang's pods a few at a time; a pass each time
+        for i in range(4):
+            peer = shown(f"w-{rnd}-{i}", killed)
+            asyncio.run(pods.changed(passes, "MODIFIED", peer, LABELS, None))
+            asyncio.run(pods.changed(passes, "DELETED", peer, LABELS, None))
+        watch_reads = len(reads)
+        assert step(passes)
+        views = script.views[-1]
+        gang_failure(OWNER, list(views.failed_pods), views.pod_logs)
+        by_passes += reads[watch_reads:]
+    assert by_passes == []  # before the fix: 4 a pass, 40 in these 10 passes
+    assert len(reads) == 8  # the watch's capped peer reads (records.PEER_LOGS), each once
+    # A pod the pass lists failed on its own, unseen by the watch: read once it is listed.
+    failed = shown("w-live", ended(1), deleting=False)
+    found = gang_failure(OWNER, [failed], script.views[-1].pod_logs)
+    assert reads[-1] == "w-live" and found is not None
+
+
+def test_a_log_read_empty_by_the_watch_is_not_read_again_by_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A 404 on the watch's read marks the pod's log gone; a later event reads nothing."""
+    passes = runtime(Script())
+    calls: list[str] = []
+    monkeypatch.setattr(k8s, "pod_log_tail", lambda ns, name, *_: calls.append(name) or [])
+    failed = shown("w-0", ended(1), deleting=False)
+    asyncio.run(pods.changed(passes, "MODIFIED", failed, LABELS, None))
+    asyncio.run(pods.changed(passes, "MODIFIED", failed, LABELS, None))
+    assert calls == ["w-0"]
+    assert passes.records.has_log(KEY, "uid-w-0")
