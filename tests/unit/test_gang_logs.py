@@ -13,7 +13,7 @@ from trainium_operator.cluster import k8s
 from trainium_operator.cluster.gangpods import gang_failure
 from trainium_operator.manifests import ownership
 from trainium_operator.manifests.ownership import Owner
-from trainium_operator.runtime import pods
+from trainium_operator.runtime import pods, records
 
 OWNER = Owner("job", "ns", KEY)
 LABELS = {ownership.LABEL_STAGE: "train"}
@@ -79,3 +79,21 @@ def test_a_log_read_empty_by_the_watch_is_not_read_again_by_it(
     asyncio.run(pods.changed(passes, "MODIFIED", failed, LABELS, None))
     assert calls == ["w-0"]
     assert passes.records.has_log(KEY, "uid-w-0")
+
+
+def test_a_pass_reads_no_killed_peer_the_watch_left_unread(monkeypatch: pytest.MonkeyPatch) -> None:
+    """fleet_spares at 128 after the fix above: 35 of 44 reads still 404, of killed peers past
+    the watch's cap (records.PEER_LOGS) listed or shown before their deletion event came."""
+    reads: list[str] = []
+    monkeypatch.setattr(k8s, "pod_log_tail", lambda ns, name, *_: reads.append(name) or [])
+    script = Script()
+    passes = runtime(script)
+    killed = ended(137, at="2026-01-01T00:00:05Z")
+    peers = [shown(f"w-{i}", killed) for i in range(20)]
+    for peer in peers:  # killed by their deletion; no DELETED event yet
+        asyncio.run(pods.changed(passes, "MODIFIED", peer, LABELS, None))
+    assert step(passes)
+    watch_reads = len(reads)
+    unread = peers[records.PEER_LOGS :]  # the peers the watch read are gone from the listing
+    gang_failure(OWNER, unread, script.views[-1].pod_logs)
+    assert reads[watch_reads:] == []  # before: the 4 first peers past the cap

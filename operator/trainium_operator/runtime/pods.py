@@ -108,6 +108,7 @@ async def _log_tail(passes: Passes, key: Key, pod: Json, instance: str) -> tuple
     if shown is not None and shown.reason in failures.GANG_DISRUPTIONS:
         return ()  # the disruption explains it: no log read delays telling the pass
     if failures.stopped_peer(pod) and not passes.records.peer_read(key, instance):
+        passes.records.log_gone(key, md["uid"])  # nor does a pass read it (gone by then: 404)
         return ()  # a peer stopped with its gang: the first few read say what the rest would
     try:
         job = passes.records.get(key)

@@ -68,8 +68,9 @@ class JobRecord:
     pod_logs: dict[str, tuple[str, ...]] = field(default_factory=dict)
     #: Log reads tried of killed peers, per gang instance (Volcano job uid and version).
     peer_reads: dict[str, int] = field(default_factory=dict)
-    #: Pods whose log is gone or read empty (pod uid): their DELETED event came, or a read
-    #: found nothing (404). A pass reads none of them (each pass read 4 at 1,024 nodes).
+    #: Pods whose log is gone, read empty or not worth a read (pod uid): their DELETED event
+    #: came, a read found nothing (404), or a killed peer past PEER_LOGS. A pass reads none
+    #: of them (each pass read 4 at 1,024 nodes, nearly all 404).
     logs_gone: dict[str, None] = field(default_factory=dict)
 
     @property
@@ -187,7 +188,7 @@ class Records:
             return record is not None and (uid in record.pod_logs or uid in record.logs_gone)
 
     def log_gone(self, key: Key, uid: str) -> None:
-        """A read of this pod's log found nothing (404: the pod went): it is not read again."""
+        """This pod's log is not to be read (again): a read found nothing (404), or peers tell."""
         with self.lock:
             record = self._by_key.get(key)
             if record is not None and uid not in record.pod_logs:
