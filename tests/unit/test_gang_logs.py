@@ -97,3 +97,18 @@ def test_a_pass_reads_no_killed_peer_the_watch_left_unread(monkeypatch: pytest.M
     unread = peers[records.PEER_LOGS :]  # the peers the watch read are gone from the listing
     gang_failure(OWNER, unread, script.views[-1].pod_logs)
     assert reads[watch_reads:] == []  # before: the 4 first peers past the cap
+
+
+def test_a_pass_reads_no_killed_peer_the_watch_has_not_seen_yet(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """fleet_spares at 128 after both fixes above: 42 of 48 reads still 404, one each of peers
+    the pass listed (exit 137, being deleted) before the lagging pod watch showed them."""
+    reads: list[str] = []
+    monkeypatch.setattr(k8s, "pod_log_tail", lambda ns, name, *_: reads.append(name) or [])
+    killed = ended(137, at="2026-01-01T00:00:05Z")
+    listed = [shown(f"w-{i}", killed) for i in range(20)]
+    gang_failure(OWNER, listed, {})
+    assert reads == []  # before: the first 4 listed
+    gang_failure(OWNER, [shown("w-own", ended(1), deleting=False)], {})
+    assert reads == ["w-own"]  # one that failed on its own is read

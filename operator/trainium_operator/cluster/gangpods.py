@@ -64,6 +64,8 @@ def gang_failure(
         name, uid = pod["metadata"]["name"], pod["metadata"].get("uid") or ""
         if container and len(logs) < MAX_LOGS and name not in logs:
             read = known.get(uid)
+            if read is None and failures.stopped_peer(pod):
+                read = ()  # killed with its gang: the pod watch read the few that tell (PEER_LOGS)
             logs[name] = read if read is not None else _read(owner, name, container)
     return failures.classify_gang(pods, logs)
 
