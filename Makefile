@@ -103,8 +103,9 @@ bench: $(STAMP) ## Benchmarks behind BENCHMARKS.md (BENCH_JOBS="100 500 1000")
 	else echo "bench/xla_graphs.py skipped: run make test-xla first (builds .venv-xla)"; fi
 	if [ -n "$(TRAINIUM_CLUSTER_ASSETS)" ]; then \
 	  $(BIN)/python bench/recovery.py --cluster "$(abspath $(TRAINIUM_CLUSTER_ASSETS))" && \
-	  $(BIN)/python bench/fleet_scale.py --cluster "$(abspath $(TRAINIUM_CLUSTER_ASSETS))"; \
-	else echo "bench/recovery.py, fleet_scale.py skipped: TRAINIUM_CLUSTER_ASSETS is not set (the real-cluster tier)"; fi
+	  $(BIN)/python bench/fleet_scale.py --cluster "$(abspath $(TRAINIUM_CLUSTER_ASSETS))" && \
+	  $(BIN)/python bench/fleet_spares.py --cluster "$(abspath $(TRAINIUM_CLUSTER_ASSETS))"; \
+	else echo "bench/recovery.py, fleet_scale.py, fleet_spares.py skipped: TRAINIUM_CLUSTER_ASSETS is not set (the real-cluster tier)"; fi
 
 # Each bench at a smoke size (seconds; the figures mean nothing), so none rots unnoticed; the XLA
 # one where .venv-xla exists, the real-cluster ones where TRAINIUM_CLUSTER_ASSETS is set.

@@ -14,25 +14,31 @@ bench (or, for a hang, the bench's own clock):
   deletionTimestamp). A node gone: the Node's deletion (its DELETE answered); the first event
   showing its gang pod disrupted is shown apart as `node->pod s` (the operator removes it; the
   pod garbage collector would only after its 40 s quarantine). Elastic (a 3-node job, minNodes 2,
-  pinned to a pool of 3 nodes, one deleted: no spare): the Node's deletion too. A hang: the moment
-  the step stood still plus runPolicy.progressDeadlineSeconds (the fake trainer stops at 50
-  steps a second, so the last step was at most 20 ms before).
+  pinned to a pool of 3 nodes, one deleted: no spare): the Node's deletion too. Spare (a 2-node
+  job with 2 spares, pinned to a pool of 4 nodes, training pod 1's Node deleted): the same. A
+  hang: the moment the step stood still plus runPolicy.progressDeadlineSeconds (the fake
+  trainer stops at 50 steps a second, so the last step was at most 20 ms before).
 - restarted: the replacement Volcano job ADDED (a name of its own, from the old one's uid: the
   operator replaced the gang; elastic: the 2-node gang it resized to), or, for a gang Volcano
   restarts itself (RestartJob on an evicted pod), the last of the gang's new pods ADDED under the
-  same Volcano job.
-- bound: the last of the new gang's pods shown with spec.nodeName (Volcano's binding).
+  same Volcano job. Spare: the operator's swap, the same Volcano job shown with its
+  minAvailable lowered.
+- bound: the last of the new gang's training pods shown with spec.nodeName (Volcano's binding);
+  running: the last of them shown Running (the world at work again, at its size).
 
-(a) operator's share = restarted - visible; (b) Volcano's share = bound - restarted. Elastic's
-(a) waits shrinkAfterSeconds by design (the gang may form again at its size), so its target is
-shrinkAfterSeconds + 2 s; its line also shows `loss->running s`, the Node's deletion to the 2-node
-gang Running; the lost node comes back after each repetition. A class is a `Scenario`: one more
-row is one more entry in CLASSES.
+(a) operator's share = restarted - visible; (b) Volcano's share = bound - restarted. A swap's (a)
+is the operator's two writes' waits: the loss to the lost pod's removal (`node->pod s`) plus the
+gang shown restarted (retryCount up: Volcano's answer to that removal) to the patch
+(`restarted->patch s`); Volcano's restart between them (`pod->restarted s`) is in total, not in
+(a). Elastic's (a) waits shrinkAfterSeconds by design (the gang may form again at its size),
+so its target is shrinkAfterSeconds + 2 s. A pool's lost node comes back after each repetition.
+A class is a `Scenario`: one more row is one more entry in CLASSES.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import os
 import platform
@@ -41,17 +47,18 @@ import statistics
 import sys
 import tempfile
 import time
+import urllib.error
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import common
 from recovery_tier import (
+    TJS,
     Scenario,
     Stage,
     Trial,
     first,
-    nth_seen,
     owned_by,
     pod_names,
     run_trial,
@@ -73,6 +80,11 @@ LINES = {
 }
 #: The elastic class's pool: three of the bench's nodes, so a node lost leaves no spare.
 POOL_LABEL, POOL = "bench.trainium.dev/elastic-pool", ("trn1-32xl-7", "trn1-32xl-8", "trn1-32xl-9")
+#: The spare class's pool: the job's 2 training nodes and 2 spares, no free node beside them.
+SPARES, SPARE_POOL = 2, ("bench.trainium.dev/spares-pool", tuple(f"trn1-32xl-{i}" for i in
+                                                                 range(3, 7)))  # fmt: skip
+SPARE_SPEC = {"spares": SPARES,
+              "scheduling": {"queue": "test", "nodeSelector": {SPARE_POOL[0]: "4"}}}  # fmt: skip
 SHRINK_AFTER = 10  # spec.elastic.shrinkAfterSeconds: the CRD's least, as test_tier_elastic's
 #: A 3-node job that may shrink to 2: a global batch of 192 = 3 x 32 x 2 = 2 x 32 x 3.
 ELASTIC = {
@@ -117,27 +129,41 @@ def evict(stage: Stage, trial: Trial) -> None:
     stage.api.request("POST", f"/api/v1/namespaces/{trial.ns}/pods/{victim}/eviction", body)
 
 
-def delete_node(stage: Stage, trial: Trial) -> None:
+def delete_node(stage: Stage, trial: Trial, node: str = "") -> None:
     """The Node of one gang pod is deleted (an instance terminated); its CSINode goes with it.
 
     `injected` is when the API server answered the DELETE: the Node is gone from then on.
     """
-    node = sorted(trial.pod_uids.values())[0]
+    node = node or sorted(trial.pod_uids.values())[0]
     trial.injected = time.monotonic()
     stage.api.request("DELETE", f"/api/v1/nodes/{node}")
     trial.injected = time.monotonic()
-    stage.api.request("DELETE", f"/apis/storage.k8s.io/v1/csinodes/{node}")
+    with contextlib.suppress(urllib.error.HTTPError):  # 404: the garbage collector's already
+        stage.api.request("DELETE", f"/apis/storage.k8s.io/v1/csinodes/{node}")
     assert stage.kubelet is not None
     stage.kubelet.nodes.pop(node, None)  # no more heartbeats: the instance is gone
 
 
-def full_pool(stage: Stage) -> None:
-    """The pool's three nodes are there and labelled (a repetition's lost node comes back)."""
-    assert stage.kubelet is not None
-    for node in POOL:
-        if stage.get(f"/api/v1/nodes/{node}") is None:
-            stage.kubelet.add_node(node, TRN1_32XLARGE)
-        stage.api.merge_patch(f"/api/v1/nodes/{node}", {"metadata": {"labels": {POOL_LABEL: "3"}}})
+def delete_training_node(stage: Stage, trial: Trial) -> None:
+    """The Node of training pod 1 (not a spare's) is deleted, as `delete_node`."""
+    listed = stage.api.get(f"/api/v1/namespaces/{trial.ns}/pods")["items"]
+    [node] = [p["spec"]["nodeName"] for p in listed
+              if p["metadata"]["name"] == f"{trial.vcjob}-node-1"]  # fmt: skip
+    delete_node(stage, trial, node)
+
+
+def full_pool(label: str, nodes: tuple[str, ...]) -> Callable[[Stage], None]:
+    """The pool's nodes are there and labelled (a repetition's lost node comes back)."""
+
+    def reset(stage: Stage) -> None:
+        assert stage.kubelet is not None
+        for node in nodes:
+            if stage.get(f"/api/v1/nodes/{node}") is None:
+                stage.kubelet.add_node(node, TRN1_32XLARGE)
+            labels = {label: str(len(nodes))}
+            stage.api.merge_patch(f"/api/v1/nodes/{node}", {"metadata": {"labels": labels}})
+
+    return reset
 
 
 def stall(stage: Stage, trial: Trial) -> None:
@@ -201,12 +227,29 @@ def node_deleted(stage: Stage, trial: Trial) -> float | None:
     return trial.injected
 
 
-def running_smaller(stage: Stage, trial: Trial) -> float | None:
-    """When the last pod of the resized gang was shown Running."""
-    arrivals = stage.pods.arrivals(trial.ns, trial.injected)
-    running = lambda pod: owned_by(pod, trial.new_uid) and (pod.get("status") or {}).get(  # noqa: E731
-        "phase") == "Running"  # fmt: skip
-    return nth_seen(arrivals, running, 2)
+def swap_moments(stage: Stage, trial: Trial) -> None:
+    """A swap's moments between the loss and the patch, from the Volcano job's events: the
+    gang shown restarted (status.retryCount up: Volcano's answer to the lost pod's removal;
+    until then it waits as Pending and no swap is due), then the patch."""
+    assert trial.restarted is not None
+    removed = trial.injected + trial.extra["node->pod s"]
+    restarted = lambda job: job["metadata"]["uid"] == trial.vc_uid and int(  # noqa: E731
+        (job.get("status") or {}).get("retryCount") or 0) > 0  # fmt: skip
+    restarting = first(stage.vcjobs.arrivals(trial.ns, removed), restarted)
+    if restarting is not None:
+        trial.extra["pod->restarted s"] = restarting - removed
+        trial.extra["restarted->patch s"] = trial.restarted - restarting
+    body = stage.get(f"{TJS}/namespaces/{trial.ns}/trainiumjobs/{trial.job}") or {}
+    status = body.get("status") or {}  # no retry spent, one swap, the same gang
+    trial.extra["restarts"] = float(status.get("restarts", 0))
+    trial.extra["swaps"] = float((status.get("spares") or {}).get("swaps", 0))
+
+
+def swap_share(trial: Trial) -> float | None:
+    """The operator's share of a swap: the loss to its removal of the lost pod, and the gang
+    shown restarted to its patch (Volcano's restart between the two is Volcano's)."""
+    parts = [trial.extra.get("node->pod s"), trial.extra.get("restarted->patch s")]
+    return None if None in parts else sum(parts)  # type: ignore[arg-type]
 
 
 CLASSES: dict[str, Scenario] = {
@@ -222,8 +265,12 @@ CLASSES: dict[str, Scenario] = {
     "node-gone": Scenario("node-gone", "Evicted", "volcano", delete_node, node_deleted,
                           lag="node->pod s", shown=when_pod(disrupted), operator_acts=True),
     "elastic": Scenario("elastic", "Evicted", "operator", delete_node, node_deleted,
-                        lag="loss->running s", shown=running_smaller, nodes=3, new_nodes=2,
-                        spec=ELASTIC, waits=SHRINK_AFTER, reset=full_pool),
+                        nodes=3, new_nodes=2, spec=ELASTIC, waits=SHRINK_AFTER,
+                        reset=full_pool(POOL_LABEL, POOL)),
+    "spare": Scenario("spare", "Evicted", "swap", delete_training_node, node_deleted,
+                      lag="node->pod s", shown=when_pod(disrupted), operator_acts=True,
+                      spares=SPARES, spec=SPARE_SPEC, reset=full_pool(*SPARE_POOL),
+                      share=swap_share, detail=swap_moments),
 }  # fmt: skip
 
 
@@ -243,9 +290,10 @@ def target(sc: Scenario, env: dict[str, str]) -> float:
 def row(sc: Scenario, trials: list[Trial], env: dict[str, str]) -> list[object]:
     """class, restarted by, n, lost, median/max of (a), (b), total, the target and if it is met."""
     done = [t for t in trials if t.bound is not None and not t.lost]
-    a = [t.restarted - t.visible for t in trials if t.restarted and t.visible]
+    a = [x for x in (share(sc, t) for t in trials) if x is not None]
     b = [t.bound - t.restarted for t in done if t.bound and t.restarted]  # type: ignore[operator]
     total = [t.bound - t.visible for t in done if t.bound and t.visible]  # type: ignore[operator]
+    running = [t.running - t.visible for t in done if t.running and t.visible]
     by = "/".join(sorted({t.by for t in done})) or "-"
     reasons = "/".join(sorted({t.reason for t in done})) or "-"
 
@@ -253,14 +301,18 @@ def row(sc: Scenario, trials: list[Trial], env: dict[str, str]) -> list[object]:
         return [statistics.median(xs), max(xs)] if xs else ["-", "-"]
 
     goal = target(sc, env)
-    ours = [
-        t.restarted - t.visible
-        for t in trials
-        if (t.by == "operator" or sc.operator_acts) and t.visible and t.restarted
-    ]
+    ours = [x for t in trials if (t.by == "operator" or sc.operator_acts)
+            and (x := share(sc, t)) is not None]  # fmt: skip
     met = ("yes" if max(ours) <= goal else "no") if ours else "n/a: Volcano restarts"
     return [sc.name, by, reasons, len(done), len(trials) - len(done), *mm(a), *mm(b), *mm(total),
-            goal, met]  # fmt: skip
+            *mm(running), goal, met]  # fmt: skip
+
+
+def share(sc: Scenario, t: Trial) -> float | None:
+    """The operator's share of one trial (restarted - visible unless the class says)."""
+    if sc.share is not None:
+        return sc.share(t)
+    return t.restarted - t.visible if t.restarted and t.visible else None
 
 
 HEADER = [
@@ -275,6 +327,8 @@ HEADER = [
     "(b) max s",
     "total median s",
     "total max s",
+    "running median s",
+    "running max s",
     "target (a) s",
     "met",
 ]
@@ -295,7 +349,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--operator-env", nargs="*", default=[], metavar="KEY=VALUE")
     p.add_argument("--keep", action="store_true", help="keep the work directory (logs)")
-    args = common.parse(p, argv, classes=["nrt"], repeat=1)
+    args = common.parse(p, argv, classes=["nrt", "spare"], repeat=1)
     if args.cluster is None:
         p.error("--cluster ASSETS or TRAINIUM_CLUSTER_ASSETS is required")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # finally blocks stop the cluster
@@ -328,7 +382,7 @@ def _line(t: Trial, sc: Scenario) -> str:
     if t.lost or t.visible is None or t.restarted is None or t.bound is None:
         return f"lost ({t.lost}); restarted by {t.by or '-'}{extra}"
     said = t.reason if t.reason == sc.reason else f"{t.reason} (expected {sc.reason})"
-    return (f"by {t.by}, reason {said}: (a) {t.restarted - t.visible:.3f} s, "
+    return (f"by {t.by}, reason {said}: (a) {share(sc, t) or 0:.3f} s, "
             f"(b) {t.bound - t.restarted:.3f} s{extra}")  # fmt: skip
 
 

@@ -9,6 +9,7 @@ monotonic clock when a watch event reached it; nothing is read from the operator
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import threading
 import time
@@ -182,6 +183,8 @@ class Trial:
     visible: float | None = None
     restarted: float | None = None
     bound: float | None = None
+    #: When the new gang's last training pod was shown Running (the world at work again).
+    running: float | None = None
     by: str = ""
     reason: str = ""
     extra: dict[str, float] = field(default_factory=dict)
@@ -199,7 +202,9 @@ class Scenario:
 
     name: str
     reason: str  # the lastFailure.reason the operator should show
-    restarter: str  # "operator" (a new Volcano job) or "volcano" (RestartJob, same job)
+    #: "operator" (a new Volcano job), "volcano" (RestartJob, same job) or "swap" (the same
+    #: job, its reservation patched down by the operator: a spare takes the lost node's place).
+    restarter: str
     inject: Callable[[Stage, Trial], None]
     visible: Callable[[Stage, Trial], float | None]
     run_policy: dict[str, Any] = field(default_factory=dict)
@@ -222,6 +227,12 @@ class Scenario:
     waits: float = 0.0
     #: Brings the cluster to what each repetition starts from; run before and after each.
     reset: Callable[[Stage], None] | None = None
+    #: Spare pods the gang runs beside its training pods (spec.spares).
+    spares: int = 0
+    #: The operator's share of a trial (None: restarted - visible) and further moments it times
+    #: into trial.extra once the new gang is bound.
+    share: Callable[[Trial], float | None] | None = None
+    detail: Callable[[Stage, Trial], None] | None = None
 
 
 def run_trial(stage: Stage, sc: Scenario, ns: str, index: int) -> Trial:
@@ -248,7 +259,7 @@ def run_trial(stage: Stage, sc: Scenario, ns: str, index: int) -> Trial:
 def _measure(stage: Stage, sc: Scenario, trial: Trial) -> None:
     trial.vc_uid = poll(lambda: _vcjob_uid(stage, trial), 60, f"{trial.vcjob} created")
     if sc.before is None:  # a failure injected into a running gang
-        gang = lambda: _running_gang(stage, trial, sc.nodes)  # noqa: E731
+        gang = lambda: _running_gang(stage, trial, sc.nodes + sc.spares)  # noqa: E731
         trial.pod_uids = poll(gang, 120, f"{trial.job} running")
         if sc.behavior.metrics is not None:
             poll(lambda: _moved(stage, trial), 120, f"{trial.job}'s step moving on status")
@@ -263,6 +274,11 @@ def _measure(stage: Stage, sc: Scenario, trial: Trial) -> None:
         late = trial.visible + RECOVERY_TIMEOUT + sc.waits - time.monotonic()
         shown = poll(lambda: sc.shown(stage, trial), late, sc.lag)  # type: ignore[misc]
         trial.extra[sc.lag] = shown - trial.injected
+    late = max(trial.visible + RECOVERY_TIMEOUT + sc.waits - time.monotonic(), 5.0)
+    with contextlib.suppress(TimeoutError):  # bound is the recovery; Running is shown beside
+        trial.running = poll(lambda: _running(stage, trial, sc.new_nodes), late, "Running")
+    if sc.detail is not None:
+        sc.detail(stage, trial)
     body = stage.get(f"{TJS}/namespaces/{trial.ns}/trainiumjobs/{trial.job}") or {}
     trial.reason = ((body.get("status") or {}).get("lastFailure") or {}).get("reason", "-")
 
@@ -300,6 +316,8 @@ def _restarted(stage: Stage, trial: Trial, sc: Scenario) -> bool:
     """A new Volcano job (the operator's, named after the old one's uid), or the gang's new
     pods (Volcano)."""
     assert trial.visible is not None
+    if sc.restarter == "swap":
+        return _patched(stage, trial, sc)
     successor = naming.successor(trial.job, trial.vc_uid)
     for a in stage.vcjobs.arrivals(trial.ns):
         if a.version.name in (trial.vcjob, successor) and a.version.uid != trial.vc_uid:
@@ -316,16 +334,41 @@ def _restarted(stage: Stage, trial: Trial, sc: Scenario) -> bool:
     return True
 
 
+def _patched(stage: Stage, trial: Trial, sc: Scenario) -> bool:
+    """The operator's swap: the same Volcano job shown with its reservation (minAvailable)
+    below the training nodes plus the spares."""
+    for a in stage.vcjobs.arrivals(trial.ns, trial.injected):
+        obj = a.version.obj
+        if a.version.uid == trial.vc_uid and obj["spec"].get("minAvailable", 0) < sc.nodes + (
+                sc.spares):  # fmt: skip
+            trial.restarted, trial.by, trial.new_uid = a.at, "operator (swap)", trial.vc_uid
+            return True
+    return False
+
+
+def training_pod(pod: Obj) -> bool:
+    """A pod of the training world (not a standby spare's)."""
+    return (pod["metadata"].get("labels") or {}).get("trainium.dev/role") != "spare"
+
+
+def _fresh(trial: Trial, pod: Obj) -> bool:
+    """A training pod of the new gang (not one of the first gang's)."""
+    uid = pod["metadata"]["uid"]
+    return uid not in trial.pod_uids and owned_by(pod, trial.new_uid) and training_pod(pod)
+
+
 def _bound(stage: Stage, trial: Trial, size: int) -> float | None:
-    """When the last pod of the new gang was shown bound to a node."""
-    uid = trial.new_uid
+    """When the last training pod of the new gang was shown bound to a node."""
     pods = stage.pods.arrivals(trial.ns, trial.injected)
+    return nth_seen(pods, lambda pod: _fresh(trial, pod) and bool(pod["spec"].get("nodeName")),
+                    size)  # fmt: skip
 
-    def placed(pod: Obj) -> bool:
-        fresh = pod["metadata"]["uid"] not in trial.pod_uids
-        return fresh and owned_by(pod, uid) and bool(pod["spec"].get("nodeName"))
 
-    return nth_seen(pods, placed, size)
+def _running(stage: Stage, trial: Trial, size: int) -> float | None:
+    """When the last training pod of the new gang was shown Running."""
+    pods = stage.pods.arrivals(trial.ns, trial.injected)
+    running = lambda pod: (pod.get("status") or {}).get("phase") == "Running"  # noqa: E731
+    return nth_seen(pods, lambda pod: _fresh(trial, pod) and running(pod), size)
 
 
 def _delete(stage: Stage, trial: Trial) -> None:

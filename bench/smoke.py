@@ -53,6 +53,7 @@ BENCHES = (
     Bench("xla_graphs.py", "xla"),
     Bench("recovery.py", "cluster"),
     Bench("fleet_scale.py", "cluster"),
+    Bench("fleet_spares.py", "cluster"),
     Bench("operator_scale.py", "cluster"),
 )
 #: Modules of bench/ that are no bench of their own, and which bench runs (or is) each.

@@ -53,15 +53,23 @@ def gang_failure(
 ) -> failures.Failure | None:
     """Why the gang failed, from its pods and their log tails, if it did.
 
-    `known`: tails read when the pod watch showed the failure (pod uid -> lines); only the
-    others are read now (Volcano deletes a failed pod, and its log, within ~60 ms).
+    `known`: tails read when the pod watch showed the failure (pod uid -> lines; none: its log
+    is gone); only the others are read now (Volcano deletes a failed pod, and its log, within
+    ~60 ms).
     """
     logs: dict[str, Sequence[str]] = {}
+    known = known or {}
     for pod in pods:
         container = failures.failed_container(pod)
-        name = pod["metadata"]["name"]
+        name, uid = pod["metadata"]["name"], pod["metadata"].get("uid") or ""
         if container and len(logs) < MAX_LOGS and name not in logs:
-            read = (known or {}).get(pod["metadata"].get("uid") or "")
-            tail = failures.LOG_TAIL_LINES
-            logs[name] = read or k8s.pod_log_tail(owner.namespace, name, container, tail)
+            read = known.get(uid)
+            if read is None and failures.stopped_peer(pod):
+                read = ()  # killed with its gang: the pod watch read the few that tell (PEER_LOGS)
+            logs[name] = read if read is not None else _read(owner, name, container)
     return failures.classify_gang(pods, logs)
+
+
+def _read(owner: Owner, name: str, container: str) -> list[str]:
+    """A failed container's log tail, read now (the pod watch neither read it nor saw it go)."""
+    return k8s.pod_log_tail(owner.namespace, name, container, failures.LOG_TAIL_LINES)

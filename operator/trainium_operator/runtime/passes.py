@@ -191,16 +191,21 @@ class Passes:
             self.wake(key, FIRST if first else FOLLOW_UP, context)
 
     def pod_event(
-        self, key: Key, pod: Json | None = None, context: Any = None, log: tuple[str, ...] = ()
+        self,
+        key: Key,
+        pod: Json | None = None,
+        context: Any = None,
+        log: tuple[str, ...] = (),
+        gone: bool = False,
     ) -> None:
         """A pod of the job is in trouble: its next pass reads the pods (until one succeeds).
 
         `pod` is the pod as its watch event showed it, `log` its failed container's log tail
-        read then: the cause, even when both are gone by the pass.
+        read then: the cause, even when both are gone by the pass (`gone`: it was deleted).
         """
         if not self.records.known(key):
             return  # a forgotten object's late pod
-        self.records.pod_event(key, pod, log)
+        self.records.pod_event(key, pod, log, gone)
         self.wake(key, context=context)
 
     def sweep_volume(self, volume: str, owner: Key | None = None) -> None:

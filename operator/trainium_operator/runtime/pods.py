@@ -50,7 +50,7 @@ async def changed(
         # A deleted pod's log is gone with it (the API server answers 404): read none.
         gone = type == "DELETED"
         tail = () if gone else await _log_tail(passes, key, shown, gang_instance(meta))
-        passes.pod_event(key, shown, context=context, log=tail)
+        passes.pod_event(key, shown, context=context, log=tail, gone=gone)
     elif newer or addressed:
         passes.wake(key, context=context or contextvars.copy_context())
 
@@ -108,6 +108,7 @@ async def _log_tail(passes: Passes, key: Key, pod: Json, instance: str) -> tuple
     if shown is not None and shown.reason in failures.GANG_DISRUPTIONS:
         return ()  # the disruption explains it: no log read delays telling the pass
     if failures.stopped_peer(pod) and not passes.records.peer_read(key, instance):
+        passes.records.log_gone(key, md["uid"])  # nor does a pass read it (gone by then: 404)
         return ()  # a peer stopped with its gang: the first few read say what the rest would
     try:
         job = passes.records.get(key)
@@ -118,6 +119,8 @@ async def _log_tail(passes: Passes, key: Key, pod: Json, instance: str) -> tuple
     except Exception as exc:  # evidence only: the pass still classifies by the pod's state
         log.debug("log of pod %s/%s not read: %s", md.get("namespace"), md["name"], exc)
         return ()
+    if not lines:  # 404 (Volcano deleted the pod) or nothing written: no pass reads it again
+        passes.records.log_gone(key, md["uid"])
     return tuple(lines)
 
 

@@ -32,6 +32,8 @@ _LOGS_KEPT = 64
 PEER_LOGS = 8
 #: Gang instances whose peer reads are counted per job (the newest kept).
 _INSTANCES_KEPT = 4
+#: Pods whose logs are known gone, per job (oldest dropped): two 1,024-pod gang instances.
+_GONE_LOGS_KEPT = 2048
 
 
 @dataclass
@@ -66,6 +68,10 @@ class JobRecord:
     pod_logs: dict[str, tuple[str, ...]] = field(default_factory=dict)
     #: Log reads tried of killed peers, per gang instance (Volcano job uid and version).
     peer_reads: dict[str, int] = field(default_factory=dict)
+    #: Pods whose log is gone, read empty or not worth a read (pod uid): their DELETED event
+    #: came, a read found nothing (404), or a killed peer past PEER_LOGS. A pass reads none
+    #: of them (each pass read 4 at 1,024 nodes, nearly all 404).
+    logs_gone: dict[str, None] = field(default_factory=dict)
 
     @property
     def pods_changed(self) -> bool:
@@ -142,8 +148,12 @@ class Records:
         with self.lock:
             yield self._by_key.get(key) is record
 
-    def pod_event(self, key: Key, pod: Json | None = None, log: tuple[str, ...] = ()) -> None:
-        """A troubled pod: the next pass reads the pods, and this pod as its event showed it."""
+    def pod_event(
+        self, key: Key, pod: Json | None = None, log: tuple[str, ...] = (), gone: bool = False
+    ) -> None:
+        """A troubled pod: the next pass reads the pods, and this pod as its event showed it.
+
+        `gone`: the pod was deleted, and its log with it: no pass reads it."""
         with self.lock:
             if not self.known(key):
                 return
@@ -152,6 +162,8 @@ class Records:
             if pod is not None:
                 record.failed_pods[pod["metadata"]["name"]] = pod
                 uid = pod["metadata"].get("uid")
+                if uid and gone and not log:
+                    _remember_gone(record, uid)
                 if uid and log and uid not in record.pod_logs:  # the first read is the one kept
                     record.pod_logs[uid] = log
                     while len(record.pod_logs) > _LOGS_KEPT:
@@ -170,10 +182,17 @@ class Records:
             return tried < PEER_LOGS
 
     def has_log(self, key: Key, uid: str) -> bool:
-        """Whether the failed container's log tail of this pod was read already."""
+        """Whether the failed container's log tail of this pod was read already (or is gone)."""
         with self.lock:
             record = self._by_key.get(key)
-            return record is not None and uid in record.pod_logs
+            return record is not None and (uid in record.pod_logs or uid in record.logs_gone)
+
+    def log_gone(self, key: Key, uid: str) -> None:
+        """This pod's log is not to be read (again): a read found nothing (404), or peers tell."""
+        with self.lock:
+            record = self._by_key.get(key)
+            if record is not None and uid not in record.pod_logs:
+                _remember_gone(record, uid)
 
     def pods_to_read(self, record: JobRecord) -> tuple[int, tuple[Json, ...]]:
         """What a pass starts with: the pod events so far and the pods they showed."""
@@ -181,9 +200,9 @@ class Records:
             return record.pods_seen, tuple(record.failed_pods.values())
 
     def logs_read(self, record: JobRecord) -> dict[str, tuple[str, ...]]:
-        """The log tails read on pod events (pod uid -> lines), for a pass."""
+        """The log tails read on pod events (pod uid -> lines; a gone one's: none), for a pass."""
         with self.lock:
-            return dict(record.pod_logs)
+            return {**dict.fromkeys(record.logs_gone, ()), **record.pod_logs}
 
     def pods_read(self, record: JobRecord, seen: int, shown: tuple[Json, ...] = ()) -> None:
         """A pass that started with `seen` pod events read the pods (and `shown`) successfully."""
@@ -251,3 +270,11 @@ class Records:
             for record in self._by_key.values():
                 record.memory = record.memory.for_a_new_term()
                 record.stale = True
+
+
+def _remember_gone(record: JobRecord, uid: str) -> None:
+    """Keep that a pod's log is gone (the oldest such pods forgotten first)."""
+    record.logs_gone.pop(uid, None)
+    record.logs_gone[uid] = None  # newest last
+    while len(record.logs_gone) > _GONE_LOGS_KEPT:
+        del record.logs_gone[next(iter(record.logs_gone))]
