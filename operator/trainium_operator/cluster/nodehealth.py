@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from trainium_operator.api import naming
+from trainium_operator.cluster import reads
 from trainium_operator.domain import health
 from trainium_operator.domain.failures import Failure
 from trainium_operator.manifests.ownership import Owner
@@ -35,7 +36,7 @@ def look(
     sick, pods = indices
     on = [
         health.GangPod(e["name"], e["node"])
-        for e in _values(pods, ("job", owner.uid))
+        for e in reads.lookup(pods, ("job", owner.uid))
         if isinstance(e, Mapping) and _live_of(e, gang)
     ]
     verdicts = {p.node: said for p in on if (said := _first(sick, p.node)) is not None}
@@ -49,7 +50,7 @@ def gang_nodes(owner: Owner, indices: tuple[Index, Index] | None, gang: str) -> 
     if indices is None or not gang:
         return {}
     out = {}
-    for e in _values(indices[1], ("job", owner.uid)):
+    for e in reads.lookup(indices[1], ("job", owner.uid)):
         if isinstance(e, Mapping) and _live_of(e, gang):
             index = naming.node_index(e["name"])
             if index is not None:
@@ -66,15 +67,5 @@ def _live_of(entry: Mapping[str, Any], gang: str) -> bool:
 
 def _first(index: Index, key: str) -> str | None:
     """The node's verdict, if the index has one."""
-    found = _values(index, key)
+    found = reads.lookup(index, key)
     return str(found[0]) if found else None
-
-
-def _values(index: Index, key: Any) -> list[Any]:
-    """One key's values, read from a worker thread while kopf's loop writes the index."""
-    for _ in range(5):
-        try:
-            return list(index.get(key, ()))
-        except RuntimeError:  # "changed size during iteration": read again
-            continue
-    return list(index.get(key, ()))

@@ -48,7 +48,9 @@ def reap(
     owner = Owner(meta["name"], meta["namespace"], str(meta.get("uid") or ""))
     # One lookup per pod, and an Orphan only for a pod whose node the index lacks: a pass of a
     # 1,024-pod gang parsed every entry (80% of its CPU, bench/fleet_scale.py), now almost none.
-    absent = [e for e in _values(pods, ("job", owner.uid)) if not _exists(nodes, e.get("node"))]
+    absent = [
+        e for e in reads.lookup(pods, ("job", owner.uid)) if not _exists(nodes, e.get("node"))
+    ]
     bound = [o for e in absent if (o := orphans.from_index(e))]
     removed = 0
     for pod in orphans.orphaned(bound, lambda node: _exists(nodes, node)):
@@ -68,16 +70,6 @@ def _gang(pod: Orphan, owner: Owner, read: Reader) -> Json | None:
     """The pod's Volcano job, if this job controls it (None: gone, or not this job's)."""
     name = orphans.gang_of(pod)
     return reads.ours(read.get(Kind.VCJOB, pod.namespace, name), owner)[0] if name else None
-
-
-def _values(index: Index, key: Any) -> list[Any]:
-    """One key's values, read from a worker thread while kopf's loop writes the index."""
-    for _ in range(5):
-        try:
-            return list(index.get(key, ()))
-        except RuntimeError:  # "changed size during iteration": read again
-            continue
-    return list(index.get(key, ()))
 
 
 def _exists(nodes: Index, node: Any) -> bool:

@@ -47,13 +47,15 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from trainium_operator.cluster import cacheio, k8s, kueueio, volumes
 from trainium_operator.manifests.ownership import Owner, controlled_by
 from trainium_operator.manifests.workload import GATE_ANNOTATION
 
 Json = dict[str, Any]
+K = TypeVar("K")
+V = TypeVar("V")
 
 
 class Kind(enum.Enum):
@@ -332,8 +334,8 @@ def ours(body: Json | None, owner: Owner) -> tuple[Json | None, Json | None]:
     return None, body
 
 
-def lookup(index: Mapping[tuple[str, str], Iterable[Json]], key: tuple[str, str]) -> list[Json]:
-    """The indexed objects of one name, read from a worker thread while kopf's loop writes."""
+def lookup(index: Mapping[K, Iterable[V]], key: K) -> list[V]:
+    """One key's indexed values, read from a worker thread while kopf's loop writes the index."""
     for _ in range(5):
         try:
             return list(index.get(key, ()))
