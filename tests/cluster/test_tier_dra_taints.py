@@ -35,6 +35,7 @@ from cluster import Cluster, wait_until
 from harness import OperatorProcess
 from jobs import TJ, create, fsx_claim, get, small_job
 from kubelet import Behavior, FakeKubelet, Metrics
+from nodesignals import label_node, training_pods
 from realtrainer import OPT_IN, TRN2_48XLARGE, log_events, tiny_bert, volume
 from trainium_operator.manifests import dra
 
@@ -101,34 +102,18 @@ def allocate(cluster: Cluster, ns: str) -> int:
     return done
 
 
-def training_pods(cluster: Cluster, ns: str) -> dict[str, str]:
-    """Running, undeleted training pod -> node."""
-    return {
-        p["metadata"]["name"]: p["spec"].get("nodeName", "")
-        for p in _items(cluster, "pods", ns)
-        if p["metadata"].get("labels", {}).get("trainium.dev/stage") == "train"
-        and (p.get("status") or {}).get("phase") == "Running"
-        and not p["metadata"].get("deletionTimestamp")
-    }
-
-
-def label(cluster: Cluster, node: str, value: str | None) -> None:
-    change = f"{POOL}={value}" if value else f"{POOL}-"
-    cluster.kubectl("label", "node", node, change, "--overwrite", check=value is not None)
-
-
 def test_a_device_taint_on_a_dra_gangs_claim_takes_the_node_out_before_the_eviction(
     cluster: Cluster, kubelet: FakeKubelet, running_operator: OperatorProcess, ns: str
 ) -> None:
     fsx_claim(cluster, ns)
     for node in POOL_NODES:
-        label(cluster, node, ns)
+        label_node(cluster, node, POOL, ns)
     try:
         with driver(cluster, ns, POOL_NODES, "trn1.32xlarge"):
             _shrinks_off_the_tainted_node(cluster, kubelet, ns)
     finally:
         for node in POOL_NODES:
-            label(cluster, node, None)
+            label_node(cluster, node, POOL, None)
 
 
 @contextlib.contextmanager

@@ -21,6 +21,7 @@ from cluster import Cluster, wait_until
 from harness import OperatorProcess
 from jobs import TJ, VCJOB, create, events, fsx_claim, get, small_job
 from kubelet import TRN1_32XLARGE, Behavior, FakeKubelet, Metrics
+from nodesignals import label_node, training_pods
 
 Obj = dict[str, Any]
 TRAINING = {"trainium.dev/stage": "train"}
@@ -41,29 +42,12 @@ def vcjobs(cluster: Cluster, namespace: str) -> list[Obj]:
     return list(json.loads(proc.stdout)["items"])
 
 
-def label(cluster: Cluster, node: str, value: str | None) -> None:
-    change = f"{POOL}={value}" if value else f"{POOL}-"
-    cluster.kubectl("label", "node", node, change, "--overwrite", check=value is not None)
-
-
-def training_pods(cluster: Cluster, namespace: str) -> dict[str, str]:
-    """Running training pod -> node, as the API server has them."""
-    proc = cluster.kubectl("get", "pods", "-n", namespace, "-l", "trainium.dev/stage=train",
-                           "-o", "json")  # fmt: skip
-    return {
-        p["metadata"]["name"]: p["spec"].get("nodeName", "")
-        for p in json.loads(proc.stdout)["items"]
-        if (p.get("status") or {}).get("phase") == "Running"
-        and not p["metadata"].get("deletionTimestamp")
-    }
-
-
 def test_an_elastic_job_shrinks_without_a_compile_and_grows_back(
     cluster: Cluster, kubelet: FakeKubelet, running_operator: OperatorProcess, ns: str
 ) -> None:
     fsx_claim(cluster, ns)
     for node in NODES:
-        label(cluster, node, ns)
+        label_node(cluster, node, POOL, ns)
     lost = ""
     try:
         lost = scenario(cluster, kubelet, ns)
@@ -71,7 +55,7 @@ def test_an_elastic_job_shrinks_without_a_compile_and_grows_back(
         if lost and lost not in kubelet.nodes:
             kubelet.add_node(lost, TRN1_32XLARGE)
         for node in NODES:
-            label(cluster, node, None)
+            label_node(cluster, node, POOL, None)
 
 
 def scenario(cluster: Cluster, kubelet: FakeKubelet, ns: str) -> str:
@@ -155,7 +139,7 @@ def scenario(cluster: Cluster, kubelet: FakeKubelet, ns: str) -> str:
 
     # The node comes back: the gang grows to 3 at the next checkpoint.
     kubelet.add_node(lost, TRN1_32XLARGE)
-    label(cluster, lost, ns)
+    label_node(cluster, lost, POOL, ns)
     status = wait_until(lambda: training_at(3), 300, "training at 3 nodes again", every=1)
     assert status["elastic"]["resizes"] == 2 and status["elastic"]["lastResize"]["kind"] == "Grow"
     resized = [e for e in events(cluster, ns, "elastic") if e["reason"] == "Resized"]
@@ -205,7 +189,7 @@ def test_a_leader_killed_between_naming_a_shrinks_successor_and_the_delete_build
     (its delete refused) when the leader dies; the next one creates one gang, at 2 nodes."""
     fsx_claim(cluster, ns)
     for node in NODES:
-        label(cluster, node, ns)
+        label_node(cluster, node, POOL, ns)
     lost = ""
     try:
         kubelet.plan(TRAINING, TRAINS, namespace=ns)
@@ -265,4 +249,4 @@ def test_a_leader_killed_between_naming_a_shrinks_successor_and_the_delete_build
         if lost and lost not in kubelet.nodes:
             kubelet.add_node(lost, TRN1_32XLARGE)
         for node in NODES:
-            label(cluster, node, None)
+            label_node(cluster, node, POOL, None)

@@ -31,6 +31,7 @@ from cluster import Cluster, wait_until
 from harness import OperatorProcess
 from jobs import TJ, create, events, fsx_claim, get, small_job, wait_condition
 from kubelet import Behavior, FakeKubelet, Metrics
+from nodesignals import label_node, neuron_health, training_pods
 from realtrainer import TRN2_48XLARGE, log_events, tiny_bert, volume
 
 Obj = dict[str, Any]
@@ -48,16 +49,6 @@ def third_trn2(kubelet: FakeKubelet, trn2_nodes: tuple[str, ...]) -> Iterator[st
     yield THIRD
     with contextlib.suppress(urllib.error.URLError):
         kubelet.remove_nodes((THIRD,))
-
-
-def neuron_health(cluster: Cluster, node: str, bad: bool) -> None:
-    """Set the node condition as Neuron's node problem detector does (a status patch)."""
-    reason = "NeuronHasError_HBM_UNCORRECTABLE_ERROR" if bad else "NeuronHasNoError"
-    said = "kernel: NEURON_HW_ERR=HBM_UNCORRECTABLE_ERROR" if bad else "ok"
-    cond = {"type": "NeuronHealth", "status": "True" if bad else "False", "reason": reason,
-            "message": said}  # fmt: skip
-    cluster.kubectl("patch", "node", node, "--subresource=status", "--type=strategic",
-                    "-p", json.dumps({"status": {"conditions": [cond]}}))  # fmt: skip
 
 
 def status_of(cluster: Cluster, name: str, ns: str) -> Obj:
@@ -120,29 +111,12 @@ TRAINS = Behavior(
 )
 
 
-def training_pods(cluster: Cluster, ns: str) -> dict[str, str]:
-    """Running, undeleted training pod -> node."""
-    proc = cluster.kubectl("get", "pods", "-n", ns, "-l", "trainium.dev/stage=train",
-                           "-o", "json")  # fmt: skip
-    return {
-        p["metadata"]["name"]: p["spec"].get("nodeName", "")
-        for p in json.loads(proc.stdout)["items"]
-        if (p.get("status") or {}).get("phase") == "Running"
-        and not p["metadata"].get("deletionTimestamp")
-    }
-
-
-def label(cluster: Cluster, node: str, key: str, value: str | None) -> None:
-    change = f"{key}={value}" if value else f"{key}-"
-    cluster.kubectl("label", "node", node, change, "--overwrite", check=value is not None)
-
-
 def test_a_hyperpod_unschedulable_label_takes_the_node_out_and_the_gang_shrinks(
     cluster: Cluster, kubelet: FakeKubelet, running_operator: OperatorProcess, ns: str
 ) -> None:
     fsx_claim(cluster, ns)
     for node in POOL_NODES:
-        label(cluster, node, POOL, ns)
+        label_node(cluster, node, POOL, ns)
     bad = ""
     try:
         kubelet.plan({"trainium.dev/stage": "train"}, TRAINS, namespace=ns)
@@ -153,7 +127,7 @@ def test_a_hyperpod_unschedulable_label_takes_the_node_out_and_the_gang_shrinks(
         wait_until(lambda: len(training_pods(cluster, ns)) == 3, 240, "training at 3", every=1)
         bad = sorted(training_pods(cluster, ns).values())[-1]
         began = time.monotonic()
-        label(cluster, bad, HYPERPOD, "UnschedulablePendingReplacement")
+        label_node(cluster, bad, HYPERPOD, "UnschedulablePendingReplacement")
 
         def at_two() -> Obj | None:
             status = status_of(cluster, "hp", ns)
@@ -171,9 +145,9 @@ def test_a_hyperpod_unschedulable_label_takes_the_node_out_and_the_gang_shrinks(
         print(f"\nhealth label: {bad} labelled -> training at 2 nodes without it {took:.1f} s")
     finally:
         if bad:
-            label(cluster, bad, HYPERPOD, None)
+            label_node(cluster, bad, HYPERPOD, None)
         for node in POOL_NODES:
-            label(cluster, node, POOL, None)
+            label_node(cluster, node, POOL, None)
 
 
 STRAGGLER_POOL = ("trn1-32xl-0", "trn1-32xl-1", "trn1-32xl-2", "trn1-32xl-3")
@@ -198,7 +172,7 @@ def test_a_node_stepping_slower_than_the_gang_is_flagged_then_replaced_when_aske
     next checkpoint (the gang moves to the pool's fourth node), with no retry spent."""
     fsx_claim(cluster, ns)
     for node in STRAGGLER_POOL:
-        label(cluster, node, POOL, ns)
+        label_node(cluster, node, POOL, ns)
     try:
         slow_node = "trn1-32xl-1"
         metrics = Metrics(total_steps=100000, rate=5.0, checkpoint_every=10, step_seconds=0.2,
@@ -245,7 +219,7 @@ def test_a_node_stepping_slower_than_the_gang_is_flagged_then_replaced_when_aske
         cluster.kubectl("delete", TJ, "slow", "-n", ns, "--wait=false", check=False)
         cluster.kubectl("uncordon", "trn1-32xl-3", check=False)
         for node in STRAGGLER_POOL:
-            label(cluster, node, POOL, None)
+            label_node(cluster, node, POOL, None)
 
 
 def _between(start: str, end: str) -> float:

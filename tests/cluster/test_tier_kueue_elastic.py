@@ -19,7 +19,8 @@ from jobs import TJ, VCJOB, condition, get
 from kubelet import TRN1_32XLARGE
 from kueue import Kueue
 from kueuesetup import Queued, workloads_of
-from test_tier_elastic import NODES, POOL, TRAINS, label, status_of, training_pods
+from nodesignals import label_node, training_pods
+from test_tier_elastic import NODES, POOL, TRAINS, status_of
 
 Obj = dict[str, Any]
 TRAINING = {"trainium.dev/stage": "train"}
@@ -32,7 +33,7 @@ PER_NODE = 16
 def test_an_elastic_grow_under_kueue_keeps_the_running_size_until_admitted(queued: Queued) -> None:
     cluster, kubelet, ns = queued.cluster, queued.kubelet, queued.ns
     for node in NODES[:2]:
-        label(cluster, node, ns)
+        label_node(cluster, node, POOL, ns)
     lost = ""
     try:
         lost = scenario(queued)
@@ -42,7 +43,7 @@ def test_an_elastic_grow_under_kueue_keeps_the_running_size_until_admitted(queue
         if lost and lost not in kubelet.nodes:
             kubelet.add_node(lost, TRN1_32XLARGE)
         for node in NODES:
-            label(cluster, node, None)
+            label_node(cluster, node, POOL, None)
 
 
 def workloads(kueue: Kueue, ns: str) -> dict[str, Obj]:
@@ -89,7 +90,7 @@ def scenario(queued: Queued) -> str:
     queued.queues(neuron=PER_NODE)
     gang = status_of(cluster, "grow", ns)["trainingJob"]
     kubelet.add_node(lost, TRN1_32XLARGE)
-    label(cluster, lost, ns)
+    label_node(cluster, lost, POOL, ns)
 
     def grow_waits() -> Obj | None:
         status = status_of(cluster, "grow", ns)

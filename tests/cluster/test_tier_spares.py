@@ -26,6 +26,7 @@ from cluster import Cluster, wait_until
 from harness import OperatorProcess
 from jobs import TJ, VCJOB, create, events, fsx_claim, get, small_job
 from kubelet import TRN1_32XLARGE, Behavior, FakeKubelet, Metrics
+from nodesignals import label_node, neuron_health
 from recorder import Recorder
 
 Obj = dict[str, Any]
@@ -44,11 +45,6 @@ STANDS_BY = Behavior(outcome="RunForever")
 
 def status_of(cluster: Cluster, name: str, namespace: str) -> Obj:
     return dict((get(cluster, TJ, name, namespace) or {}).get("status") or {})
-
-
-def label(cluster: Cluster, node: str, value: str | None) -> None:
-    change = f"{POOL}={value}" if value else f"{POOL}-"
-    cluster.kubectl("label", "node", node, change, "--overwrite", check=value is not None)
 
 
 def running_pods(cluster: Cluster, namespace: str) -> dict[str, tuple[str, bool]]:
@@ -95,7 +91,7 @@ class pool:
     def __enter__(self) -> list[str]:
         fsx_claim(self.cluster, self.ns)
         for node in NODES:
-            label(self.cluster, node, self.ns)
+            label_node(self.cluster, node, POOL, self.ns)
         return self.lost
 
     def __exit__(self, *exc: object) -> None:
@@ -103,7 +99,7 @@ class pool:
             if node not in self.kubelet.nodes:
                 self.kubelet.add_node(node, TRN1_32XLARGE)
         for node in NODES:
-            label(self.cluster, node, None)
+            label_node(self.cluster, node, POOL, None)
 
 
 def scenario(
@@ -192,7 +188,7 @@ def scenario(
         return
     # A node joins the pool: the replacement stands by on it and is reserved again.
     kubelet.add_node(lost, TRN1_32XLARGE)
-    label(cluster, lost, ns)
+    label_node(cluster, lost, POOL, ns)
 
     def reserved_again() -> Obj | None:
         spares_ = status_of(cluster, name, ns).get("spares") or {}
@@ -206,16 +202,6 @@ def scenario(
 
 PODS = "/api/v1/namespaces/{ns}/pods"
 TJS = "/apis/trainium.dev/v1alpha1/namespaces/{ns}/trainiumjobs"
-
-
-def neuron_health(cluster: Cluster, node: str, bad: bool) -> None:
-    """Set the node condition as Neuron's node problem detector does (a status patch)."""
-    reason = "NeuronHasError_HBM_UNCORRECTABLE_ERROR" if bad else "NeuronHasNoError"
-    said = "kernel: NEURON_HW_ERR=HBM_UNCORRECTABLE_ERROR" if bad else "ok"
-    cond = {"type": "NeuronHealth", "status": "True" if bad else "False", "reason": reason,
-            "message": said}  # fmt: skip
-    cluster.kubectl("patch", "node", node, "--subresource=status", "--type=strategic",
-                    "-p", json.dumps({"status": {"conditions": [cond]}}))  # fmt: skip
 
 
 def test_a_node_turning_neuron_unhealthy_checkpoints_then_goes_to_the_spare(
