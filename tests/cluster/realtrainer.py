@@ -26,10 +26,11 @@ from typing import Any
 
 import pytest
 
-from cluster import Cluster
+from cluster import Cluster, wait_until
 from harness import OperatorProcess
 from jobs import FSX_ID, fsx_claim
 from kubelet import Behavior, FakeKubelet, NodeType
+from podrun import PodRun
 
 TRN2_48XLARGE = NodeType("trn2.48xlarge", "192", "2048Gi", 16, 128, 16)
 NODES = ("trn2-e2e-0", "trn2-e2e-1")
@@ -153,3 +154,17 @@ def trainer_fixture(
     """running_pods, the operator running, and the namespace's FSx claim (`fsx-claim`)."""
     fsx_claim(cluster, ns)
     return running_pods
+
+
+def stopped_with_checkpoint(first: list[PodRun], steps: int) -> int:
+    """The gang's trainers were told to stop: every one exited 143 after a checkpoint report;
+    the step it kept (before any pod failed, as a health signal's stop should be)."""
+    wait_until(lambda: all(r.done.is_set() for r in first), 120, "the first gang stopped")
+    codes = [(r.pod["metadata"]["name"], b.exit_code) for r in first for b in r.containers]
+    assert all(code == 143 for _, code in codes), codes
+    said = "\n".join(r.message(b) for r in first for b in r.containers)
+    report = [json.loads(ln) for ln in said.splitlines() if "trainiumCheckpoint" in ln]
+    assert report and "stopped:" in said, said
+    kept = int(report[-1]["trainiumCheckpoint"]["step"])
+    assert 0 < kept < steps, report
+    return kept

@@ -36,7 +36,14 @@ from harness import OperatorProcess
 from jobs import TJ, create, fsx_claim, get, small_job
 from kubelet import Behavior, FakeKubelet, Metrics
 from nodesignals import label_node, training_pods
-from realtrainer import OPT_IN, TRN2_48XLARGE, log_events, tiny_bert, volume
+from realtrainer import (
+    OPT_IN,
+    TRN2_48XLARGE,
+    log_events,
+    stopped_with_checkpoint,
+    tiny_bert,
+    volume,
+)
 from trainium_operator.manifests import dra
 
 Obj = dict[str, Any]
@@ -228,14 +235,7 @@ def test_the_real_trainer_checkpoints_on_a_device_taint_and_resumes_without_the_
         first = list(kubelet.runs(ns))
         bad = sorted({r.pod["spec"]["nodeName"] for r in first})[0]
         cluster.apply(device_slice(ns, bad, taint=True, kind=TRN2_48XLARGE.name))
-        wait_until(lambda: all(r.done.is_set() for r in first), 120, "the first gang stopped")
-        codes = [(r.pod["metadata"]["name"], b.exit_code) for r in first for b in r.containers]
-        assert all(code == 143 for _, code in codes), codes
-        said = "\n".join(r.message(b) for r in first for b in r.containers)
-        report = [json.loads(ln) for ln in said.splitlines() if "trainiumCheckpoint" in ln]
-        assert report and "stopped:" in said, said
-        kept = int(report[-1]["trainiumCheckpoint"]["step"])
-        assert 0 < kept < STEPS, report
+        kept = stopped_with_checkpoint(first, STEPS)
 
         def done() -> Obj | None:
             allocate(cluster, ns)

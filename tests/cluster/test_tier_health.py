@@ -32,7 +32,7 @@ from harness import OperatorProcess
 from jobs import TJ, create, events, fsx_claim, get, small_job, wait_condition
 from kubelet import Behavior, FakeKubelet, Metrics
 from nodesignals import label_node, neuron_health, training_pods
-from realtrainer import TRN2_48XLARGE, log_events, tiny_bert, volume
+from realtrainer import TRN2_48XLARGE, log_events, stopped_with_checkpoint, tiny_bert, volume
 
 Obj = dict[str, Any]
 THIRD = "trn2-health-2"
@@ -75,15 +75,8 @@ def test_a_neuron_health_error_checkpoints_then_leaves_the_node_before_any_pod_f
     bad = sorted(nodes)[0]
     try:
         neuron_health(cluster, bad, True)
-        wait_until(lambda: all(r.done.is_set() for r in first), 120, "the first gang stopped")
         # Before any pod failed: every trainer was told to stop, checkpointed and exited 143.
-        codes = [(r.pod["metadata"]["name"], b.exit_code) for r in first for b in r.containers]
-        assert all(code == 143 for _, code in codes), codes
-        said = "\n".join(r.message(b) for r in first for b in r.containers)
-        report = [json.loads(ln) for ln in said.splitlines() if "trainiumCheckpoint" in ln]
-        assert report and "stopped:" in said, said
-        kept = int(report[-1]["trainiumCheckpoint"]["step"])
-        assert 0 < kept < STEPS, report
+        kept = stopped_with_checkpoint(first, STEPS)
         status = status_of(cluster, "sick", ns)
         excluded = status.get("excludedNodes") or []
         assert [(e["node"], e["reason"]) for e in excluded] == [(bad, "NodeUnhealthy")], status
